@@ -20,7 +20,7 @@ class SymbolSpec:
     latex: str  # how the paper prints it (`d_{cq}`)
     meaning: str
     config_key: str | None  # HF config.json key it is read from; None for run-time or parallel sizes
-    kind: str  # "model", "run" (batch, sequence) or "parallel"
+    kind: str  # "model", "run" (batch, sequence), "routing" or "parallel"
 
     @property
     def symbol(self) -> sympy.Symbol:
@@ -46,6 +46,8 @@ _SPECS: tuple[SymbolSpec, ...] = (
     SymbolSpec("N_s", "N_s", "shared experts", "n_shared_experts", "model"),
     SymbolSpec("V", "V", "vocabulary size", "vocab_size", "model"),
     SymbolSpec("L", "L", "decoder layers", "num_hidden_layers", "model"),
+    # routing: tokens one routed expert processes (a routing model gives its value)
+    SymbolSpec("E_tok", "E_{tok}", "tokens per routed expert", None, "routing"),
     # parallel sizes (Megatron's names)
     SymbolSpec("t", "t", "tensor-parallel size (TP)", None, "parallel"),
     SymbolSpec("pp", r"\mathrm{PP}", "pipeline-parallel size", None, "parallel"),
@@ -80,4 +82,5 @@ def latex_names() -> dict[sympy.Symbol, str]:
 b, s, h = sym("b"), sym("s"), sym("h")
 d_cq, d_c, n_h, d_h, d_v, d_hr = sym("d_cq"), sym("d_c"), sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hr")
 h_E, h_F, N, N_r, N_s, V, L = sym("h_E"), sym("h_F"), sym("N"), sym("N_r"), sym("N_s"), sym("V"), sym("L")
+E_tok = sym("E_tok")
 t, pp, ep, etp, dp, edp = sym("t"), sym("pp"), sym("ep"), sym("etp"), sym("dp"), sym("edp")

@@ -1,0 +1,15 @@
+"""DeepSeek's layer blocks, each written once as a dataflow of tensor shapes.
+
+Shapes are symbolic and annotated with the parallel axes they are split over:
+`"tp"` (tensor parallel: heads, FFN width, vocabulary), `"sp"` (sequence parallel in attention and dense
+regions), `"sp_moe"` (sequence parallel inside the MoE block: the paper does not shard it, Megatron does),
+`"ep"` (experts over expert parallelism), `"etp"` (expert width over expert tensor parallelism).
+"""
+
+from .embedding import embedding, head
+from .mla import mla
+from .mlp import dense_mlp, swiglu
+from .moe import moe
+from .mtp import mtp
+
+__all__ = ["dense_mlp", "embedding", "head", "mla", "moe", "mtp", "swiglu"]

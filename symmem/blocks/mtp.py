@@ -1,0 +1,25 @@
+"""DeepSeek-V3's multi-token-prediction module: enorm, hnorm, eh_proj, one MoE layer, sharing embedding and head."""
+
+from __future__ import annotations
+
+from ..graph import D, DataflowBuilder, Weight
+from ..symbols import h
+from ._dims import B, H, S_SP, seq
+from .embedding import embedding, head
+
+
+def mtp(fb: DataflowBuilder, h_main: str, ids: str, *, layer, index: int = 0) -> str:
+    """Append MTP module `index`: `layer(fb, x)` appends its transformer layer and returns the output name."""
+    p = f"mtp{index}."
+    fb.block = "mtp"
+    emb = embedding(fb, ids, name=f"{p}embed_tokens", shared_with="embed_tokens.weight")
+    (e,) = fb.op("region", f"{p}enter_e", [emb], [(f"{p}e", (B, S_SP, H))])
+    (hh,) = fb.op("region", f"{p}enter_h", [h_main], [(f"{p}h", (B, S_SP, H))])
+    (en,) = fb.op("rmsnorm", f"{p}enorm", [e], [(f"{p}e_norm", (B, S_SP, H))], [Weight(f"{p}enorm.weight", (H,))])
+    (hn,) = fb.op("rmsnorm", f"{p}hnorm", [hh], [(f"{p}h_norm", (B, S_SP, H))], [Weight(f"{p}hnorm.weight", (H,))])
+    (cat,) = fb.op("concat", f"{p}concat", [en, hn], [(f"{p}eh", (B, S_SP, D(2 * h)))])
+    (x,) = fb.op("linear", f"{p}eh_proj", [cat], [(f"{p}x", (B, seq("sp_moe"), H))],
+                 [Weight(f"{p}eh_proj.weight", (D(2 * h), H))])
+    y = layer(fb, x)
+    fb.block = "mtp"
+    return head(fb, y, prefix=p, shared_with="lm_head.weight", norm_name="shared_head.norm")

@@ -1,0 +1,188 @@
+"""The dataflow types: dimensions, tensors, weights, ops, and the graph they form.
+
+Parallelism is an annotation on dimensions: a `Dim` names the parallel axes it is split over (`"tp"`, `"sp"`,
+`"sp_moe"`, `"ep"`, `"etp"`). One function, `local_size`, turns an annotated shape into what one rank holds, for
+tensors and weights alike. Which axes are active (is the MoE block sequence-sharded?) is decided by the
+`AxisSizes` of a scenario, not by the block definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import sympy
+
+from .errors import SymmemError
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension of a tensor or weight: its global size and the parallel axes it is split over."""
+
+    size: sympy.Expr
+    axes: tuple[str, ...] = ()
+
+
+def D(size: sympy.Expr | int, *axes: str) -> Dim:
+    """Shorthand: `D(n_h, "tp")` is the head dimension split over tensor parallelism."""
+    return Dim(sympy.sympify(size) if isinstance(size, int) else size, tuple(axes))
+
+
+@dataclass(frozen=True)
+class DType:
+    """A storage type. `act` resolves to the run's activation dtype (BF16 = 2 bytes in the paper)."""
+
+    name: str
+    nbytes: int | None  # None: resolved from the scenario (the activation dtype)
+
+
+ACT = DType("act", None)
+BF16 = DType("bf16", 2)
+FP32 = DType("fp32", 4)
+MASK = DType("mask", 1)  # a dropout mask, one byte per element (Korthikanti et al. 2022)
+INT64 = DType("int64", 8)
+BOOL = DType("bool", 1)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named activation with a symbolic, parallel-annotated shape."""
+
+    name: str
+    dims: tuple[Dim, ...]
+    dtype: DType = ACT
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A learnable parameter. `group` decides the ZeRO sharding group: dense parts over DP, expert parts over EDP."""
+
+    name: str
+    dims: tuple[Dim, ...]
+    group: str = "dense"  # "dense", "router", "routed_expert" or "shared_expert" (ZeRO groups follow it)
+    shared_with: str | None = None  # a weight tied to another block's (e.g. the MTP head): not counted again
+
+
+@dataclass(frozen=True)
+class Op:
+    """One step of a dataflow: `kind` selects the rule that says what it saves for backward."""
+
+    kind: str
+    name: str
+    block: str  # the block it belongs to ("mla", "moe", "mlp", "embedding", "head", "mtp")
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    weights: tuple[Weight, ...] = ()
+    tags: frozenset[str] = frozenset()  # e.g. {"core_attention"}, {"up_projection"}, {"routing"}
+
+
+@dataclass(frozen=True)
+class Dataflow:
+    """A sequence of ops on named tensors. Tensor names are unique within a dataflow."""
+
+    name: str
+    ops: tuple[Op, ...]
+    tensors: Mapping[str, Tensor]
+    inputs: tuple[str, ...]  # tensors that come from outside (checkpointed under full recomputation)
+    outputs: tuple[str, ...]
+
+    def producer(self, tensor: str) -> Op | None:
+        for op in self.ops:
+            if tensor in op.outputs:
+                return op
+        return None
+
+    def weights(self) -> tuple[tuple[Op, Weight], ...]:
+        return tuple((op, w) for op in self.ops for w in op.weights)
+
+
+@dataclass
+class DataflowBuilder:
+    """Builds a `Dataflow` op by op; blocks are written as calls on it (see `symmem.blocks`)."""
+
+    name: str
+    ops: list[Op] = field(default_factory=list)
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)
+    block: str = ""
+    prefix: str = ""
+
+    def input(self, name: str, dims: Iterable[Dim], dtype: DType = ACT) -> str:
+        name = self._add(Tensor(self.prefix + name, tuple(dims), dtype))
+        self.inputs.append(name)
+        return name
+
+    def op(
+        self,
+        kind: str,
+        name: str,
+        inputs: Iterable[str],
+        outputs: Iterable[tuple[str, Iterable[Dim]] | tuple[str, Iterable[Dim], DType]],
+        weights: Iterable[Weight] = (),
+        tags: Iterable[str] = (),
+    ) -> tuple[str, ...]:
+        inputs = tuple(inputs)
+        for t in inputs:
+            if t not in self.tensors:
+                raise SymmemError(f"op {self.prefix + name}: input tensor {t!r} is not defined in {self.name}")
+        outs = []
+        for spec in outputs:
+            tname, dims = spec[0], spec[1]
+            dtype = spec[2] if len(spec) > 2 else ACT
+            outs.append(self._add(Tensor(self.prefix + tname, tuple(dims), dtype)))
+        ws = tuple(Weight(self.prefix + w.name, w.dims, w.group, w.shared_with) for w in weights)
+        self.ops.append(Op(kind, self.prefix + name, self.block, inputs, tuple(outs), ws, frozenset(tags)))
+        return tuple(outs)
+
+    def _add(self, tensor: Tensor) -> str:
+        if tensor.name in self.tensors:
+            raise SymmemError(f"tensor {tensor.name!r} defined twice in {self.name}")
+        self.tensors[tensor.name] = tensor
+        return tensor.name
+
+    def build(self, outputs: Iterable[str]) -> Dataflow:
+        return Dataflow(self.name, tuple(self.ops), dict(self.tensors), tuple(self.inputs), tuple(outputs))
+
+
+@dataclass(frozen=True)
+class AxisSizes:
+    """How many ways each parallel axis splits a dimension on one rank. An inactive axis has size 1."""
+
+    sizes: Mapping[str, sympy.Expr]
+
+    def of(self, axis: str) -> sympy.Expr:
+        try:
+            return self.sizes[axis]
+        except KeyError:
+            raise SymmemError(f"parallel axis {axis!r} has no size; known axes: {sorted(self.sizes)}") from None
+
+
+def local_size(dims: Iterable[Dim], axes: AxisSizes) -> sympy.Expr:
+    """The number of elements one rank holds: each dimension divided by the sizes of its active axes."""
+    total = sympy.Integer(1)
+    for d in dims:
+        part = d.size
+        for a in d.axes:
+            part = part / axes.of(a)
+        total *= part
+    return total
+
+
+def global_size(dims: Iterable[Dim]) -> sympy.Expr:
+    total = sympy.Integer(1)
+    for d in dims:
+        total *= d.size
+    return total
+
+
+def shard_count(dims: Iterable[Dim], axes: AxisSizes) -> sympy.Expr:
+    """Into how many distinct pieces the dimensions are split (replicas of one piece count once)."""
+    seen: dict[str, sympy.Expr] = {}
+    for d in dims:
+        for a in d.axes:
+            seen[a] = axes.of(a)
+    total = sympy.Integer(1)
+    for v in seen.values():
+        total *= v
+    return total

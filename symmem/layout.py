@@ -1,0 +1,91 @@
+"""Pipeline layouts: which decoder layers, embedding, head and MTP modules each stage holds.
+
+Three ways to say it: `paper` (ceil(L/PP) layers per stage, the remainder on the last: 61 layers on 16 stages
+gives 4, ..., 4, 1), an explicit list of layers per stage, and Megatron's first/last-stage counts
+(--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers) with the rest spread evenly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import SymmemError
+
+LAYOUT_KINDS = ("paper", "even", "explicit", "megatron")
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    kind: str = "paper"
+    layers_per_stage: tuple[int, ...] = ()  # for "explicit"
+    first: int | None = None  # for "megatron": layers on the first stage
+    last: int | None = None  # for "megatron": layers on the last stage
+
+    def __post_init__(self) -> None:
+        if self.kind not in LAYOUT_KINDS:
+            raise SymmemError(f"layout = {self.kind!r}: unknown layout; known: {', '.join(LAYOUT_KINDS)}")
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    layers: tuple[int, ...]
+    embedding: bool
+    head: bool
+    mtp: int  # MTP modules on this stage (DeepSeek-V3 puts them on the last stage)
+
+
+def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...]:
+    if spec.kind == "paper":
+        per = -(-n_layers // pp)
+        counts = [per] * (pp - 1) + [n_layers - per * (pp - 1)]
+        if counts[-1] < 1:
+            raise SymmemError(
+                f"pp = {pp}: the paper's layout puts ceil({n_layers}/{pp}) = {per} layers on each stage, leaving "
+                f"{counts[-1]} for the last; use an explicit or megatron layout")
+        return tuple(counts)
+    if spec.kind == "even":
+        if n_layers % pp:
+            raise SymmemError(f"pp = {pp}: must divide num_hidden_layers = {n_layers} for an even layout")
+        return (n_layers // pp,) * pp
+    if spec.kind == "explicit":
+        counts = tuple(spec.layers_per_stage)
+        if len(counts) != pp:
+            raise SymmemError(f"layers_per_stage = {list(counts)}: has {len(counts)} stages, PP = {pp}")
+        if any((not isinstance(c, int)) or isinstance(c, bool) or c < 0 for c in counts):
+            raise SymmemError(f"layers_per_stage = {list(counts)}: each entry must be a non-negative integer")
+        if sum(counts) != n_layers:
+            raise SymmemError(
+                f"layers_per_stage = {list(counts)}: sums to {sum(counts)}, the model has {n_layers} layers")
+        return counts
+    # megatron
+    first = spec.first
+    last = spec.last
+    for name, v in (("first", first), ("last", last)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise SymmemError(f"layout.{name} = {v!r}: must be a non-negative integer")
+    if pp == 1:
+        return (n_layers,)
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = n_layers - (first or 0) - (last or 0)
+    if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and rest % middle_stages):
+        raise SymmemError(
+            f"layout first = {first}, last = {last}: the remaining {rest} layers do not spread evenly over "
+            f"{middle_stages} stages")
+    per = rest // middle_stages if middle_stages else 0
+    counts = [per] * pp
+    if first is not None:
+        counts[0] = first
+    if last is not None:
+        counts[-1] = last
+    return tuple(counts)
+
+
+def build_stages(spec: LayoutSpec, n_layers: int, pp: int, n_mtp: int) -> tuple[Stage, ...]:
+    counts = layers_per_stage(spec, n_layers, pp)
+    stages = []
+    start = 0
+    for i, c in enumerate(counts):
+        stages.append(Stage(i, tuple(range(start, start + c)), i == 0, i == pp - 1, n_mtp if i == pp - 1 else 0))
+        start += c
+    return tuple(stages)

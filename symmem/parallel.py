@@ -1,0 +1,115 @@
+"""Parallel sizes (Megatron's argument names) and the checks that tie them to a model.
+
+EDP (expert data parallelism) is derived as DP·TP/(EP·ETP) unless given, and checked when given.
+Constraints raise only when provably false; every message names the field, the value and the rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from .config import ModelConfig
+from .errors import SymmemError
+from .graph import AxisSizes
+from .symbols import ep as EP_SYM
+from .symbols import etp as ETP_SYM
+from .symbols import t as TP_SYM
+
+
+def _check_size(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SymmemError(f"{field} = {value!r}: must be a positive integer")
+    if value <= 0:
+        raise SymmemError(f"{field} = {value!r}: must be a positive integer")
+    return value
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How the GPUs are arranged. World size = DP × TP × PP; the expert layers regroup the same GPUs as
+    EDP × EP × ETP × PP."""
+
+    tp: int = 1  # tensor-parallel size (--tensor-model-parallel-size)
+    pp: int = 1  # pipeline-parallel size (--pipeline-model-parallel-size)
+    ep: int = 1  # expert-parallel size (--expert-model-parallel-size)
+    etp: int = 1  # expert tensor-parallel size (--expert-tensor-parallel-size)
+    dp: int = 1  # data-parallel size
+    edp: int | None = None  # expert data-parallel size; derived when None
+    sequence_parallel: bool = False  # --sequence-parallel: activations outside TP regions split over s
+    moe_sequence_parallel: bool | None = None  # is the MoE block sequence-sharded too? None: as sequence_parallel
+    world: int | None = None  # total GPUs, checked against DP·TP·PP when given
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "pp", "ep", "etp", "dp"):
+            _check_size(f, getattr(self, f))
+        if self.edp is not None:
+            _check_size("edp", self.edp)
+        if self.world is not None:
+            _check_size("world", self.world)
+            if self.world != self.dp * self.tp * self.pp:
+                raise SymmemError(
+                    f"world = {self.world}: must equal DP·TP·PP = {self.dp}·{self.tp}·{self.pp} = "
+                    f"{self.dp * self.tp * self.pp}")
+        if self.moe_sequence_parallel and not self.sequence_parallel:
+            raise SymmemError("moe_sequence_parallel = True: needs sequence_parallel = True")
+        if (self.dp * self.tp) % (self.ep * self.etp):
+            raise SymmemError(
+                f"ep·etp = {self.ep}·{self.etp}: must divide DP·TP = {self.dp * self.tp} (the expert layers "
+                f"regroup the DP·TP GPUs of a stage as EDP·EP·ETP)")
+        derived = self.dp * self.tp // (self.ep * self.etp)
+        if self.edp is not None and self.edp != derived:
+            raise SymmemError(
+                f"edp = {self.edp}: inconsistent with DP·TP/(EP·ETP) = {self.dp}·{self.tp}/({self.ep}·{self.etp}) "
+                f"= {derived}")
+
+    @property
+    def expert_dp(self) -> int:
+        return self.dp * self.tp // (self.ep * self.etp)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def moe_sp(self) -> bool:
+        return self.sequence_parallel if self.moe_sequence_parallel is None else self.moe_sequence_parallel
+
+    def axis_sizes(self, symbolic: bool = False) -> AxisSizes:
+        """Sizes of the parallel axes on one rank: symbols (t, EP, ETP) or this configuration's numbers."""
+        tp = TP_SYM if symbolic else sympy.Integer(self.tp)
+        one = sympy.Integer(1)
+        return AxisSizes({
+            "tp": tp,
+            "sp": tp if self.sequence_parallel else one,
+            "sp_moe": tp if self.moe_sp else one,
+            "ep": EP_SYM if symbolic else sympy.Integer(self.ep),
+            "etp": ETP_SYM if symbolic else sympy.Integer(self.etp),
+        })
+
+    def numbers(self) -> dict[sympy.Symbol, int]:
+        return {TP_SYM: self.tp, EP_SYM: self.ep, ETP_SYM: self.etp}
+
+    def validate_for(self, model: ModelConfig) -> None:
+        """Divisibility rules between this arrangement and a model's sizes."""
+        v = dict(model.values)
+        rules = (
+            ("tp", self.tp, "n_h", "num_attention_heads"),
+            ("tp", self.tp, "h_F", "intermediate_size"),
+            ("tp", self.tp, "V", "vocab_size"),
+            ("ep", self.ep, "N", "n_routed_experts"),
+            ("etp", self.etp, "h_E", "moe_intermediate_size"),
+        )
+        for field, size, name, key in rules:
+            if v[name] % size:
+                raise SymmemError(f"{field} = {size}: must divide {key} = {v[name]}")
+        if self.sequence_parallel and self.tp == 1:
+            return
+
+    def describe(self) -> str:
+        sp = "SP on" if self.sequence_parallel else "SP off"
+        if self.sequence_parallel:
+            sp += ", MoE sequence-sharded" if self.moe_sp else ", MoE not sequence-sharded"
+        return (f"DP {self.dp}, TP {self.tp}, PP {self.pp}, EP {self.ep}, ETP {self.etp}, EDP {self.expert_dp} "
+                f"({self.world_size} GPUs; {sp})")

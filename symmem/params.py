@@ -1,0 +1,85 @@
+"""Parameter counts falling out of the dataflows' weights: whole model, per stage, per GPU.
+
+A weight's count on one rank is `local_size` of its annotated shape, the same mechanism activations use.
+Groups: `dense`, `router`, `routed_expert`, `shared_expert` (the paper counts the last three as "MoE").
+A weight tied to another (the MTP module's embedding and head) is not counted in model totals, but a stage
+that holds the tie without the original holds a replica of it, and that replica is counted on its GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import sympy
+
+from .graph import AxisSizes, Weight, global_size, local_size
+from .model import Part
+
+GROUPS = ("dense", "router", "routed_expert", "shared_expert")
+MOE_GROUPS = ("router", "routed_expert", "shared_expert")
+
+
+@dataclass(frozen=True)
+class WeightUse:
+    part: str
+    block: str
+    op: str
+    weight: Weight
+    count: int  # identical layers holding it
+    replica: bool  # a tied weight held on a stage that lacks the original
+
+
+def weight_uses(parts: Iterable[Part], unique: bool = False) -> list[WeightUse]:
+    """Every weight of `parts`. With `unique`, tied weights are left out (they are counted where they live)."""
+    parts = tuple(parts)
+    owned = {w.name for p in parts for _, w in p.flow.weights() if w.shared_with is None}
+    uses: list[WeightUse] = []
+    seen_replicas: set[str] = set()
+    for p in parts:
+        for op, w in p.flow.weights():
+            if w.shared_with is not None:
+                if unique or w.shared_with in owned or w.shared_with in seen_replicas:
+                    continue
+                seen_replicas.add(w.shared_with)
+                uses.append(WeightUse(p.name, op.block, op.name, w, p.count, True))
+            else:
+                uses.append(WeightUse(p.name, op.block, op.name, w, p.count, False))
+    return uses
+
+
+def count_by_group(uses: Iterable[WeightUse], axes: AxisSizes | None) -> dict[str, sympy.Expr]:
+    """Parameters per group: per rank when `axes` is given, else global (the whole, unsplit weights)."""
+    out = {g: sympy.Integer(0) for g in GROUPS}
+    for u in uses:
+        n = local_size(u.weight.dims, axes) if axes is not None else global_size(u.weight.dims)
+        out[u.weight.group] += u.count * n
+    return out
+
+
+def total(groups: dict[str, sympy.Expr]) -> sympy.Expr:
+    return sum(groups.values(), sympy.Integer(0))
+
+
+def moe_part(groups: dict[str, sympy.Expr]) -> sympy.Expr:
+    return sum((groups[g] for g in MOE_GROUPS), sympy.Integer(0))
+
+
+@dataclass(frozen=True)
+class ModelTotals:
+    """Whole-model counts, by DeepSeek's published conventions."""
+
+    total: int  # embedding + all layers + final norm + head; no MTP; parameters only
+    activated: int  # per token: without the input embedding, with the head; N_r of N routed experts
+    mtp: int  # the MTP modules' own parameters (embedding and head shared, not counted again)
+
+
+def activated_expr(uses: Iterable[WeightUse], n_r: sympy.Expr, n: sympy.Expr) -> sympy.Expr:
+    """Parameters one token passes through: routed experts at N_r/N, the input embedding left out."""
+    expr = sympy.Integer(0)
+    for u in uses:
+        if u.block == "embedding":
+            continue
+        size = u.count * global_size(u.weight.dims)
+        expr += size * n_r / n if u.weight.group == "routed_expert" else size
+    return expr

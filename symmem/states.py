@@ -1,0 +1,103 @@
+"""Model states: weights, gradients and optimizer states in bytes, under a precision recipe and a ZeRO stage.
+
+Dense parameters shard over DP, the MoE ones (routers and experts, as the paper counts them) over EDP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .errors import SymmemError
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter for each model state."""
+
+    name: str
+    weight_bytes: int  # the weights the forward pass reads
+    grad_bytes: int  # gradients (accumulated)
+    master_bytes: int  # an FP32 master copy of the weights, kept with the optimizer (0: none)
+    optimizer_bytes: int  # optimizer moments (Adam: two FP32 moments = 8)
+
+    def __post_init__(self) -> None:
+        for f in ("weight_bytes", "grad_bytes", "master_bytes", "optimizer_bytes"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SymmemError(f"precision.{f} = {v!r}: must be a non-negative integer number of bytes")
+
+    @property
+    def per_parameter(self) -> int:
+        return self.weight_bytes + self.grad_bytes + self.master_bytes + self.optimizer_bytes
+
+
+RECIPES = {
+    # The paper: BF16 weights, FP32 gradients, Adam's two FP32 moments, no separate master copy.
+    "paper": Precision("paper", 2, 4, 0, 8),
+    # Megatron mixed precision: BF16 weights, FP32 main gradients, FP32 master weights, Adam moments.
+    "megatron": Precision("megatron", 2, 4, 4, 8),
+}
+
+
+def recipe(name: str) -> Precision:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise SymmemError(f"precision = {name!r}: unknown recipe; known: {', '.join(RECIPES)}") from None
+
+
+class ZeroStage(IntEnum):
+    """What DeepSpeed ZeRO shards over the data-parallel group (dense parts over DP, expert parts over EDP)."""
+
+    NONE = 0
+    """Nothing sharded: every data-parallel rank holds all states."""
+    OS = 1
+    """Optimizer states (and the master copy) sharded."""
+    OS_G = 2
+    """Optimizer states and gradients sharded."""
+    OS_G_P = 3
+    """Optimizer states, gradients and the weights themselves sharded."""
+
+    @property
+    def label(self) -> str:
+        return {0: "none", 1: "os", 2: "os+g", 3: "os+g+params"}[int(self)]
+
+
+def zero_stage(value: object) -> ZeroStage:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
+        raise SymmemError(f"zero = {value!r}: ZeRO stage must be 0, 1, 2 or 3")
+    return ZeroStage(value)
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    weights: int
+    gradients: int
+    optimizer: int  # master copy + optimizer moments
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer
+
+
+def state_bytes(dense: int, moe: int, dp: int, edp: int, precision: Precision, zero: ZeroStage) -> StateBytes:
+    """Bytes of model states on one GPU that holds `dense` and `moe` parameters.
+
+    Sharding divides exactly when the group size divides the count; otherwise each rank holds the ceiling
+    (the largest shard), since memory is planned for the fullest rank.
+    """
+
+    def share(n: int, group: int, sharded: bool) -> int:
+        return -(-n // group) if sharded else n
+
+    def part(nbytes: int, sharded: bool) -> int:
+        return nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
+
+    return StateBytes(
+        weights=part(precision.weight_bytes, zero >= ZeroStage.OS_G_P),
+        gradients=part(precision.grad_bytes, zero >= ZeroStage.OS_G),
+        optimizer=part(precision.master_bytes + precision.optimizer_bytes, zero >= ZeroStage.OS),
+    )

@@ -1,0 +1,19 @@
+"""Measurement harness: what PyTorch eager autograd saves in HF DeepSeek-V3/V2 decoder layers (needs the validate extra)."""
+
+from symmem.validate.harness import (
+    LayerMeasurement,
+    SavedTensor,
+    format_measurement,
+    measure_layer,
+    measure_model_params,
+    tiny_config,
+)
+
+__all__ = [
+    "LayerMeasurement",
+    "SavedTensor",
+    "format_measurement",
+    "measure_layer",
+    "measure_model_params",
+    "tiny_config",
+]
