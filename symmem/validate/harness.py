@@ -73,6 +73,7 @@ class LayerMeasurement:
     saved: tuple[SavedTensor, ...]
     param_counts: dict[str, int] = field(default_factory=dict)
     freed_saved: int = 0  # saved tensors packed during the forward but already dead at layer return
+    freed: tuple[tuple[tuple[int, ...], str, int], ...] = ()  # (shape, dtype, storage nbytes) of those, params excluded
     packed_total: int = 0  # number of pack-hook calls (params included)
 
     @property
@@ -322,9 +323,14 @@ def measure_layer(
 
     refs: list[weakref.ref] = []
 
+    packed_meta: list[tuple[tuple[int, ...], str, int, int]] = []
+
     def pack(t):
         h = _Holder(t, len(refs))
         refs.append(weakref.ref(h))
+        packed_meta.append(
+            (tuple(t.shape), str(t.dtype).replace("torch.", ""), t.untyped_storage().nbytes(), t.untyped_storage().data_ptr())
+        )
         return h
 
     current: list[str | None] = [None]
@@ -348,6 +354,11 @@ def measure_layer(
         if h is not None:
             alive[h.idx] = h
     freed = len(refs) - len(alive)
+    freed_list = tuple(
+        (packed_meta[i][0], packed_meta[i][1], packed_meta[i][2])
+        for i in range(len(refs))
+        if i not in alive and packed_meta[i][3] not in excluded
+    )
 
     # grad_fn names: walk the graph and read every saved attribute; the unpack hook records who asked.
     _walk_saved(out, current)
@@ -390,6 +401,7 @@ def measure_layer(
         saved=tuple(saved),
         param_counts=_param_counts(target),
         freed_saved=freed,
+        freed=freed_list,
         packed_total=len(refs),
     )
     del out, kwargs_keep, alive
@@ -426,6 +438,8 @@ def format_measurement(m: LayerMeasurement) -> str:
         f"{m.input_saved_bytes}, shared {m.shared_saved_bytes}); {len(m.saved)} storages, "
         f"{m.freed_saved} saved tensors freed before return"
     ]
+    for shape, dt, nb in m.freed:
+        lines.append(f"  freed before return: {dt} {shape} ({nb} B)")
     for t in m.saved:
         view = "" if t.view_numel * _itemsize(t.dtype) == t.nbytes else f" (view of {t.view_numel} el.)"
         lines.append(
