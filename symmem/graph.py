@@ -77,9 +77,11 @@ class Op:
     tags: frozenset[str] = frozenset()  # e.g. {"core_attention"}, {"up_projection"}, {"routing"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Dataflow:
-    """A sequence of ops on named tensors. Tensor names are unique within a dataflow."""
+    """A sequence of ops on named tensors. Tensor names are unique within a dataflow.
+
+    Compared and hashed by identity: dataflows are built once per structure and cached."""
 
     name: str
     ops: tuple[Op, ...]

@@ -21,6 +21,7 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
     """
     fb.block = "mla"
     heads = D(n_h, "tp")
+    prep = ["attention_prep"]  # rope, broadcast and concatenation that turn projections into q and k
     (x,) = fb.op("region", "attn_enter", [x_in], [("attn.x", (B, S_SP, H))])
     (xn,) = fb.op("rmsnorm", "input_layernorm", [x], [("attn.x_norm", (B, S_SP, H))],
                   [Weight("input_layernorm.weight", (H,))])
@@ -36,12 +37,13 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
         (q_pe_all,) = fb.op("linear", "q_b_proj.rope", [cqn], [("attn.q_pe_all", (B, S_FULL, qr_heads, D(d_hr)))],
                             [Weight("W_QR", (D(d_cq), qr_heads, D(d_hr)))], tags=["up_projection"])
         # A replicated W_QR computes every head's rope part; each rank keeps its own heads.
-        (q_pe,) = fb.op("view", "q_pe_local_heads", [q_pe_all], [("attn.q_pe", (B, S_FULL, heads, D(d_hr)))])
+        (q_pe,) = fb.op("view", "q_pe_local_heads", [q_pe_all], [("attn.q_pe", (B, S_FULL, heads, D(d_hr)))],
+                        tags=prep)
     else:
         (q_all,) = fb.op("linear", "q_proj", [xn], [("attn.q", (B, S_FULL, heads, D(d_h + d_hr)))],
                          [Weight("W_Q", (H, heads, D(d_h + d_hr)))])
         q_nope, q_pe = fb.op("view", "q_split", [q_all], [("attn.q_nope", (B, S_FULL, heads, D(d_h))),
-                                                          ("attn.q_pe", (B, S_FULL, heads, D(d_hr)))])
+                                                          ("attn.q_pe", (B, S_FULL, heads, D(d_hr)))], tags=prep)
     (ckv,) = fb.op("linear", "kv_a_proj", [xn], [("attn.c_kv", (B, S_SP, D(d_c)))], [Weight("W_DKV", (H, D(d_c)))])
     (kpe,) = fb.op("linear", "kv_a_proj.rope", [xn], [("attn.k_pe", (B, S_SP, D(d_hr)))],
                    [Weight("W_KR", (H, D(d_hr)))])
@@ -51,12 +53,12 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
                       [Weight("W_UK", (D(d_c), heads, D(d_h)))], tags=["up_projection"])
     (v,) = fb.op("linear", "kv_b_proj.v", [ckvn], [("attn.v", (B, S_FULL, heads, D(d_v)))],
                  [Weight("W_UV", (D(d_c), heads, D(d_v)))], tags=["up_projection"])
-    (q_pe_r,) = fb.op("rope", "q_rope", [q_pe], [("attn.q_pe_rot", (B, S_FULL, heads, D(d_hr)))])
-    (k_pe_r,) = fb.op("rope", "k_rope", [kpe], [("attn.k_pe_rot", (B, S_SP, D(d_hr)))])
+    (q_pe_r,) = fb.op("rope", "q_rope", [q_pe], [("attn.q_pe_rot", (B, S_FULL, heads, D(d_hr)))], tags=prep)
+    (k_pe_r,) = fb.op("rope", "k_rope", [kpe], [("attn.k_pe_rot", (B, S_SP, D(d_hr)))], tags=prep)
     # W_KR's output is shared by all heads: gathered over the sequence and broadcast to the local heads.
-    (k_pe_h,) = fb.op("expand", "k_pe_heads", [k_pe_r], [("attn.k_pe_heads", (B, S_FULL, heads, D(d_hr)))])
-    (q,) = fb.op("concat", "q_cat", [q_nope, q_pe_r], [("attn.query", (B, S_FULL, heads, D(d_h + d_hr)))])
-    (k,) = fb.op("concat", "k_cat", [k_nope, k_pe_h], [("attn.key", (B, S_FULL, heads, D(d_h + d_hr)))])
+    (k_pe_h,) = fb.op("expand", "k_pe_heads", [k_pe_r], [("attn.k_pe_heads", (B, S_FULL, heads, D(d_hr)))], tags=prep)
+    (q,) = fb.op("concat", "q_cat", [q_nope, q_pe_r], [("attn.query", (B, S_FULL, heads, D(d_h + d_hr)))], tags=prep)
+    (k,) = fb.op("concat", "k_cat", [k_nope, k_pe_h], [("attn.key", (B, S_FULL, heads, D(d_h + d_hr)))], tags=prep)
     core = ["core_attention"]
     (sc,) = fb.op("matmul", "qk", [q, k], [("attn.scores", (B, heads, S_FULL, S_FULL))], tags=core)
     (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", (B, heads, S_FULL, S_FULL))], tags=core)

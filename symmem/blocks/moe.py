@@ -26,7 +26,8 @@ def moe(fb: DataflowBuilder, x_in: str) -> str:
     (scores,) = fb.op("router_score", "gate.score", [logits], [("moe.router_scores", (B, S_MOE, D(N)))],
                       tags=routing)
     topw, topi = fb.op("topk", "gate.topk", [scores], [("moe.topk_weights", (B, S_MOE, D(N_r))),
-                                                      ("moe.topk_indices", (B, S_MOE, D(N_r)), INT64)], tags=routing)
+                                                      ("moe.topk_indices", (B, S_MOE, D(N_r)), INT64)],
+                      tags=routing + ["routing_decision"])
     experts = D(N, "ep")
     (xe,) = fb.op("dispatch", "dispatch", [xn, topi], [("moe.expert_in", (experts, D(E_tok), H))])
     oe = swiglu(fb, "experts", xe, rows=(experts, D(E_tok)), out_rows=(experts, D(E_tok)),

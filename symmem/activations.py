@@ -1,0 +1,111 @@
+"""Saved-tensor accounting: what one rank keeps for backward, derived from a dataflow, a rule set and a policy.
+
+Each kept tensor is a `Term` that remembers where it came from (part, block, op, tensor), so that a checker
+can say which op a monomial of a formula comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sympy
+
+from .graph import AxisSizes, Dataflow, Tensor, local_size
+from .model import Part
+from .recompute import Policy
+from .rules import RuleSet
+from .symbols import E_tok
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A tensor a dataflow keeps for backward (structure only, no sizes yet)."""
+
+    tensor: Tensor
+    op: str  # the op that keeps it (the first, if several read the same tensor)
+    block: str
+    why: str
+
+
+@lru_cache(maxsize=256)
+def kept_tensors(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, ...]:
+    """The distinct tensors kept under `rules` and recomputation `policy` (a tensor read twice is kept once).
+
+    With R the recomputed ops: under checkpoint semantics (full, selective) a tensor is dropped when R both
+    produces it and is all that saves it; under output semantics (deepseek, custom) a tensor is dropped when R
+    produces it, whoever reads it. Either way the inputs of R that come from outside R are kept (the checkpoint
+    to recompute from), and the top-k routing decision is pinned, so that recomputation routes the same way.
+    """
+    saved: dict[str, Kept] = {}
+    savers: dict[str, set[str]] = {}
+    for op in flow.ops:
+        for sv in rules.saved(op, flow):
+            saved.setdefault(sv.tensor.name, Kept(sv.tensor, op.name, op.block, sv.why))
+            savers.setdefault(sv.tensor.name, set()).add(op.name)
+    recomputed = {op.name for op in flow.ops if policy.recomputed(op)}
+    if not recomputed:
+        return tuple(saved.values())
+    producer = {t: op for op in flow.ops for t in op.outputs}
+    pinned = {t for op in flow.ops if "routing_decision" in op.tags for t in op.outputs}
+
+    def base(name: str) -> str:
+        # Synthetic tensors (a mask "x.mask", an FP32 copy "x.fp32") belong to the tensor they derive from.
+        while name not in flow.tensors and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    def from_recomputed(name: str) -> bool:
+        op = producer.get(base(name))
+        return op is not None and op.name in recomputed
+
+    def dropped(name: str) -> bool:
+        if base(name) in pinned or not from_recomputed(name):
+            return False
+        return policy.drops_outputs or savers[name] <= recomputed
+
+    kept = {n: k for n, k in saved.items() if not dropped(n)}
+    for op in flow.ops:
+        if op.name not in recomputed:
+            continue
+        for t in op.inputs:
+            if not from_recomputed(t) and t not in kept:
+                kept[t] = Kept(flow.tensors[t], op.name, op.block, f"checkpoint: input of recomputed {op.name}")
+    return tuple(kept.values())
+
+
+@dataclass(frozen=True)
+class Term:
+    """Bytes one rank keeps for one tensor of one copy of a part (e.g. one MoE layer)."""
+
+    part: str
+    block: str
+    op: str
+    tensor: str
+    dtype: str
+    why: str
+    nbytes: sympy.Expr
+    count: int  # copies of the part on the stage
+
+    @property
+    def total(self) -> sympy.Expr:
+        return self.count * self.nbytes
+
+
+def tensor_bytes(tensor: Tensor, axes: AxisSizes, act_bytes: int, e_tok: sympy.Expr) -> sympy.Expr:
+    per = tensor.dtype.nbytes if tensor.dtype.nbytes is not None else act_bytes
+    return (per * local_size(tensor.dims, axes)).subs(E_tok, e_tok)
+
+
+def part_terms(part: Part, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
+               e_tok: sympy.Expr) -> list[Term]:
+    return [
+        Term(part.name, k.block, k.op, k.tensor.name, k.tensor.dtype.name, k.why,
+             tensor_bytes(k.tensor, axes, act_bytes, e_tok), part.count)
+        for k in kept_tensors(part.flow, rules, policy)
+    ]
+
+
+def sum_terms(terms: Iterable[Term], block: str | None = None) -> sympy.Expr:
+    return sympy.Add(*[t.total for t in terms if block is None or t.block == block])

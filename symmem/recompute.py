@@ -1,0 +1,76 @@
+"""Activation recomputation policies: which ops are recomputed in backward instead of keeping what they save.
+
+One mechanism serves every policy (see `symmem.activations.kept_tensors`): with R the set of recomputed ops,
+what R produces is dropped, the inputs of R that come from outside R are kept as the checkpoint, and the
+top-k routing decision is pinned so that recomputation routes the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .errors import SymmemError
+from .graph import Op
+
+LAYER_BLOCKS = frozenset({"mla", "moe", "mlp"})
+
+
+class Recompute(Enum):
+    NONE = "none"
+    """Keep everything each op saves."""
+    FULL = "full"
+    """Recompute whole decoder layers: keep their inputs (and the routing decisions) only."""
+    SELECTIVE = "selective"
+    """Recompute the attention core (QKᵀ, softmax, dropout, ·V), as Megatron's selective recomputation."""
+    DEEPSEEK = "deepseek"
+    """DeepSeek-V3's: recompute every RMSNorm and the MLA up-projections (with the rope/concat that feed attention)."""
+    CUSTOM = "custom"
+    """A user-given set of op kinds, tags or names."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    kind: Recompute
+    ops: frozenset[str] = frozenset()  # for CUSTOM: op kinds, tags or names
+
+    def recomputed(self, op: Op) -> bool:
+        if self.kind is Recompute.NONE:
+            return False
+        if self.kind is Recompute.FULL:
+            return op.block in LAYER_BLOCKS
+        if self.kind is Recompute.SELECTIVE:
+            return "core_attention" in op.tags
+        if self.kind is Recompute.DEEPSEEK:
+            return op.kind == "rmsnorm" or bool({"up_projection", "attention_prep"} & op.tags)
+        return op.kind in self.ops or op.name in self.ops or bool(self.ops & op.tags)
+
+    @property
+    def drops_outputs(self) -> bool:
+        """Output semantics: what R produces is never stored, whoever reads it (DeepSeek-V3's phrasing).
+        Checkpoint semantics (full, selective, as Megatron's checkpoint): R's own saves are dropped, while R's
+        outputs read by ops outside R stay."""
+        return self.kind in (Recompute.DEEPSEEK, Recompute.CUSTOM)
+
+    @property
+    def label(self) -> str:
+        if self.kind is Recompute.CUSTOM:
+            return "custom:" + ",".join(sorted(self.ops))
+        return self.kind.value
+
+
+def policy(text: str) -> Policy:
+    """`none`, `full`, `selective`, `deepseek`, or `custom:KIND_OR_TAG_OR_NAME,...`."""
+    if text.startswith("custom:"):
+        names = frozenset(x.strip() for x in text[len("custom:"):].split(",") if x.strip())
+        if not names:
+            raise SymmemError(f"recompute = {text!r}: custom needs op kinds, tags or names after 'custom:'")
+        return Policy(Recompute.CUSTOM, names)
+    try:
+        kind = Recompute(text)
+    except ValueError:
+        known = ", ".join(r.value for r in Recompute if r is not Recompute.CUSTOM)
+        raise SymmemError(f"recompute = {text!r}: unknown policy; known: {known}, custom:OPS") from None
+    if kind is Recompute.CUSTOM:
+        raise SymmemError("recompute = 'custom': name the ops, as custom:rmsnorm,core_attention")
+    return Policy(kind)

@@ -1,0 +1,97 @@
+"""Routing models: how many tokens one routed expert processes (the value of E_tok in the MoE dataflow).
+
+`paper` is the paper's accounting: each expert sees E_tok = b s N_r / N of its own GPU's tokens.
+`dispatch` is real expert-parallel all-to-all: an expert receives tokens from every EP rank, so it processes
+EP times more (balanced routing). `capacity` allocates static per-expert buffers of a capacity factor times the
+balanced load; `dynamic` bounds the busiest rank's load by a ratio to the balanced one; `histogram` takes a
+measured per-expert load and charges the busiest rank's token-slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import sympy
+
+from .errors import SymmemError
+from .graph import AxisSizes
+from .symbols import N, N_r, b, s
+
+ROUTING_KINDS = ("paper", "dispatch", "capacity", "dynamic", "histogram")
+
+
+def _exact(value: object, field_name: str) -> sympy.Rational:
+    try:
+        frac = Fraction(str(value)) if not isinstance(value, Fraction) else value
+    except (ValueError, ZeroDivisionError):
+        raise SymmemError(f"{field_name} = {value!r}: must be a number") from None
+    return sympy.Rational(frac.numerator, frac.denominator)
+
+
+@dataclass(frozen=True)
+class Routing:
+    kind: str = "paper"
+    capacity_factor: object = None  # for "capacity"
+    rank_load: object = None  # for "dynamic": busiest rank's token-slots over the balanced share (>= 1)
+    histogram: tuple = field(default=())  # for "histogram": one non-negative load per routed expert
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROUTING_KINDS:
+            raise SymmemError(f"routing = {self.kind!r}: unknown routing model; known: {', '.join(ROUTING_KINDS)}")
+        if self.kind == "capacity":
+            if self.capacity_factor is None or _exact(self.capacity_factor, "capacity_factor") <= 0:
+                raise SymmemError(f"capacity_factor = {self.capacity_factor!r}: must be a number > 0")
+        if self.kind == "dynamic":
+            if self.rank_load is None or _exact(self.rank_load, "rank_load") < 1:
+                raise SymmemError(f"rank_load = {self.rank_load!r}: must be a number >= 1 (1 = balanced)")
+        if self.kind == "histogram":
+            if not self.histogram:
+                raise SymmemError("histogram = []: give one load per routed expert")
+            loads = [_exact(x, "histogram entry") for x in self.histogram]
+            if any(x < 0 for x in loads):
+                raise SymmemError(f"histogram = {list(self.histogram)[:8]}...: loads must be non-negative")
+            if sum(loads) == 0:
+                raise SymmemError("histogram: all loads are zero")
+
+    def check_model(self, n_experts: int, ep: int) -> None:
+        if self.kind == "histogram" and len(self.histogram) != n_experts:
+            raise SymmemError(
+                f"histogram has {len(self.histogram)} loads: must have one per routed expert, N = {n_experts}")
+
+    def busiest_rank_share(self, ep: int) -> sympy.Rational:
+        """The busiest EP rank's share of all token-slots (histogram); experts placed contiguously."""
+        loads = [_exact(x, "histogram entry") for x in self.histogram]
+        per = len(loads) // ep
+        shares = [sum(loads[r * per:(r + 1) * per]) for r in range(ep)]
+        return max(shares) / sum(loads)
+
+    def tokens_per_expert(self, axes: AxisSizes, ep_number: int | None = None) -> sympy.Expr:
+        """E_tok: the tokens one local expert is charged for."""
+        s_moe = s / axes.of("sp_moe")  # tokens per rank entering the MoE block
+        own = b * s_moe * N_r / N  # the paper's: an expert's share of its own GPU's tokens
+        if self.kind == "paper":
+            return own
+        dispatched = axes.of("ep") * own  # an expert receives from every EP rank
+        if self.kind == "dispatch":
+            return dispatched
+        if self.kind == "capacity":
+            return _exact(self.capacity_factor, "capacity_factor") * dispatched
+        if self.kind == "dynamic":
+            return _exact(self.rank_load, "rank_load") * dispatched
+        if ep_number is None:
+            raise SymmemError("routing = 'histogram': needs the numeric EP size")
+        # The busiest rank processes share × (EP · b s_moe N_r) token-slots over its N/EP experts.
+        return self.busiest_rank_share(ep_number) * N * dispatched
+
+    @property
+    def label(self) -> str:
+        if self.kind == "paper":
+            return "paper (E_tok = b s N_r / N of the GPU's own tokens, balanced)"
+        if self.kind == "dispatch":
+            return "dispatch (balanced; each expert receives from all EP ranks)"
+        if self.kind == "capacity":
+            return f"capacity factor {self.capacity_factor} (static per-expert buffers)"
+        if self.kind == "dynamic":
+            return f"dynamic (busiest rank at {self.rank_load}x the balanced load)"
+        return "histogram (busiest EP rank of the given per-expert loads)"

@@ -1,0 +1,96 @@
+"""Rule sets: for every op kind, which tensors autograd keeps for backward, at which dtype.
+
+The paper's convention (Korthikanti et al. 2022 style) and PyTorch eager autograd are two rule sets over the
+same dataflows: choosing one is choosing a table, never a code path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ..errors import SymmemError
+from ..graph import Dataflow, DType, Op, Tensor
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A tensor an op keeps for backward. `tensor` may be synthetic (a dropout mask, an FP32 copy)."""
+
+    tensor: Tensor
+    why: str
+
+
+Rule = Callable[[Op, Dataflow], list[Saved]]
+
+
+@dataclass(frozen=True, eq=False)
+class RuleSet:
+    name: str
+    description: str
+    rules: Mapping[str, Rule]
+
+    def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
+        try:
+            rule = self.rules[op.kind]
+        except KeyError:
+            raise SymmemError(
+                f"op kind = {op.kind!r} ({op.name}): rule set {self.name!r} has no rule for it") from None
+        return rule(op, flow)
+
+
+# Building blocks for rules.
+def nothing(op: Op, flow: Dataflow) -> list[Saved]:
+    return []
+
+
+def inputs(*positions: int, why: str = "input") -> Rule:
+    def rule(op: Op, flow: Dataflow) -> list[Saved]:
+        return [Saved(flow.tensors[op.inputs[i]], f"{why} of {op.kind} {op.name}") for i in positions]
+
+    return rule
+
+
+def outputs(*positions: int, why: str = "output") -> Rule:
+    def rule(op: Op, flow: Dataflow) -> list[Saved]:
+        return [Saved(flow.tensors[op.outputs[i]], f"{why} of {op.kind} {op.name}") for i in positions]
+
+    return rule
+
+
+def as_dtype(tensor: Tensor, dtype: DType, suffix: str) -> Tensor:
+    return Tensor(f"{tensor.name}.{suffix}", tensor.dims, dtype)
+
+
+def combine(*rules: Rule) -> Rule:
+    def rule(op: Op, flow: Dataflow) -> list[Saved]:
+        out: list[Saved] = []
+        for r in rules:
+            out.extend(r(op, flow))
+        return out
+
+    return rule
+
+
+def _registry() -> dict[str, RuleSet]:
+    from . import paper
+
+    sets = {paper.RULES.name: paper.RULES}
+    try:
+        from . import torch_eager
+    except ImportError:  # pragma: no cover - the torch-eager rule set is added by a later issue
+        return sets
+    sets[torch_eager.RULES.name] = torch_eager.RULES
+    return sets
+
+
+def rule_set(name: str) -> RuleSet:
+    sets = _registry()
+    try:
+        return sets[name]
+    except KeyError:
+        raise SymmemError(f"rules = {name!r}: unknown rule set; known: {', '.join(sets)}") from None
+
+
+def rule_set_names() -> tuple[str, ...]:
+    return tuple(_registry())

@@ -1,0 +1,51 @@
+"""The paper's accounting (Korthikanti et al. 2022, as arXiv 2502.07846 applies it to MLA and MoE).
+
+Activations are kept in the run's activation dtype (BF16, 2 bytes); a dropout mask costs 1 byte per element.
+"""
+
+from __future__ import annotations
+
+from ..graph import FP32, MASK, Dataflow, Op
+from . import RuleSet, Saved, as_dtype, combine, inputs, nothing, outputs
+
+
+def _dropout_mask(op: Op, flow: Dataflow) -> list[Saved]:
+    out = flow.tensors[op.outputs[0]]
+    return [Saved(as_dtype(out, MASK, "mask"), f"mask of dropout {op.name}")]
+
+
+def _logits_fp32(op: Op, flow: Dataflow) -> list[Saved]:
+    # Megatron's vocabulary-parallel cross-entropy keeps the logits in FP32 (Korthikanti: 4sbv/t).
+    logits = flow.tensors[op.inputs[0]]
+    return [Saved(as_dtype(logits, FP32, "fp32"), f"FP32 logits of cross-entropy {op.name}")]
+
+
+RULES = RuleSet(
+    "paper",
+    "Korthikanti-style accounting, as the paper counts its terms",
+    {
+        "linear": inputs(0),  # the weight gradient needs the input
+        "rmsnorm": inputs(0),  # the paper counts the norm input
+        "matmul": inputs(0, 1),  # both operands (QK^T, and softmax·V)
+        "softmax": outputs(0),  # softmax's backward needs its output
+        "dropout": _dropout_mask,
+        "silu": inputs(0),
+        "mul": inputs(0, 1),
+        # The paper counts the router's logits and its probabilities (4bsN per layer): the score function
+        # is charged both, since its backward (and the auxiliary balance loss) reads them.
+        "router_score": combine(inputs(0, why="logits"), outputs(0, why="probabilities")),
+        # The routing weights are kept to weight the experts' outputs on the way back (2bsN_r per layer).
+        "combine": inputs(1, why="routing weights"),
+        "cross_entropy": _logits_fp32,
+        # Ops whose backward needs nothing kept: data movement, additions, rotations, index lookups.
+        "region": nothing,
+        "view": nothing,
+        "concat": nothing,
+        "expand": nothing,
+        "add": nothing,
+        "rope": nothing,  # the rotation's backward needs only cos/sin, which are constants
+        "topk": nothing,
+        "dispatch": nothing,
+        "embedding": nothing,
+    },
+)

@@ -1,0 +1,63 @@
+"""Pipeline schedules: how many micro-batches of activations stage i of PP holds at its peak, with M micro-batches.
+
+These multiply the per-micro-batch activations of a stage; every per-GPU figure names its schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .errors import SymmemError
+
+SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str = "1f1b"
+    chunks: int = 1  # virtual stages per GPU, for "interleaved"
+
+    def __post_init__(self) -> None:
+        if self.name not in SCHEDULES:
+            raise SymmemError(f"schedule = {self.name!r}: unknown schedule; known: {', '.join(SCHEDULES)}")
+        if isinstance(self.chunks, bool) or not isinstance(self.chunks, int) or self.chunks < 1:
+            raise SymmemError(f"chunks = {self.chunks!r}: must be a positive integer")
+        if self.name == "interleaved" and self.chunks < 2:
+            raise SymmemError(f"chunks = {self.chunks}: interleaved 1F1B needs at least 2 virtual stages per GPU")
+
+    def check(self, pp: int, m: int) -> None:
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise SymmemError(f"microbatches = {m!r}: must be a positive integer")
+        if self.name == "interleaved" and (m < pp or m % pp):
+            raise SymmemError(f"microbatches = {m}: interleaved 1F1B needs a multiple of PP = {pp}")
+        if self.name == "dualpipe":
+            if pp % 2:
+                raise SymmemError(f"pp = {pp}: DualPipe needs an even number of stages")
+            if m < pp or m % 2:
+                raise SymmemError(f"microbatches = {m}: DualPipe needs an even M >= PP = {pp}")
+
+    def in_flight(self, stage: int, pp: int, m: int) -> Fraction:
+        """Micro-batches of the whole stage's activations held at stage `stage`'s peak."""
+        self.check(pp, m)
+        if self.name == "gpipe":
+            return Fraction(m)
+        if self.name in ("1f1b", "zb1p"):
+            # 1F1B warms up with PP - i - 1 forwards, then one more before its first backward.
+            return Fraction(min(m, pp - stage))
+        if self.name == "interleaved":
+            # Megatron: (PP - i - 1)·2 + (v - 1)·PP warm-up chunk forwards, plus one; each chunk is 1/v of a stage.
+            v = self.chunks
+            return Fraction(min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp + 1), v)
+        # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device.
+        return Fraction(min(m, pp + 1))
+
+    @property
+    def weight_copies(self) -> int:
+        """DualPipe keeps two copies of the parameters (both directions); others one."""
+        return 2 if self.name == "dualpipe" else 1
+
+    @property
+    def label(self) -> str:
+        return f"interleaved 1F1B (v={self.chunks})" if self.name == "interleaved" else {
+            "gpipe": "GPipe", "1f1b": "1F1B", "zb1p": "ZB-1P", "dualpipe": "DualPipe"}[self.name]
