@@ -139,7 +139,6 @@ def tiny_config(family: str, **overrides: Any) -> dict:
         cfg.update(
             model_type="deepseek_v2",
             n_shared_experts=2,
-            v_head_dim=24,
             n_group=2,
             topk_group=1,
             topk_method="group_limited_greedy",
@@ -150,7 +149,6 @@ def tiny_config(family: str, **overrides: Any) -> dict:
         cfg.update(
             model_type="deepseek_v2",
             n_shared_experts=2,
-            v_head_dim=24,
             q_lora_rank=None,
             n_group=1,
             topk_group=1,
