@@ -74,7 +74,8 @@ class Token:
 
 def located(text: str, pos: int, rule: str) -> SymmemError:
     """The one error shape of the checker: what was found, where, and which rule it breaks."""
-    what = repr(text) if text else "end of formula"
+    # Quote printable tokens as typed (so `\sqrt` is not shown as `\\sqrt`); repr() anything else.
+    what = (f"'{text}'" if text.isprintable() else repr(text)) if text else "end of formula"
     return SymmemError(f"formula: {what} at column {pos + 1}: {rule}")
 
 

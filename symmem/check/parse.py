@@ -53,8 +53,10 @@ class Parser:
             self.i += 1
         return tok
 
-    def previous(self) -> str:
-        return f" after {self.tokens[self.i - 1].text!r}" if self.i > 0 else ""
+    def after(self, tok: Token) -> str:
+        """` after '+'`: names the token before `tok`, so that `s+` reads as a trailing operator."""
+        at = self.tokens.index(tok)
+        return f" after {self.tokens[at - 1].text!r}" if at > 0 else ""
 
     # -- grammar
 
@@ -128,7 +130,7 @@ class Parser:
             bottom, w2 = self.sum(self.brace(tok, "denominator"))
             base, weight = top * self.reciprocal(bottom, tok), max(w1, w2)
         else:
-            raise located(tok.text, tok.pos, "expected a number, a name or a bracket" + self.previous())
+            raise located(tok.text, tok.pos, "expected a number, a name or a bracket" + self.after(tok))
         if self.peek().kind == "^":
             caret = self.take()
             exponent = self.exponent(caret)
@@ -149,7 +151,7 @@ class Parser:
         if tok.kind == "open" and tok.text in ("{", "("):
             closer, tok = tok, self.take()
         if tok.kind != "num" or "." in tok.text:
-            raise located(tok.text, tok.pos, rule + self.previous())
+            raise located(tok.text, tok.pos, f"{rule} after {caret.text!r}")
         if closer is None and caret.text == "^" and len(tok.text) > 1:
             raise located(tok.text, tok.pos, f"ambiguous exponent: write ^{{{tok.text}}} (or ^{tok.text[0]} {tok.text[1:]})")
         if closer is not None:
