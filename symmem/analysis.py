@@ -1,0 +1,164 @@
+"""What a scenario costs, stage by stage: parameters, model states, activations, the per-GPU total.
+
+Everything here is derived from the dataflows: expressions are built once per structure, then evaluated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+import sympy
+
+from .activations import Term, part_terms
+from .config import ModelConfig
+from .layout import Stage
+from .model import model_parts, stage_parts
+from .params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
+from .scenario import Scenario
+from .states import StateBytes, state_bytes
+from .symbols import N, N_r, b, s
+
+
+def to_int(expr: sympy.Expr, values: dict) -> int:
+    """Evaluate to an exact integer number of bytes or parameters (a fractional byte rounds up)."""
+    v = sympy.sympify(expr).subs(values)
+    if not v.is_number:
+        raise ValueError(f"expression still has symbols: {v.free_symbols}")
+    return int(sympy.ceiling(v))
+
+
+def values(scn: Scenario, b_value: int | None = None, s_value: int | None = None) -> dict:
+    vals = dict(scn.model.substitutions())
+    vals[b] = scn.b if b_value is None else b_value
+    vals[s] = scn.s if s_value is None else s_value
+    return vals
+
+
+# ---------------------------------------------------------------------------------------------- parameters
+@lru_cache(maxsize=16)
+def model_totals(model: ModelConfig, convention: str = "paper") -> ModelTotals:
+    uses = weight_uses(model_parts(model, convention), unique=True)
+    subs = model.substitutions()
+    total = to_int(sum(count_by_group(uses, None).values()), subs)
+    activated = to_int(activated_expr(uses, N_r, N), subs)
+    with_mtp = weight_uses(model_parts(model, convention, with_mtp=True), unique=True)
+    mtp = to_int(sum(count_by_group(with_mtp, None).values()), subs) - total
+    return ModelTotals(total, activated, mtp)
+
+
+@dataclass(frozen=True)
+class StageParams:
+    stage: Stage
+    per_gpu: dict[str, int]  # parameters one GPU of the stage holds, by group
+    per_gpu_expr: dict[str, sympy.Expr]  # the same in the model's symbols (parallel sizes substituted)
+    whole: dict[str, int]  # the stage's distinct parameters over all its ranks
+
+    @property
+    def dense(self) -> int:
+        return self.per_gpu["dense"]
+
+    @property
+    def moe(self) -> int:
+        return sum(self.per_gpu[g] for g in MOE_GROUPS)
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_gpu.values())
+
+    @property
+    def whole_total(self) -> int:
+        return sum(self.whole.values())
+
+
+def stage_params(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -> StageParams:
+    parts = stage_parts(scn.model, stage, scn.convention)
+    uses = weight_uses(parts)
+    subs = scn.model.substitutions()
+    local = count_by_group(uses, scn.parallel.axis_sizes(symbolic_parallel))
+    whole = count_by_group(weight_uses(parts), None)
+    return StageParams(
+        stage,
+        {g: to_int(local[g], subs) for g in GROUPS} if not symbolic_parallel else {g: 0 for g in GROUPS},
+        local,
+        {g: to_int(whole[g], subs) for g in GROUPS},
+    )
+
+
+def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
+    st = state_bytes(sp.dense, sp.moe, scn.parallel.dp, scn.parallel.expert_dp, scn.precision, scn.zero)
+    copies = scn.schedule.weight_copies
+    return StateBytes(st.weights * copies, st.gradients, st.optimizer)
+
+
+# --------------------------------------------------------------------------------------------- activations
+def stage_terms(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -> list[Term]:
+    """Every tensor one GPU of `stage` keeps for one micro-batch, with provenance."""
+    axes = scn.parallel.axis_sizes(symbolic_parallel)
+    e_tok = scn.routing.tokens_per_expert(axes, scn.parallel.ep)
+    terms: list[Term] = []
+    for part in stage_parts(scn.model, stage, scn.convention):
+        terms.extend(part_terms(part, scn.rules, scn.policy, axes, scn.act_bytes, e_tok))
+    return terms
+
+
+def stage_activation_expr(scn: Scenario, stage: Stage, block: str | None = None,
+                          symbolic_parallel: bool = False) -> sympy.Expr:
+    terms = stage_terms(scn, stage, symbolic_parallel)
+    return sympy.expand(sympy.Add(*[t.total for t in terms if block is None or t.block == block]))
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One GPU of one stage: the per-GPU breakdown under the scenario's schedule."""
+
+    stage: Stage
+    params: StageParams
+    states: StateBytes
+    activation_per_microbatch: int
+    in_flight: Fraction
+    activations: int  # per micro-batch × in flight
+    fragmentation: tuple[int, int]
+    comm_buffers: tuple[int, int]
+
+    @property
+    def allocated(self) -> int:
+        return self.states.total + self.activations
+
+    @property
+    def low(self) -> int:
+        return self.allocated + self.fragmentation[0] + self.comm_buffers[0]
+
+    @property
+    def high(self) -> int:
+        return self.allocated + self.fragmentation[1] + self.comm_buffers[1]
+
+
+def verdict(low: int, high: int, capacity: int) -> str:
+    if high <= capacity:
+        return "fits"
+    if low <= capacity:
+        return "fits only at the low end of overheads"
+    return "does not fit"
+
+
+def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
+    sp = stage_params(scn, stage)
+    st = stage_states(scn, sp)
+    act = to_int(stage_activation_expr(scn, stage), values(scn))
+    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
+    acts = math.ceil(act * k)
+    alloc = st.total + acts
+    frag = (math.ceil(alloc * scn.fragmentation[0]), math.ceil(alloc * scn.fragmentation[1]))
+    return StageMemory(stage, sp, st, act, k, acts, frag, scn.comm_buffers)
+
+
+def memory(scn: Scenario) -> list[StageMemory]:
+    return [stage_memory(scn, st) for st in scn.stages]
+
+
+def peak(stages: list[StageMemory]) -> StageMemory:
+    """The stage with the most memory per GPU (by the allocated total, not by parameter count)."""
+    return max(stages, key=lambda m: (m.allocated, -m.stage.index))

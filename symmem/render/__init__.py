@@ -1,0 +1,1 @@
+"""Rendering: tables (Markdown, CSV, LaTeX booktabs), formulas (one LaTeX printer), figures."""

@@ -1,0 +1,109 @@
+"""The one LaTeX printer: the symbol table's names, terms ordered and grouped as a person writes them.
+
+`16bsd_hn_h`, `8bs(d_{cq}+d_c)`, `10bn_hs^{2}`: coefficient first, symbols in the paper's order, powers last,
+no multiplication signs; terms that differ in one symbol share their common factor.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from ..symbols import SYMBOLS, latex_names
+
+# The paper's order inside a monomial (b s h d_{cq} d_c d_h d_{hr} n_h N N_r h_E ...).
+_PRINT_ORDER = ("b", "s", "h", "d_cq", "d_c", "d_h", "d_v", "d_hr", "n_h", "N", "N_r", "h_E", "h_F", "N_s", "V",
+                "L", "E_tok", "t", "pp", "ep", "etp", "dp", "edp")
+_ORDER = {SYMBOLS[n].symbol: i for i, n in enumerate(_PRINT_ORDER)}
+
+
+def _key(sym: sympy.Symbol) -> int:
+    return _ORDER.get(sym, len(_ORDER))
+
+
+def _name(sym: sympy.Symbol) -> str:
+    return latex_names().get(sym, sympy.latex(sym))
+
+
+def _monomial(powers: dict) -> str:
+    first = [s for s in sorted(powers, key=_key) if powers[s] == 1]
+    higher = [s for s in sorted(powers, key=_key) if powers[s] > 1]
+    return "".join(_name(s) for s in first) + "".join(f"{_name(s)}^{{{powers[s]}}}" for s in higher)
+
+
+def _coeff(c: sympy.Rational, body: str) -> str:
+    if c == 1 and body:
+        return body
+    if c.is_Integer:
+        return f"{c}{body}"
+    return rf"\frac{{{c.p}}}{{{c.q}}}{body}"
+
+
+def _term_key(powers: dict):
+    return (max(powers.values(), default=0) > 1, sorted(_key(s) for s in powers))
+
+
+def polynomial_latex(expr: sympy.Expr) -> str:
+    expr = sympy.expand(sympy.sympify(expr))
+    if expr == 0:
+        return "0"
+    gens = sorted(expr.free_symbols, key=_key)
+    if not gens:
+        return sympy.latex(expr)
+    poly = sympy.Poly(expr, *gens, domain="QQ")
+    terms = [(c, {g: e for g, e in zip(gens, m) if e}) for m, c in poly.terms()]
+    terms.sort(key=lambda t: _term_key(t[1]))
+    pieces: list[tuple[sympy.Rational, str]] = []
+    used = [False] * len(terms)
+    for i, (c, p) in enumerate(terms):
+        if used[i]:
+            continue
+        used[i] = True
+        group = [p]
+        split = _last_linear(p)
+        if split is not None:
+            for j in range(i + 1, len(terms)):
+                cj, pj = terms[j]
+                other = _last_linear(pj)
+                if not used[j] and cj == c and other is not None and other[0] == split[0]:
+                    group.append(pj)
+                    used[j] = True
+        if len(group) == 1:
+            pieces.append((c, _monomial(p)))
+        else:
+            common = dict(split[0])
+            inner = "+".join(_monomial(_minus(g, common)) for g in group)
+            pieces.append((c, f"{_monomial(common)}({inner})"))
+    out = ""
+    for i, (c, body) in enumerate(pieces):
+        if c < 0:
+            out += ("-" if i == 0 else " - ") + _coeff(-c, body)
+        else:
+            out += ("" if i == 0 else " + ") + _coeff(c, body)
+    return out
+
+
+def _minus(powers: dict, common: dict) -> dict:
+    return {k: v for k, v in powers.items() if common.get(k) != v}
+
+
+def _last_linear(powers: dict):
+    """(common factor, last first-degree model symbol) of a monomial with at least two symbols."""
+    linear = [s for s in sorted(powers, key=_key) if powers[s] == 1 and SYMBOLS[s.name].kind == "model"]
+    if not linear or len(powers) < 2:
+        return None
+    last = linear[-1]
+    common = tuple(sorted(((k, v) for k, v in powers.items() if k != last), key=lambda kv: _key(kv[0])))
+    return common, last
+
+
+def latex(expr: sympy.Expr) -> str:
+    """Any expression, in the paper's notation where it is a polynomial, else sympy's printer with our names."""
+    try:
+        return polynomial_latex(expr)
+    except (sympy.PolynomialError, sympy.GeneratorsNeeded, sympy.CoercionFailed):
+        return sympy.latex(expr, symbol_names=latex_names())
+
+
+def plain(expr: sympy.Expr) -> str:
+    """A plain-text form (`10*b*s*h + ...`) that `symmem check` parses back."""
+    return str(sympy.expand(expr)).replace("**", "^")

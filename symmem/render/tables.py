@@ -1,0 +1,119 @@
+"""Tables: one structure, three renderings (Markdown and LaTeX booktabs through jinja2, CSV through `csv`).
+
+A cell is a plain value (str or int) or `Math` (a LaTeX formula already printed by `symmem.render.latex`).
+Integers are exact; Markdown and LaTeX group their digits, CSV keeps them bare.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import jinja2
+
+
+@dataclass(frozen=True)
+class Math:
+    """A formula cell: `latex` for LaTeX, `text` (plain) for Markdown and CSV."""
+
+    latex: str
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    id: str  # file stem, e.g. "table4_stage_params"
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple, ...]
+    notes: tuple[str, ...] = field(default=())
+    align: str = ""  # LaTeX column alignment; default: l then r
+
+    def __post_init__(self) -> None:
+        for r in self.rows:
+            if len(r) != len(self.columns):
+                raise ValueError(f"table {self.id}: row {r!r} has {len(r)} cells, {len(self.columns)} columns")
+
+
+_TEX_ESCAPE = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+               "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+
+
+def tex_escape(text: str) -> str:
+    return "".join(_TEX_ESCAPE.get(ch, ch) for ch in text)
+
+
+def _md_cell(v) -> str:
+    if isinstance(v, Math):
+        return f"${v.latex}$"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v).replace("|", r"\|")
+
+
+def _tex_cell(v) -> str:
+    if isinstance(v, Math):
+        return f"${v.latex}$"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}".replace(",", "{,}")
+    return tex_escape(str(v))
+
+
+def _csv_cell(v) -> str:
+    if isinstance(v, Math):
+        return v.text or v.latex
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+@lru_cache(maxsize=2)
+def _env(tex: bool = False) -> jinja2.Environment:
+    # LaTeX is full of braces and percent signs: its templates use ((* *)) and ((( ))) delimiters instead.
+    delimiters = dict(block_start_string="((*", block_end_string="*))", variable_start_string="(((",
+                      variable_end_string=")))", comment_start_string="((=", comment_end_string="=))",
+                      line_comment_prefix=None) if tex else {}
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("symmem.render", "templates"),
+        **delimiters,
+        autoescape=False,  # cells are escaped by the renderers above, per format
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def to_markdown(t: Table) -> str:
+    return _env().get_template("table.md.j2").render(
+        t=t, header=[c.replace("|", r"\|") for c in t.columns], rows=[[_md_cell(v) for v in r] for r in t.rows])
+
+
+def to_latex(t: Table) -> str:
+    align = t.align or ("l" + "r" * (len(t.columns) - 1))
+    return _env(tex=True).get_template("table.tex.j2").render(
+        t=t, align=align, title=tex_escape(t.title), header=[tex_escape(c) for c in t.columns],
+        rows=[[_tex_cell(v) for v in r] for r in t.rows], notes=[tex_escape(n) for n in t.notes])
+
+
+def to_csv(t: Table) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(t.columns)
+    for r in t.rows:
+        w.writerow([_csv_cell(v) for v in r])
+    return buf.getvalue()
+
+
+def render_all(t: Table) -> dict[str, str]:
+    return {f"{t.id}.md": to_markdown(t), f"{t.id}.csv": to_csv(t), f"{t.id}.tex": to_latex(t)}
+
+
+def index_markdown(tables: list[Table], title: str, intro: str, extra: dict[str, str] | None = None) -> str:
+    return _env().get_template("index.md.j2").render(tables=tables, title=title, intro=intro, extra=extra or {})

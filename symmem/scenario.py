@@ -1,0 +1,196 @@
+"""Scenarios: a named bundle of model, parallelism, pipeline layout, TP convention, precision recipe, ZeRO stage
+and the run's activation settings. Built-in scenarios are TOML files shipped in `symmem/scenarios/`; a user's
+scenario is a TOML file of the same form. Unknown keys are refused by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+
+from .config import ModelConfig, load_model
+from .errors import SymmemError
+from .layout import LayoutSpec, Stage, build_stages
+from .model import CONVENTIONS
+from .parallel import Parallel
+from .recompute import Policy, policy
+from .routing import Routing
+from .rules import RuleSet, rule_set
+from .schedule import Schedule
+from .states import Precision, ZeroStage, recipe, zero_stage
+from .units import parse_size
+
+BUILTIN = ("paper", "paper-megatron")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    model: ModelConfig
+    parallel: Parallel
+    layout: LayoutSpec = LayoutSpec()
+    convention: str = "paper"  # how W_QR splits over TP: "paper" (replicated) or "megatron" (with W_UQ)
+    precision: Precision = recipe("paper")
+    zero: ZeroStage = ZeroStage.NONE
+    mtp: bool = True  # place the config's MTP modules on the last stage
+    description: str = ""
+    # activation settings
+    b: int = 1  # micro-batch size (--micro-batch-size)
+    s: int = 4096  # sequence length (--seq-length)
+    rules_name: str = "paper"
+    recompute_name: str = "none"
+    routing: Routing = Routing()
+    schedule: Schedule = Schedule()
+    microbatches: int | None = None  # M; None: PP, enough to fill the pipeline
+    act_bytes: int = 2  # activation dtype bytes (BF16)
+    gpu_memory: int = 80 * 10**9  # bytes (H800/H100: 80 GB)
+    fragmentation: tuple[float, float] = (0.05, 0.30)  # allocator overhead, fraction of allocated memory
+    comm_buffers: tuple[int, int] = (800_000_000, 2_000_000_000)  # bytes per GPU
+    overrides: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.convention not in CONVENTIONS:
+            raise SymmemError(f"convention = {self.convention!r}: unknown; known: {', '.join(CONVENTIONS)}")
+        for f in ("b", "s", "act_bytes"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise SymmemError(f"{f} = {v!r}: must be a positive integer")
+        self.parallel.validate_for(self.model)
+        self.routing.check_model(self.model.value("N"), self.parallel.ep)
+        self.rules  # noqa: B018 - validates the names now, not at first use
+        self.policy  # noqa: B018
+        self.schedule.check(self.parallel.pp, self.m)
+        self.stages  # noqa: B018
+
+    @property
+    def m(self) -> int:
+        return self.parallel.pp if self.microbatches is None else self.microbatches
+
+    @cached_property
+    def rules(self) -> RuleSet:
+        return rule_set(self.rules_name)
+
+    @cached_property
+    def policy(self) -> Policy:
+        return policy(self.recompute_name)
+
+    @cached_property
+    def stages(self) -> tuple[Stage, ...]:
+        return build_stages(self.layout, self.model.value("L"), self.parallel.pp,
+                            self.model.n_mtp if self.mtp else 0)
+
+    def replace(self, **changes) -> Scenario:
+        return dataclasses.replace(self, **changes)
+
+
+def _take(table: dict, allowed: dict[str, type | tuple], where: str) -> dict:
+    if not isinstance(table, dict):
+        raise SymmemError(f"{where}: must be a table")
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise SymmemError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(allowed)}")
+    return table
+
+
+def from_toml_dict(raw: dict, source: str) -> Scenario:
+    top = _take(raw, {k: object for k in ("name", "description", "model", "convention", "mtp", "parallel",
+                                          "layout", "precision", "training", "routing", "gpu")}, source)
+    if "model" not in top:
+        raise SymmemError(f"{source}: missing key 'model' (a preset name or a config.json path)")
+    model_ref = top["model"]
+    if not Path(str(model_ref)).is_absolute() and ("/" in str(model_ref) or str(model_ref).endswith(".json")):
+        model_ref = str((Path(source).parent / model_ref)) if Path(source).exists() else model_ref
+    model = load_model(str(model_ref))
+    par = _take(top.get("parallel", {}), {k: object for k in (
+        "dp", "tp", "pp", "ep", "etp", "edp", "sequence_parallel", "moe_sequence_parallel", "world")},
+        f"{source} [parallel]")
+    parallel = Parallel(**par)
+    lay = _take(top.get("layout", {}), {"kind": str, "layers_per_stage": list, "first": int, "last": int},
+                f"{source} [layout]")
+    layout = LayoutSpec(kind=lay.get("kind", "paper"), layers_per_stage=tuple(lay.get("layers_per_stage", ())),
+                        first=lay.get("first"), last=lay.get("last"))
+    prec = _take(top.get("precision", {}), {k: object for k in (
+        "recipe", "weight_bytes", "grad_bytes", "master_bytes", "optimizer_bytes")}, f"{source} [precision]")
+    if set(prec) - {"recipe"}:
+        base = recipe(prec.get("recipe", "paper"))
+        precision = Precision(prec.get("recipe", "custom") if "recipe" in prec else "custom",
+                              prec.get("weight_bytes", base.weight_bytes), prec.get("grad_bytes", base.grad_bytes),
+                              prec.get("master_bytes", base.master_bytes),
+                              prec.get("optimizer_bytes", base.optimizer_bytes))
+    else:
+        precision = recipe(prec.get("recipe", "paper"))
+    tr = _take(top.get("training", {}), {k: object for k in (
+        "zero", "micro_batch_size", "seq_length", "recompute", "rules", "schedule", "chunks", "microbatches",
+        "activation_bytes")}, f"{source} [training]")
+    rt = _take(top.get("routing", {}), {k: object for k in ("kind", "capacity_factor", "rank_load", "histogram")},
+               f"{source} [routing]")
+    routing = Routing(kind=rt.get("kind", "paper"), capacity_factor=rt.get("capacity_factor"),
+                      rank_load=rt.get("rank_load"), histogram=tuple(rt.get("histogram", ())))
+    gpu = _take(top.get("gpu", {}), {k: object for k in ("memory", "fragmentation", "comm_buffers")},
+                f"{source} [gpu]")
+    frag = tuple(gpu.get("fragmentation", (0.05, 0.30)))
+    if len(frag) != 2 or not all(isinstance(x, (int, float)) and 0 <= x for x in frag) or frag[0] > frag[1]:
+        raise SymmemError(f"{source} [gpu] fragmentation = {frag!r}: must be [low, high] fractions, low <= high")
+    bufs = tuple(parse_size(x, "comm_buffers") for x in gpu.get("comm_buffers", (800_000_000, 2_000_000_000)))
+    if len(bufs) != 2 or bufs[0] > bufs[1]:
+        raise SymmemError(f"{source} [gpu] comm_buffers = {bufs!r}: must be [low, high] sizes, low <= high")
+    return Scenario(
+        name=str(top.get("name", Path(source).stem)),
+        description=str(top.get("description", "")),
+        model=model,
+        parallel=parallel,
+        layout=layout,
+        convention=top.get("convention", "paper"),
+        precision=precision,
+        zero=zero_stage(tr.get("zero", 0)),
+        mtp=bool(top.get("mtp", True)),
+        b=tr.get("micro_batch_size", 1),
+        s=tr.get("seq_length", 4096),
+        rules_name=tr.get("rules", "paper"),
+        recompute_name=tr.get("recompute", "none"),
+        routing=routing,
+        schedule=Schedule(tr.get("schedule", "1f1b"), tr.get("chunks", 1)),
+        microbatches=tr.get("microbatches"),
+        act_bytes=tr.get("activation_bytes", 2),
+        gpu_memory=parse_size(gpu.get("memory", "80GB"), "gpu.memory"),
+        fragmentation=(float(frag[0]), float(frag[1])),
+        comm_buffers=(bufs[0], bufs[1]),
+    )
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A built-in scenario name (`paper`, `paper-megatron`) or the path of a TOML file."""
+    if name_or_path in BUILTIN:
+        text = resources.files("symmem.scenarios").joinpath(f"{name_or_path}.toml").read_text()
+        source = name_or_path
+    else:
+        path = Path(name_or_path)
+        if not path.exists():
+            if path.suffix or "/" in name_or_path:
+                raise SymmemError(f"scenario = {name_or_path!r}: no such file")
+            raise SymmemError(f"scenario = {name_or_path!r}: unknown; built-in scenarios: {', '.join(BUILTIN)}")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SymmemError(f"scenario = {name_or_path!r}: cannot read: {e.__class__.__name__}") from None
+        source = str(path)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SymmemError(f"scenario = {name_or_path!r}: not TOML: {e}") from None
+    return from_toml_dict(raw, source)
+
+
+def with_parallel(scn: Scenario, **changes) -> Scenario:
+    """A copy with some parallel sizes changed (EDP re-derived unless given)."""
+    fields = dataclasses.asdict(scn.parallel)
+    fields.update(changes)
+    if "edp" not in changes:
+        fields["edp"] = None
+    if "world" not in changes and any(k in changes for k in ("dp", "tp", "pp")):
+        fields["world"] = None
+    return scn.replace(parallel=Parallel(**fields))

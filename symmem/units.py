@@ -1,0 +1,54 @@
+"""Byte sizes: parsing `80GB`, `80GiB`, `80e9`, and printing GiB (2^30) and GB (10^9), always named."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from .errors import SymmemError
+
+GIB = 2**30
+GB = 10**9
+
+_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: object, field: str = "size") -> int:
+    """`80GB` = 80·10^9 bytes, `80GiB` = 80·2^30, `80e9` and `80000000000` are bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise SymmemError(f"{field} = {text!r}: must be a positive number of bytes")
+        return text
+    m = _SIZE.match(str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise SymmemError(
+            f"{field} = {text!r}: not a size; write e.g. 80GB (10^9 bytes), 80GiB (2^30 bytes) or 80e9")
+    value = Fraction(m.group(1)) * _UNITS[unit]
+    if value <= 0:
+        raise SymmemError(f"{field} = {text!r}: must be a positive size")
+    return int(value)
+
+
+def gib(nbytes: int | float) -> float:
+    return nbytes / GIB
+
+
+def gb(nbytes: int | float) -> float:
+    return nbytes / GB
+
+
+def fmt_gib(nbytes: int | float, digits: int = 2) -> str:
+    return f"{nbytes / GIB:.{digits}f}"
+
+
+def fmt_gb(nbytes: int | float, digits: int = 2) -> str:
+    return f"{nbytes / GB:.{digits}f}"
+
+
+def fmt_int(n: int) -> str:
+    return f"{int(n):,}"
