@@ -27,7 +27,13 @@ def same(a: sympy.Expr, b_: sympy.Expr) -> bool:
 # ------------------------------------------------------------------------------------ the paper's formulas
 
 MLA = 10 * b * s * h + 8 * b * s * (d_cq + d_c) + 16 * b * s * d_h * n_h + 8 * b * s * d_hr * n_h + 10 * b * n_h * s**2
-MOE = 20 * b * s * h + 16 * b * s * N + 8 * b * s * N_r + 4 * b * s * (N_r / N) * (96 * h + 256 * h_E) + 32 * b * s * h_E
+MOE = (
+    20 * b * s * h
+    + 16 * b * s * N
+    + 8 * b * s * N_r
+    + 4 * b * s * (N_r / N) * (96 * h + 256 * h_E)
+    + 32 * b * s * h_E
+)
 SHARED = 8 * b * s * h + 8 * b * s * N_r
 
 PAPER_LATEX = [
@@ -471,7 +477,9 @@ def test_printed_expressions_parse_back(tree: tuple[sympy.Expr, str, str]) -> No
     st.lists(
         st.tuples(
             st.integers(min_value=1, max_value=999),
-            st.lists(st.tuples(st.sampled_from(_LEAF_SYMBOLS), st.booleans(), st.integers(0, 3)), min_size=1, max_size=6),
+            st.lists(
+                st.tuples(st.sampled_from(_LEAF_SYMBOLS), st.booleans(), st.integers(0, 3)), min_size=1, max_size=6
+            ),
         ),
         min_size=1,
         max_size=5,

@@ -54,8 +54,8 @@ _CLOSER = {
     r"\left[": r"\right]",
     r"\left\{": r"\right\}",
 }
-_LEFT_DELIMS = {"(": "(", "[": "[", "\\{": "\\{"}
-_RIGHT_DELIMS = {")": ")", "]": "]", "\\}": "\\}"}
+_LEFT_DELIMS = ("(", "[", "\\{")
+_RIGHT_DELIMS = (")", "]", "\\}")
 
 # A spelling a caller may register: `E_tok`, `E_{tok}`, `tok`, or `\mathrm{TOK}`.
 _WORD_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_(?:[A-Za-z0-9]+|\{[A-Za-z0-9]+\}))?")
@@ -121,7 +121,8 @@ def _add(table: NameTable, key: str, symbol: sympy.Symbol) -> None:
             table.words[spelling] = symbol
     else:
         raise SymmemError(
-            f"symbols key = {key!r}: a name must look like E_tok, E_{{tok}}, tok or \\mathrm{{TOK}} (ASCII letters/digits)"
+            f"symbols key = {key!r}: a name must look like E_tok, E_{{tok}}, tok or \\mathrm{{TOK}}"
+            " (ASCII letters and digits)"
         )
 
 
@@ -185,20 +186,23 @@ def _split_run(run: str, pos: int, table: NameTable) -> list[Token]:
             hint = "put numbers before names (2s) or use *" if rest[0] in _DIGITS else table.known()
             others = _readings(run, table)
             if others:
-                hint = f"longest match fails here, but it could be read as {'*'.join(others[0])}; write that with * or spaces"
+                reading = "*".join(others[0])
+                hint = f"longest match fails here, but it could be read as {reading}; write that with * or spaces"
             raise located(rest, pos + i, f"no symbol starts here in {run!r}; {hint}")
         pieces.append(run[i : i + k])
         i += k
+    # Is the longest match forced? Any other complete cut must give the same product.
     readings = _readings(run, table)
     product = Counter(table.words[p] for p in pieces)
-    for other in readings:
-        if Counter(table.words[p] for p in other) != product or len(readings) > MAX_READINGS:
-            raise located(
-                run,
-                pos,
-                f"ambiguous run of names: {'*'.join(pieces)} or {'*'.join(other)}; "
-                "separate names with * or a space, or brace subscripts (d_{hr})",
-            )
+    rivals = [r for r in readings if Counter(table.words[p] for p in r) != product]
+    if rivals or len(readings) > MAX_READINGS:  # too many cuts to check counts as ambiguous too
+        other = "*".join(rivals[0] if rivals else readings[-1])
+        raise located(
+            run,
+            pos,
+            f"ambiguous run of names: {'*'.join(pieces)} or {other}; "
+            "separate names with * or a space, or brace subscripts (d_{hr})",
+        )
     out, at = [], pos
     for piece in pieces:
         out.append(Token("sym", piece, at, table.words[piece]))

@@ -108,7 +108,8 @@ class Parser:
                         )
             elif tok.kind in _FACTOR_START:  # juxtaposition: `10bsh`, `8bs(d_c)`, `2(a)(b)`
                 if tok.kind == "num":
-                    raise located(tok.text, tok.pos, "a number cannot follow a factor without an operator; write 2s or s*2")
+                    rule = "a number cannot follow a factor without an operator; write 2s or s*2"
+                    raise located(tok.text, tok.pos, rule)
                 factor, w = self.operand(signs=False)
             else:
                 return sympy.Mul(*factors), weight
@@ -136,7 +137,8 @@ class Parser:
             exponent = self.exponent(caret)
             weight *= max(exponent, 1)
             if weight > MAX_EXPONENT:
-                raise located(caret.text, caret.pos, f"nested powers multiply to {weight}, above the limit of {MAX_EXPONENT}")
+                rule = f"nested powers multiply to {weight}, above the limit of {MAX_EXPONENT}"
+                raise located(caret.text, caret.pos, rule)
             nxt = self.peek()
             if nxt.kind == "^":
                 raise located(nxt.text, nxt.pos, "double exponent: use parentheses, (a^b)^c")
@@ -153,7 +155,8 @@ class Parser:
         if tok.kind != "num" or "." in tok.text:
             raise located(tok.text, tok.pos, f"{rule} after {caret.text!r}")
         if closer is None and caret.text == "^" and len(tok.text) > 1:
-            raise located(tok.text, tok.pos, f"ambiguous exponent: write ^{{{tok.text}}} (or ^{tok.text[0]} {tok.text[1:]})")
+            hint = f"write ^{{{tok.text}}} (or ^{tok.text[0]} {tok.text[1:]})"
+            raise located(tok.text, tok.pos, f"ambiguous exponent: {hint}")
         if closer is not None:
             end = self.take()
             if end.kind != "close":
