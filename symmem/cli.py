@@ -1,0 +1,166 @@
+"""The `symmem` command line. Bad input: one line on stderr, exit code 2, nothing half-written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from .errors import SymmemError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as every other bad input
+        raise SymmemError(f"{self.prog}: {message}")
+
+
+def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:
+    p.add_argument(f"--{name}", dest=name.replace("-", "_"), action=argparse.BooleanOptionalAction, default=None,
+                   help=help)
+
+
+def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> None:
+    g = p.add_argument_group("scenario (a built-in name or a TOML file; flags override its fields)")
+    g.add_argument("--scenario", default="paper", help="built-in: paper, paper-megatron; or a TOML path")
+    g.add_argument("--model", help="preset (deepseek-v3, deepseek-v2, deepseek-v2-lite) or config.json path")
+    for short, long in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
+                        ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
+                        ("dp", "data-parallel-size"), ("edp", "expert-data-parallel-size")):
+        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int)
+    _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
+    _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
+    g.add_argument("--convention", help="TP split of W_QR: paper (replicated) or megatron (with W_UQ)")
+    g.add_argument("--precision", help="precision recipe: paper (2+4+8 B) or megatron (2+4+4+8 B)")
+    g.add_argument("--zero", help="ZeRO stage 0-3")
+    _bool_flag(g, "mtp", "place the config's MTP modules on the last stage")
+    g.add_argument("--layers-per-stage", help="explicit pipeline layout, e.g. 4,4,4,...,1")
+    g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first", type=int)
+    g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last", type=int)
+    if activations:
+        g.add_argument("-b", "--micro-batch-size", dest="b", type=int)
+        g.add_argument("-s", "--seq-length", dest="s", type=int)
+        g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
+        g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
+        g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
+        g.add_argument("--chunks", type=int, help="virtual stages per GPU for interleaved 1F1B")
+        g.add_argument("--microbatches", type=int, help="micro-batches per step M (default: PP)")
+        g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram")
+        g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
+        g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
+        g.add_argument("--histogram", help="a file of per-expert loads (numbers separated by spaces, commas or lines)")
+        g.add_argument("--gpu-memory", help="GPU capacity, e.g. 80GB, 141GB, 80GiB")
+
+
+def scenario_from_args(args: argparse.Namespace):
+    import dataclasses
+    from pathlib import Path
+
+    from .config import load_model
+    from .layout import LayoutSpec
+    from .parallel import Parallel
+    from .routing import Routing
+    from .scenario import load_scenario
+    from .schedule import Schedule
+    from .states import recipe, zero_stage
+    from .units import parse_size
+
+    scn = load_scenario(args.scenario)
+    ch: dict = {}
+    if args.model:
+        ch["model"] = load_model(args.model)
+    par = dataclasses.asdict(scn.parallel)
+    par_changes = {k: getattr(args, k) for k in ("tp", "pp", "ep", "etp", "dp", "edp", "sequence_parallel",
+                                                 "moe_sequence_parallel") if getattr(args, k) is not None}
+    if par_changes:
+        par.update(par_changes)
+        if "edp" not in par_changes:
+            par["edp"] = None
+        if any(k in par_changes for k in ("tp", "pp", "dp")):
+            par["world"] = None
+        if par.get("moe_sequence_parallel") and not par.get("sequence_parallel"):
+            par["moe_sequence_parallel"] = None if "moe_sequence_parallel" not in par_changes else True
+    ch["parallel"] = Parallel(**par)
+    if args.convention:
+        ch["convention"] = args.convention
+    if args.precision:
+        ch["precision"] = recipe(args.precision)
+    if args.zero is not None:
+        ch["zero"] = zero_stage(args.zero)
+    if args.mtp is not None:
+        ch["mtp"] = args.mtp
+    if args.layers_per_stage:
+        try:
+            counts = tuple(int(x) for x in args.layers_per_stage.split(","))
+        except ValueError:
+            raise SymmemError(f"--layers-per-stage = {args.layers_per_stage!r}: must be integers separated "
+                              "by commas") from None
+        ch["layout"] = LayoutSpec("explicit", counts)
+    elif args.first is not None or args.last is not None:
+        ch["layout"] = LayoutSpec("megatron", first=args.first, last=args.last)
+    if hasattr(args, "b"):
+        for k in ("b", "s", "microbatches"):
+            if getattr(args, k) is not None:
+                ch[k] = getattr(args, k)
+        if args.rules:
+            ch["rules_name"] = args.rules
+        if args.recompute:
+            ch["recompute_name"] = args.recompute
+        if args.schedule or args.chunks:
+            ch["schedule"] = Schedule(args.schedule or scn.schedule.name,
+                                      args.chunks if args.chunks else (scn.schedule.chunks if not args.schedule
+                                                                       else (2 if args.schedule == "interleaved"
+                                                                             else 1)))
+        if args.routing or args.capacity_factor or args.rank_load or args.histogram:
+            kind = args.routing or ("capacity" if args.capacity_factor else "dynamic" if args.rank_load
+                                    else "histogram" if args.histogram else scn.routing.kind)
+            hist: tuple = ()
+            if args.histogram:
+                try:
+                    text = Path(args.histogram).read_text()
+                except (OSError, UnicodeDecodeError) as e:
+                    raise SymmemError(f"--histogram = {args.histogram!r}: cannot read: "
+                                      f"{e.__class__.__name__}") from None
+                hist = tuple(x for x in text.replace(",", " ").split())
+            ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load, hist)
+        if args.gpu_memory:
+            ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
+    return scn.replace(**ch)
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True))
+
+
+def _commands() -> dict[str, tuple[str, Callable, Callable]]:
+    from . import commands
+
+    return commands.COMMANDS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="symmem", description="Closed-form GPU memory of DeepSeek MoE training, derived from "
+                                                "layer dataflows.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (help_text, add_args, _run) in _commands().items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_args(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 2
+        return _commands()[args.command][2](args) or 0
+    except SymmemError as e:
+        print(f"symmem: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("symmem: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

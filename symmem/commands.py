@@ -1,0 +1,274 @@
+"""The subcommands: each is (help, add_arguments, run)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .cli import _print_json, add_scenario_args, scenario_from_args
+from .units import fmt_gb, fmt_gib
+
+
+# ------------------------------------------------------------------------------------------------ params
+def _params_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="deepseek-v3", help="preset name or config.json path")
+    p.add_argument("--convention", default="paper", help="TP convention (does not change whole-model totals)")
+    p.add_argument("--symbolic", action="store_true", help="print the expressions in the paper's symbols")
+    p.add_argument("--json", action="store_true")
+
+
+def _params_run(args) -> int:
+    from .analysis import model_totals
+    from .config import load_model
+    from .model import CONVENTIONS, model_parts
+    from .errors import SymmemError
+    from .graph import global_size
+    from .params import GROUPS, count_by_group, weight_uses
+    from .render.latex import plain
+
+    if args.convention not in CONVENTIONS:
+        raise SymmemError(f"--convention = {args.convention!r}: unknown; known: {', '.join(CONVENTIONS)}")
+    model = load_model(args.model)
+    subs = model.substitutions()
+    parts = model_parts(model, args.convention, with_mtp=True)
+    totals = model_totals(model, args.convention)
+    per_part: dict[str, dict] = {}
+    per_block: dict[str, int] = {}
+    by_group = {g: 0 for g in GROUPS}
+    for part in parts:
+        uses = weight_uses([part], unique=True)
+        groups = count_by_group(uses, None)  # already multiplied by the part's layer count
+        expr = sum(groups.values()) / part.count
+        total = int(sum(groups.values()).subs(subs))
+        per_part[part.name] = {"count": part.count, "per_copy": int(expr.subs(subs)), "total": total,
+                               **({"expression": plain(expr)} if args.symbolic else {})}
+        for u in uses:
+            key = f"{part.name}/{u.block}"
+            per_block[key] = per_block.get(key, 0) + u.count * int(global_size(u.weight.dims).subs(subs))
+        if part.kind != "mtp":
+            for g, e in groups.items():
+                by_group[g] += int(e.subs(subs))
+    result = {"model": model.name, "total": totals.total, "activated": totals.activated, "mtp": totals.mtp,
+              "total_with_mtp": totals.total + totals.mtp, "by_group": by_group, "per_part": per_part,
+              "per_block": per_block,
+              "conventions": {
+                  "total": "embedding + all decoder layers + final norm + output head; no MTP; parameters only "
+                           "(buffers such as e_score_correction_bias excluded)",
+                  "activated": "per token: without the input embedding, with the output head; routed experts "
+                               "at N_r of N"}}
+    if args.json:
+        _print_json(result)
+        return 0
+    print(f"{model.name}: {totals.total:,} parameters ({totals.total / 1e9:.1f}B), "
+          f"activated per token {totals.activated:,} ({totals.activated / 1e9:.1f}B); "
+          f"MTP modules {totals.mtp:,} more")
+    print(f"  by group: " + ", ".join(f"{g} {n:,}" for g, n in by_group.items()))
+    for name, d in per_part.items():
+        line = f"  {name:<14} {d['count']:>3} x {d['per_copy']:>16,} = {d['total']:>18,}"
+        if args.symbolic:
+            line += f"   per copy: {d['expression']}"
+        print(line)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ states
+def _states_args(p: argparse.ArgumentParser) -> None:
+    add_scenario_args(p, activations=False)
+    p.add_argument("--stage", type=int, help="only this stage")
+    p.add_argument("--symbolic", action="store_true", help="per-GPU parameter expressions")
+    p.add_argument("--json", action="store_true")
+
+
+def _stage_filter(scn, stage):
+    from .errors import SymmemError
+
+    if stage is None:
+        return scn.stages
+    if not 0 <= stage < len(scn.stages):
+        raise SymmemError(f"--stage = {stage}: the scenario has stages 0..{len(scn.stages) - 1}")
+    return (scn.stages[stage],)
+
+
+def _states_run(args) -> int:
+    from .analysis import stage_params, stage_states
+    from .params import MOE_GROUPS
+    from .render.latex import plain
+
+    scn = scenario_from_args(args)
+    rows = []
+    for st in _stage_filter(scn, args.stage):
+        sp = stage_params(scn, st)
+        sb = stage_states(scn, sp)
+        row = {"stage": st.index, "layers": [st.layers[0], st.layers[-1]] if st.layers else [],
+               "embedding": st.embedding, "head": st.head, "mtp": st.mtp,
+               "params_per_gpu": {"dense": sp.dense, "moe": sp.moe, "total": sp.total, **sp.per_gpu},
+               "params_whole_stage": sp.whole_total,
+               "bytes_per_gpu": {"weights": sb.weights, "gradients": sb.gradients, "optimizer": sb.optimizer,
+                                 "total": sb.total}}
+        if args.symbolic:
+            row["params_per_gpu_expression"] = {
+                "dense": plain(sp.per_gpu_expr["dense"]),
+                "moe": plain(sum(sp.per_gpu_expr[g] for g in MOE_GROUPS))}
+        rows.append(row)
+    if args.json:
+        _print_json({"scenario": scn.name, "parallel": scn.parallel.describe(), "zero": scn.zero.label,
+                     "precision": scn.precision.name, "stages": rows})
+        return 0
+    print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}; precision {scn.precision.name} "
+          f"({scn.precision.per_parameter} B/param), ZeRO {int(scn.zero)} ({scn.zero.label})")
+    print(f"{'stage':>5} {'layers':>8} {'dense/GPU':>14} {'MoE/GPU':>15} {'total/GPU':>15} "
+          f"{'weights GiB':>11} {'grads GiB':>9} {'optim GiB':>9} {'states GiB':>10}")
+    for r in rows:
+        lay = f"{r['layers'][0]}-{r['layers'][1]}" if r["layers"] else "-"
+        b = r["bytes_per_gpu"]
+        p = r["params_per_gpu"]
+        print(f"{r['stage']:>5} {lay:>8} {p['dense']:>14,} {p['moe']:>15,} {p['total']:>15,} "
+              f"{fmt_gib(b['weights']):>11} {fmt_gib(b['gradients']):>9} {fmt_gib(b['optimizer']):>9} "
+              f"{fmt_gib(b['total']):>10}")
+        if args.symbolic:
+            print(f"      dense = {r['params_per_gpu_expression']['dense']}")
+            print(f"      moe   = {r['params_per_gpu_expression']['moe']}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- activations
+def _act_args(p: argparse.ArgumentParser) -> None:
+    add_scenario_args(p)
+    p.add_argument("--stage", type=int, help="only this stage")
+    p.add_argument("--symbolic", action="store_true", help="print the per-micro-batch expressions")
+    p.add_argument("--json", action="store_true")
+
+
+def _settings(scn) -> dict:
+    return {"scenario": scn.name, "model": scn.model.name, "parallel": scn.parallel.describe(),
+            "rules": scn.rules.name, "recompute": scn.policy.label, "routing": scn.routing.label,
+            "schedule": scn.schedule.label, "microbatches": scn.m, "b": scn.b, "s": scn.s}
+
+
+def _act_run(args) -> int:
+    import sympy
+
+    from .analysis import stage_terms, to_int, values
+    from .render.latex import plain
+
+    scn = scenario_from_args(args)
+    vals = values(scn)
+    stages = []
+    for st in _stage_filter(scn, args.stage):
+        terms = stage_terms(scn, st)
+        blocks: dict[str, sympy.Expr] = {}
+        for t in terms:
+            blocks[t.block] = blocks.get(t.block, 0) + t.total
+        per_layer = {}
+        for t in terms:
+            per_layer.setdefault(t.part, 0)
+            per_layer[t.part] += t.nbytes
+        total = sympy.expand(sum(blocks.values()))
+        k = scn.schedule.in_flight(st.index, scn.parallel.pp, scn.m)
+        per_mb = to_int(total, vals)
+        row = {"stage": st.index,
+               "per_block": {blk: to_int(e, vals) for blk, e in sorted(blocks.items())},
+               "per_layer": {p: to_int(e, vals) for p, e in per_layer.items()},
+               "per_microbatch": per_mb, "in_flight": str(k),
+               "per_gpu": -(-per_mb * k.numerator // k.denominator)}
+        if args.symbolic:
+            row["expression"] = plain(total)
+            row["per_block_expression"] = {blk: plain(sympy.expand(e)) for blk, e in sorted(blocks.items())}
+        stages.append(row)
+    if args.json:
+        _print_json({**_settings(scn), "unit": "bytes", "stages": stages})
+        return 0
+    s = _settings(scn)
+    print(f"scenario {s['scenario']}: {s['model']}, {s['parallel']}")
+    print(f"rules {s['rules']}, recompute {s['recompute']}, routing {s['routing']}, schedule {s['schedule']} "
+          f"with M = {s['microbatches']}, b = {s['b']}, s = {s['s']}")
+    print(f"{'stage':>5} {'per micro-batch (bytes)':>24} {'GiB':>8} {'in flight':>9} {'per GPU GiB':>11} {'GB':>8}"
+          "  blocks (bytes per micro-batch)")
+    for r in stages:
+        blocks = ", ".join(f"{k} {v:,}" for k, v in r["per_block"].items())
+        print(f"{r['stage']:>5} {r['per_microbatch']:>24,} {fmt_gib(r['per_microbatch']):>8} {r['in_flight']:>9} "
+              f"{fmt_gib(r['per_gpu']):>11} {fmt_gb(r['per_gpu']):>8}  {blocks}")
+        if args.symbolic:
+            for blk, e in r["per_block_expression"].items():
+                print(f"      {blk}: {e}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def _memory_args(p: argparse.ArgumentParser) -> None:
+    add_scenario_args(p)
+    p.add_argument("--json", action="store_true")
+
+
+def memory_rows(scn):
+    from .analysis import memory, peak, verdict
+
+    mems = memory(scn)
+    top = peak(mems)
+    rows = []
+    for m in mems:
+        rows.append({"stage": m.stage.index, "params_per_gpu": m.params.total, "weights": m.states.weights,
+                     "gradients": m.states.gradients, "optimizer": m.states.optimizer,
+                     "activations_per_microbatch": m.activation_per_microbatch, "in_flight": str(m.in_flight),
+                     "activations": m.activations, "allocated": m.allocated,
+                     "fragmentation": list(m.fragmentation), "comm_buffers": list(m.comm_buffers),
+                     "total_low": m.low, "total_high": m.high,
+                     "verdict": verdict(m.low, m.high, scn.gpu_memory), "peak": m is top})
+    return rows, top
+
+
+def _memory_run(args) -> int:
+    scn = scenario_from_args(args)
+    rows, top = memory_rows(scn)
+    settings = {**_settings(scn), "zero": scn.zero.label, "precision": scn.precision.name,
+                "gpu_memory": scn.gpu_memory, "fragmentation": list(scn.fragmentation),
+                "comm_buffers": list(scn.comm_buffers)}
+    if args.json:
+        _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows})
+        return 0
+    print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}")
+    print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; rules {scn.rules.name}, "
+          f"recompute {scn.policy.label}, routing {scn.routing.label}; schedule {scn.schedule.label}, M = {scn.m}, "
+          f"b = {scn.b}, s = {scn.s}")
+    print(f"GPU capacity {scn.gpu_memory:,} bytes ({fmt_gb(scn.gpu_memory)} GB, {fmt_gib(scn.gpu_memory)} GiB); "
+          f"fragmentation {scn.fragmentation[0]:.0%}-{scn.fragmentation[1]:.0%}, communication buffers "
+          f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")
+    print(f"{'stage':>5} {'weights':>8} {'grads':>8} {'optim':>8} {'act/mb':>8} {'x':>5} {'acts':>8} "
+          f"{'total GiB (low-high)':>22}  verdict")
+    for r in rows:
+        mark = "  <- peak" if r["peak"] else ""
+        print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} {fmt_gib(r['gradients']):>8} "
+              f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {r['in_flight']:>5} "
+              f"{fmt_gib(r['activations']):>8} {fmt_gib(r['total_low']) + '-' + fmt_gib(r['total_high']):>22}  "
+              f"{r['verdict']}{mark}")
+    print("(all sizes in GiB = 2^30 bytes)")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------- paper
+def _paper_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="paper_tables", help="output folder (default: paper_tables/)")
+    p.add_argument("--json", action="store_true", help="list what was written as JSON")
+
+
+def _paper_run(args) -> int:
+    from .output import write_tree
+    from .paper import generate
+
+    files = generate()
+    written = write_tree(args.out, files)
+    if args.json:
+        print(json.dumps({"out": args.out, "files": sorted(files)}, indent=2))
+    else:
+        print(f"wrote {len(written)} files to {args.out}/")
+    return 0
+
+
+COMMANDS = {
+    "params": ("whole-model parameter counts (total, activated, per block)", _params_args, _params_run),
+    "states": ("per-stage and per-GPU parameters and model-state bytes under a scenario and ZeRO stage",
+               _states_args, _states_run),
+    "activations": ("activation memory per block, layer, stage, micro-batch and GPU", _act_args, _act_run),
+    "memory": ("the whole per-GPU memory breakdown of every stage, with a verdict", _memory_args, _memory_run),
+    "paper": ("regenerate the paper's tables (and the ones it misses) into a folder", _paper_args, _paper_run),
+}
