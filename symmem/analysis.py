@@ -14,6 +14,7 @@ import sympy
 
 from .activations import Term, part_terms
 from .config import ModelConfig
+from .evaluate import ceil_int, evaluate
 from .layout import Stage
 from .model import model_parts, stage_parts
 from .params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
@@ -24,10 +25,7 @@ from .symbols import N, N_r, b, s
 
 def to_int(expr: sympy.Expr, values: dict) -> int:
     """Evaluate to an exact integer number of bytes or parameters (a fractional byte rounds up)."""
-    v = sympy.sympify(expr).subs(values)
-    if not v.is_number:
-        raise ValueError(f"expression still has symbols: {v.free_symbols}")
-    return int(sympy.ceiling(v))
+    return ceil_int(evaluate(expr, values))
 
 
 def values(scn: Scenario, b_value: int | None = None, s_value: int | None = None) -> dict:
@@ -75,16 +73,18 @@ class StageParams:
 
 def stage_params(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -> StageParams:
     parts = stage_parts(scn.model, stage, scn.convention)
+    local, per_gpu, whole = _stage_counts(scn.model, scn.parallel, parts, symbolic_parallel)
+    return StageParams(stage, dict(per_gpu), dict(local), dict(whole))
+
+
+@lru_cache(maxsize=1024)
+def _stage_counts(model: ModelConfig, parallel, parts: tuple, symbolic_parallel: bool):
     uses = weight_uses(parts)
-    subs = scn.model.substitutions()
-    local = count_by_group(uses, scn.parallel.axis_sizes(symbolic_parallel))
-    whole = count_by_group(weight_uses(parts), None)
-    return StageParams(
-        stage,
-        {g: to_int(local[g], subs) for g in GROUPS} if not symbolic_parallel else {g: 0 for g in GROUPS},
-        local,
-        {g: to_int(whole[g], subs) for g in GROUPS},
-    )
+    subs = model.substitutions()
+    local = count_by_group(uses, parallel.axis_sizes(symbolic_parallel))
+    whole = count_by_group(uses, None)
+    per_gpu = {g: to_int(local[g], subs) for g in GROUPS} if not symbolic_parallel else {g: 0 for g in GROUPS}
+    return (tuple(local.items()), tuple(per_gpu.items()), tuple((g, to_int(whole[g], subs)) for g in GROUPS))
 
 
 def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
@@ -96,18 +96,37 @@ def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
 # --------------------------------------------------------------------------------------------- activations
 def stage_terms(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -> list[Term]:
     """Every tensor one GPU of `stage` keeps for one micro-batch, with provenance."""
-    axes = scn.parallel.axis_sizes(symbolic_parallel)
-    e_tok = scn.routing.tokens_per_expert(axes, scn.parallel.ep)
+    parts = stage_parts(scn.model, stage, scn.convention)
+    return list(_terms(_activation_key(scn), parts, symbolic_parallel))
+
+
+def _activation_key(scn: Scenario) -> tuple:
+    # What activations depend on (not b, s, ZeRO, precision or the schedule): derivations are shared across them.
+    return (scn.model, scn.convention, scn.rules, scn.policy, scn.parallel, scn.routing, scn.act_bytes)
+
+
+@lru_cache(maxsize=1024)
+def _terms(key: tuple, parts: tuple, symbolic_parallel: bool) -> tuple[Term, ...]:
+    _model, _conv, rules, policy, parallel, routing, act_bytes = key
+    axes = parallel.axis_sizes(symbolic_parallel)
+    e_tok = routing.tokens_per_expert(axes, parallel.ep)
     terms: list[Term] = []
-    for part in stage_parts(scn.model, stage, scn.convention):
-        terms.extend(part_terms(part, scn.rules, scn.policy, axes, scn.act_bytes, e_tok))
-    return terms
+    for part in parts:
+        terms.extend(part_terms(part, rules, policy, axes, act_bytes, e_tok))
+    return tuple(terms)
+
+
+@lru_cache(maxsize=4096)
+def _summed(key: tuple, parts: tuple, block: str | None, symbolic_parallel: bool) -> sympy.Expr:
+    terms = _terms(key, parts, symbolic_parallel)
+    return sympy.expand(sympy.Add(*[t.total for t in terms if block is None or t.block == block]))
 
 
 def stage_activation_expr(scn: Scenario, stage: Stage, block: str | None = None,
                           symbolic_parallel: bool = False) -> sympy.Expr:
-    terms = stage_terms(scn, stage, symbolic_parallel)
-    return sympy.expand(sympy.Add(*[t.total for t in terms if block is None or t.block == block]))
+    """Bytes one GPU of `stage` keeps for one micro-batch (of `block` only, if given), in b, s and model sizes."""
+    parts = stage_parts(scn.model, stage, scn.convention)
+    return _summed(_activation_key(scn), parts, block, symbolic_parallel)
 
 
 @dataclass(frozen=True)

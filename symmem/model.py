@@ -6,7 +6,7 @@ stage holds it: counted, never averaged over stages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from . import blocks
@@ -78,7 +78,7 @@ class Part:
     kind: str
     flow: Dataflow
     count: int
-    layers: tuple[int, ...] = ()
+    layers: tuple[int, ...] = field(default=(), compare=False)  # which layers: not part of the structure
 
 
 def stage_parts(model: ModelConfig, stage: Stage, convention: str) -> tuple[Part, ...]:
