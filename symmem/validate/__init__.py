@@ -1,4 +1,4 @@
-"""Measurement harness: what PyTorch eager autograd saves in HF DeepSeek-V3/V2 decoder layers (needs the validate extra)."""
+"""What PyTorch eager autograd saves in HF DeepSeek-V3/V2 decoder layers (needs the validate extra)."""
 
 from symmem.validate.harness import (
     LayerMeasurement,

@@ -26,9 +26,7 @@ from typing import Any
 
 from symmem.errors import SymmemError
 
-_MISSING = (
-    "torch/transformers not installed: pip install 'symmem[validate]' (torch==2.13.0, transformers==5.24.0)"
-)
+_MISSING = "torch/transformers not installed: pip install 'symmem[validate]' (torch==2.13.0, transformers==5.24.0)"
 
 FAMILIES = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
 DTYPES = ("fp32", "bf16")
@@ -327,7 +325,12 @@ def measure_layer(
         h = _Holder(t, len(refs))
         refs.append(weakref.ref(h))
         packed_meta.append(
-            (tuple(t.shape), str(t.dtype).replace("torch.", ""), t.untyped_storage().nbytes(), t.untyped_storage().data_ptr())
+            (
+                tuple(t.shape),
+                str(t.dtype).replace("torch.", ""),
+                t.untyped_storage().nbytes(),
+                t.untyped_storage().data_ptr(),
+            )
         )
         return h
 
@@ -440,13 +443,9 @@ def format_measurement(m: LayerMeasurement) -> str:
         lines.append(f"  freed before return: {dt} {shape} ({nb} B)")
     for t in m.saved:
         view = "" if t.view_numel * _itemsize(t.dtype) == t.nbytes else f" (view of {t.view_numel} el.)"
-        lines.append(
-            f"  {t.nbytes:>9}  {t.dtype:<9} {str(t.shape):<22} {t.source:<6} {','.join(t.savers)}{view}"
-        )
+        lines.append(f"  {t.nbytes:>9}  {t.dtype:<9} {str(t.shape):<22} {t.source:<6} {','.join(t.savers)}{view}")
     return "\n".join(lines)
 
 
 def _itemsize(dtype: str) -> int:
-    return {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "bool": 1, "complex64": 8}.get(
-        dtype, 0
-    )
+    return {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "bool": 1, "complex64": 8}.get(dtype, 0)

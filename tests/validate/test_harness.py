@@ -59,17 +59,17 @@ def _v3_dense_fp32_eager(cfg: dict, b: int, s: int) -> int:
     d_h, d_v, d_hr = cfg["qk_nope_head_dim"], cfg["v_head_dim"], cfg["qk_rope_head_dim"]
     d_cq, d_c, h_F = cfg["q_lora_rank"], cfg["kv_lora_rank"], cfg["intermediate_size"]
     d_qk = d_h + d_hr
-    el = (
-        3 * t * h + t  # input_layernorm: input, x*rsqrt, output; rsqrt
-        + 3 * t * d_cq + t  # q_a_layernorm: input, x*rsqrt, output; rsqrt
-        + t * (d_c + d_hr) + 2 * t * d_c + t  # kv_a_layernorm: whole kv_a output (view), x*rsqrt, output; rsqrt
-        + 2 * s * d_hr  # cos, sin (1, s, d_hr)
-        + 2 * b * n_h * s * d_qk + b * n_h * s * s + b * n_h * s * d_v  # q, k, probs, v copy
-        + t * n_h * d_v  # o_proj input
-        + 3 * t * h + t  # post_attention_layernorm
-        + 4 * t * h_F  # MLP: gate, silu, up, product
-    )
-    return 4 * el
+    el = [
+        3 * t * h + t,  # input_layernorm: input, x*rsqrt, output; rsqrt
+        3 * t * d_cq + t,  # q_a_layernorm: input, x*rsqrt, output; rsqrt
+        t * (d_c + d_hr) + 2 * t * d_c + t,  # kv_a_layernorm: whole kv_a output (a view), x*rsqrt, output; rsqrt
+        2 * s * d_hr,  # cos, sin (1, s, d_hr)
+        2 * b * n_h * s * d_qk + b * n_h * s * s + b * n_h * s * d_v,  # q, k, probs, v copy
+        t * n_h * d_v,  # o_proj input
+        3 * t * h + t,  # post_attention_layernorm
+        4 * t * h_F,  # MLP: gate, silu, up, product
+    ]
+    return 4 * sum(el)
 
 
 @pytest.mark.parametrize("b,s", [(2, 5), (3, 4)])
