@@ -81,8 +81,9 @@ class Routing:
             return _exact(self.rank_load, "rank_load") * dispatched
         if ep_number is None:
             raise SymmemError("routing = 'histogram': needs the numeric EP size")
-        # The busiest rank processes share × (EP · b s_moe N_r) token-slots over its N/EP experts.
-        return self.busiest_rank_share(ep_number) * N * dispatched
+        # The busiest rank processes share × (EP · b s_moe N_r) token-slots over its N/EP experts, i.e.
+        # share × EP times the balanced per-expert load (share = 1/EP when balanced).
+        return self.busiest_rank_share(ep_number) * axes.of("ep") * dispatched
 
     @property
     def label(self) -> str:

@@ -1,0 +1,195 @@
+"""Activations derived from the dataflow: the paper's Section 5 and Table 10, and the invariants around them."""
+
+from fractions import Fraction
+
+import pytest
+import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from symmem import SymmemError, parse_formula, stage_activation_expr
+from symmem.analysis import memory, stage_terms, to_int, values
+from symmem.check.compare import DIFFERENT, EQUAL, EQUAL_AT_SCENARIO, compare
+from symmem.parallel import Parallel
+from symmem.routing import Routing
+from symmem.schedule import Schedule
+from symmem.symbols import N, N_s, b, s, sym
+
+# The paper's Section 5 formulas as typed in the paper (per four-layer stage, per micro-batch, bytes).
+PAPER_MLA = r"10bsh + 8bs(d_{cq}+d_c) + 16bsd_hn_h + 8bsd_{hr}n_h + 10bn_hs^2"
+PAPER_MOE = r"20bsh + 16bsN + 8bsN_r + 4bs(N_r/N)(96h+256h_E) + 32bsh_E"
+PAPER_FULL = r"8bsh + 8bsN_r"
+
+
+def test_mla_formula_is_derived_exactly(paper):
+    derived = stage_activation_expr(paper, paper.stages[1], "mla")
+    assert sympy.expand(derived - parse_formula(PAPER_MLA)) == 0
+
+
+def test_moe_formula_holds_at_n256_one_shared_expert(paper):
+    derived = stage_activation_expr(paper, paper.stages[1], "moe")
+    diff = sympy.expand(derived - parse_formula(PAPER_MOE))
+    assert diff != 0  # not in general: the paper hard-codes N/EP = 32 and N_s = 1
+    assert sympy.simplify(diff.subs({N: 256, N_s: 1})) == 0
+    cmp = compare(derived, parse_formula(PAPER_MOE), values(paper))
+    assert cmp.verdict == EQUAL_AT_SCENARIO
+    assert dict(cmp.condition) == {"N": 256, "N_s": 1}
+
+
+def test_full_recomputation_formula(paper):
+    full = paper.replace(recompute_name="full")
+    derived = stage_activation_expr(full, full.stages[1])
+    assert sympy.expand(derived - parse_formula(PAPER_FULL)) == 0
+
+
+def test_table10_totals_at_b1(paper):
+    vals = values(paper)
+    assert to_int(stage_activation_expr(paper, paper.stages[1]), vals) == 24_671_158_272
+    full = paper.replace(recompute_name="full")
+    assert to_int(stage_activation_expr(full, full.stages[1]), vals) == 235_143_168
+
+
+def test_changed_coefficient_is_reported(paper):
+    derived = stage_activation_expr(paper, paper.stages[1], "mla")
+    wrong = parse_formula(PAPER_MLA.replace("16bsd_hn_h", "12bsd_hn_h"))
+    cmp = compare(derived, wrong, values(paper))
+    assert cmp.verdict == DIFFERENT
+    (row,) = cmp.differing
+    assert row.monomial == b * s * sym("d_h") * sym("n_h")
+    assert (row.derived, row.claimed) == (16, 12)
+    assert row.worth == 4 * 4096 * 128 * 128
+
+
+# ---- invariants
+POLICIES = ("none", "selective", "deepseek", "full")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("routing", ["paper", "dispatch"])
+def test_linear_in_b(paper, policy, routing):
+    scn = paper.replace(recompute_name=policy, routing=Routing(routing))
+    for stage in (scn.stages[0], scn.stages[1], scn.stages[15]):
+        e = stage_activation_expr(scn, stage)
+        assert sympy.expand(e.subs(b, 2 * b) - 2 * e) == 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(bv=st.integers(1, 8), sv=st.sampled_from([1, 7, 128, 1024, 4096, 8192]), stage=st.integers(0, 15),
+       moe_sp=st.booleans(), routing=st.sampled_from(["paper", "dispatch"]))
+def test_full_le_selective_le_none(paper, bv, sv, stage, moe_sp, routing):
+    par = Parallel(2, 16, 8, 1, 32, None, True, moe_sp, 1024)
+    got = []
+    for policy in ("full", "selective", "none"):
+        scn = paper.replace(recompute_name=policy, parallel=par, routing=Routing(routing))
+        got.append(to_int(stage_activation_expr(scn, scn.stages[stage]), values(scn, bv, sv)))
+    assert got[0] <= got[1] <= got[2]
+
+
+def test_deepseek_recompute_between_full_and_none(paper):
+    vals = values(paper)
+    got = {p: to_int(stage_activation_expr(paper.replace(recompute_name=p), paper.stages[1]), vals) for p in POLICIES}
+    assert got["full"] < got["deepseek"] < got["none"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 64), name=st.sampled_from(["gpipe", "1f1b", "zb1p"]))
+def test_more_in_flight_never_less_memory(paper, m, name):
+    scn = paper.replace(microbatches=m, schedule=Schedule(name))
+    more = paper.replace(microbatches=m + 1, schedule=Schedule(name))
+    for a, c in zip(memory(scn), memory(more)):
+        assert c.activations >= a.activations
+    mems = memory(scn)
+    assert all(x.activations >= y.activations for x, y in zip(mems[1:15], mems[2:15]))
+
+
+def test_sequence_sharding_divides_exactly_the_sharded_terms(paper):
+    sharded = paper.replace(parallel=Parallel(2, 16, 8, 1, 32, None, True, True, 1024))
+    a = {t.tensor: t for t in stage_terms(paper, paper.stages[1])}
+    c = {t.tensor: t for t in stage_terms(sharded, sharded.stages[1])}
+    assert a.keys() == c.keys()
+    flows = {t.part: None for t in a.values()}
+    assert flows
+    from symmem.model import stage_parts
+
+    dims = {}
+    for part in stage_parts(paper.model, paper.stages[1], paper.convention):
+        for name, tensor in part.flow.tensors.items():
+            dims[name] = tensor.dims
+    for name, ta in a.items():
+        base = name
+        while base not in dims:
+            base = base.rsplit(".", 1)[0]
+        sharded_axis = any("sp_moe" in d.axes for d in dims[base]) or base.startswith(("moe.expert_in", "experts."))
+        ratio = sympy.simplify(c[name].nbytes / ta.nbytes)
+        assert ratio == (sympy.Rational(1, 2) if sharded_axis else 1), name
+
+
+# ---- routing
+def test_dispatch_is_ep_times_paper_routed_term(paper):
+    def routed(scn):
+        return sum(t.total for t in stage_terms(scn, scn.stages[1])
+                   if t.tensor == "moe.expert_in" or t.tensor.startswith("experts."))
+
+    r_paper = routed(paper)
+    r_dispatch = routed(paper.replace(routing=Routing("dispatch")))
+    assert sympy.simplify(r_dispatch / r_paper) == 8  # EP without sequence sharding
+    megatron = paper.replace(routing=Routing("dispatch"), parallel=Parallel(2, 16, 8, 1, 32, None, True, True))
+    assert sympy.simplify(routed(megatron) / r_paper) == 4  # EP / t
+    cap = paper.replace(routing=Routing("capacity", capacity_factor="1.25"))
+    assert sympy.simplify(routed(cap) / r_dispatch) == sympy.Rational(5, 4)
+
+
+def test_histogram_busiest_rank(paper):
+    loads = [1] * 256
+    loads[:32] = [3] * 32  # rank 0's experts get 3x: its share is 96 / (96 + 224) = 3/10
+    r = Routing("histogram", histogram=tuple(loads))
+    assert r.busiest_rank_share(8) == sympy.Rational(3, 10)
+    scn = paper.replace(routing=r)
+    balanced = paper.replace(routing=Routing("dispatch"))
+    e1 = to_int(stage_activation_expr(scn, scn.stages[1], "moe"), values(scn))
+    e0 = to_int(stage_activation_expr(balanced, balanced.stages[1], "moe"), values(balanced))
+    assert e1 > e0
+    uniform = paper.replace(routing=Routing("histogram", histogram=(5,) * 256))
+    assert stage_activation_expr(uniform, uniform.stages[1]) == stage_activation_expr(balanced, balanced.stages[1])
+
+
+# ---- schedules, against hand-worked cases
+def test_schedule_multipliers():
+    assert [Schedule("1f1b").in_flight(i, 4, 8) for i in range(4)] == [4, 3, 2, 1]
+    assert [Schedule("1f1b").in_flight(i, 4, 2) for i in range(4)] == [2, 2, 2, 1]
+    assert [Schedule("gpipe").in_flight(i, 4, 8) for i in range(4)] == [8] * 4
+    assert [Schedule("zb1p").in_flight(i, 4, 8) for i in range(4)] == [4, 3, 2, 1]
+    # interleaved, PP 4, v 2: warm-up (4 - i - 1)·2 + (2 - 1)·4 chunk forwards + 1, each half a stage
+    assert [Schedule("interleaved", 2).in_flight(i, 4, 8) for i in range(4)] == [
+        Fraction(11, 2), Fraction(9, 2), Fraction(7, 2), Fraction(5, 2)]
+    assert [Schedule("dualpipe").in_flight(i, 4, 8) for i in range(4)] == [5] * 4
+    assert Schedule("dualpipe").weight_copies == 2
+
+
+def test_paper_stage0_holds_all_microbatches(paper):
+    mems = memory(paper)
+    assert [m.in_flight for m in mems] == [16 - i for i in range(16)]
+
+
+# ---- bad input
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.replace(rules_name="nope"), "unknown rule set"),
+    (lambda p: p.replace(recompute_name="sometimes"), "unknown policy"),
+    (lambda p: p.replace(schedule=Schedule("round-robin")), "unknown schedule"),
+    (lambda p: p.replace(schedule=Schedule("interleaved", 2), microbatches=8), "multiple of PP"),
+    (lambda p: p.replace(schedule=Schedule("dualpipe"), microbatches=6), "DualPipe"),
+    (lambda p: p.replace(microbatches=0), "positive"),
+    (lambda p: p.replace(routing=Routing("histogram", histogram=(1, 2, 3))), "one per routed expert"),
+    (lambda p: p.replace(routing=Routing("histogram", histogram=(1,) * 255 + (-1,))), "non-negative"),
+    (lambda p: p.replace(routing=Routing("capacity", capacity_factor=0)), "> 0"),
+    (lambda p: p.replace(routing=Routing("capacity", capacity_factor=-1.5)), "> 0"),
+    (lambda p: p.replace(routing=Routing("magic")), "unknown routing"),
+])
+def test_bad_activation_settings(paper, make, words):
+    with pytest.raises(SymmemError, match=words):
+        make(paper)
+
+
+def test_compare_equal(paper):
+    e = stage_activation_expr(paper, paper.stages[1], "mla")
+    assert compare(e, e, values(paper)).verdict == EQUAL

@@ -1,0 +1,174 @@
+"""The command line: JSON outputs, and every bad input as one line on stderr with exit code 2."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from symmem.cli import main
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_params_json_keys(capsys):
+    code, out, _ = run(capsys, "params", "--model", "deepseek-v3", "--json")
+    d = json.loads(out)
+    assert code == 0
+    assert d["total"] == 671_026_404_352 and isinstance(d["total"], int)
+    assert d["activated"] == 36_625_603_584 and isinstance(d["activated"], int)
+    assert d["per_part"]["moe layers"]["count"] == 58
+
+
+def test_params_symbolic(capsys):
+    code, out, _ = run(capsys, "params", "--model", "deepseek-v2-lite", "--symbolic")
+    assert code == 0 and "V*h" in out
+
+
+def test_states_json(capsys):
+    code, out, _ = run(capsys, "states", "--scenario", "paper", "--zero", "3", "--stage", "1", "--json")
+    d = json.loads(out)
+    (row,) = d["stages"]
+    assert row["params_per_gpu"]["total"] == 6_250_364_928
+    assert row["bytes_per_gpu"]["total"] == 10_374_131_712
+
+
+def test_activations_json(capsys):
+    code, out, _ = run(capsys, "activations", "--stage", "1", "--json", "--symbolic")
+    d = json.loads(out)
+    assert d["stages"][0]["per_microbatch"] == 24_671_158_272
+    assert d["schedule"] == "1F1B" and d["routing"].startswith("paper")
+    code, out, _ = run(capsys, "activations", "--stage", "1", "--json", "--recompute", "full")
+    assert json.loads(out)["stages"][0]["per_microbatch"] == 235_143_168
+
+
+def test_memory_names_peak_and_schedule(capsys):
+    code, out, _ = run(capsys, "memory", "--recompute", "full", "--zero", "3", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["peak_stage"] == 1 and d["schedule"] == "1F1B"
+    assert sum(r["peak"] for r in d["stages"]) == 1
+    code, out, _ = run(capsys, "memory", "--recompute", "full", "--zero", "3")
+    assert "<- peak" in out and "1F1B" in out
+
+
+def test_flags_override_scenario(capsys, tmp_path):
+    toml = tmp_path / "mine.toml"
+    toml.write_text('model = "deepseek-v2-lite"\n[parallel]\ntp = 2\npp = 3\nep = 4\ndp = 4\n'
+                    '[layout]\nkind = "paper"\n[training]\nmicro_batch_size = 2\n')
+    code, out, err = run(capsys, "memory", "--scenario", str(toml), "--json", "-b", "1", "--tp", "4",
+                         "--dp", "2")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["b"] == 1 and "TP 4" in d["parallel"]
+
+
+BAD = [
+    (["states", "--tp", "3"], "must divide num_attention_heads"),
+    (["states", "--ep", "7", "--dp", "7", "--tp", "1"], "must divide n_routed_experts"),
+    (["states", "--layers-per-stage", "4,4,4"], "has 3 stages"),
+    (["states", "--layers-per-stage", "4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,2"], "sums to 62"),
+    (["states", "--edp", "5"], "inconsistent with DP"),
+    (["states", "--tp", "0"], "positive integer"),
+    (["states", "--tp", "-2"], "positive integer"),
+    (["states", "--tp", "2.5"], "invalid int value"),
+    (["states", "--zero", "4"], "ZeRO stage must be"),
+    (["states", "--scenario", "nonesuch"], "built-in scenarios: paper, paper-megatron"),
+    (["params", "--model", "deepseek-v9"], "known presets: deepseek-v3, deepseek-v2, deepseek-v2-lite"),
+    (["params", "--model", "/nonexistent/config.json"], "no such file"),
+    (["activations", "--recompute", "sometimes"], "unknown policy"),
+    (["activations", "--schedule", "fifo"], "unknown schedule"),
+    (["activations", "--rules", "folklore"], "unknown rule set"),
+    (["activations", "--schedule", "interleaved", "--microbatches", "8"], "multiple of PP"),
+    (["activations", "--capacity-factor", "0"], "> 0"),
+    (["memory", "--gpu-memory", "eighty"], "not a size"),
+    (["states", "--frobnicate"], "unrecognized arguments"),
+    (["paper", "--out", "/proc/nope"], "cannot write"),
+]
+
+
+@pytest.mark.parametrize("args, words", BAD)
+def test_bad_input_one_line_exit_2(capsys, args, words):
+    code, out, err = run(capsys, *args)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("symmem: error: "), err
+    assert words in err
+    assert "Traceback" not in err
+
+
+def test_world_inconsistent(capsys, tmp_path):
+    toml = tmp_path / "w.toml"
+    toml.write_text('model = "deepseek-v3"\n[parallel]\ntp = 2\npp = 16\nep = 8\ndp = 32\nworld = 1000\n')
+    code, _, err = run(capsys, "states", "--scenario", str(toml))
+    assert code == 2 and "must equal DP·TP·PP" in err
+
+
+def test_unknown_toml_key(capsys, tmp_path):
+    toml = tmp_path / "u.toml"
+    toml.write_text('model = "deepseek-v3"\n[parallel]\ntp = 2\ntensor_parallel = 2\n')
+    code, _, err = run(capsys, "states", "--scenario", str(toml))
+    assert code == 2 and "unknown key 'tensor_parallel'" in err
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "must hold a JSON object"),
+    ('{"model_type": "deepseek_v3"}', "missing key"),
+    ('{"model_type": "llama"}', "missing key"),
+])
+def test_bad_configs(capsys, tmp_path, content, words):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(content)
+    code, _, err = run(capsys, "params", "--model", str(cfg))
+    assert code == 2 and words in err
+
+
+def test_config_non_integer_and_inconsistent(capsys, tmp_path):
+    import json as j
+    from importlib import resources
+
+    base = j.loads(resources.files("symmem.presets").joinpath("deepseek-v3.json").read_text())
+    for key, value, words in (("hidden_size", 7168.5, "positive integer"), ("num_attention_heads", 0, "positive"),
+                              ("num_experts_per_tok", 300, "more than n_routed_experts"),
+                              ("num_key_value_heads", 1, "must equal num_attention_heads"),
+                              ("model_type", "llama", "symmem models")):
+        cfg = tmp_path / f"{key}.json"
+        cfg.write_text(j.dumps({**base, key: value}))
+        code, _, err = run(capsys, "params", "--model", str(cfg))
+        assert code == 2 and words in err, (key, err)
+
+
+def test_unreadable_config(capsys, tmp_path):
+    if os.geteuid() == 0:
+        cfg = tmp_path / "dir.json"
+        cfg.mkdir()
+    else:
+        cfg = tmp_path / "secret.json"
+        cfg.write_text("{}")
+        cfg.chmod(0)
+    code, _, err = run(capsys, "params", "--model", str(cfg))
+    assert code == 2 and "cannot read" in err
+
+
+def test_unwritable_output_leaves_nothing(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = run(capsys, "paper", "--out", str(blocker / "sub"))
+    assert code == 2 and "cannot write" in err
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    if os.geteuid() != 0:  # root ignores permission bits
+        code, _, err = run(capsys, "paper", "--out", str(ro / "tables"))
+        assert code == 2
+        assert list(ro.iterdir()) == []
+
+
+def test_module_entry_point():
+    r = subprocess.run([sys.executable, "-m", "symmem", "states", "--tp", "3"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1

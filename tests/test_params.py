@@ -1,0 +1,196 @@
+"""Static parameters: the paper's Tables 4, 6, 8 exactly, published model sizes, and independent recounts."""
+
+import itertools
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from symmem import load_model, model_totals, stage_params, stage_states
+from symmem.config import from_dict
+from symmem.graph import local_size
+from symmem.layout import LayoutSpec
+from symmem.model import stage_parts
+from symmem.parallel import Parallel
+from symmem.params import weight_uses
+from symmem.scenario import Scenario
+from symmem.states import ZeroStage, state_bytes
+from symmem.units import fmt_gib
+
+
+# ---- the paper's numbers (Section 3, Table 6), one GPU of stages 1-14
+def test_paper_per_gpu_counts(paper):
+    for stage in paper.stages[1:15]:
+        sp = stage_params(paper, stage)
+        assert sp.per_gpu["routed_expert"] + sp.per_gpu["shared_expert"] == 5_813_305_344
+        assert sp.moe == 5_820_645_376
+        assert sp.dense == 429_719_552
+        assert sp.total == 6_250_364_928
+        assert sp.total * 2 == 12_500_729_856
+        assert fmt_gib(sp.total * 2) == "11.64"
+        assert fmt_gib(sp.moe * 2) == "10.84"
+
+
+def test_paper_non_moe_per_layer(paper):
+    sp = stage_params(paper, paper.stages[1])
+    assert sp.dense == 4 * 107_429_888
+
+
+def test_zero_table8(paper):
+    sp = stage_params(paper, paper.stages[1])
+    got = {z: state_bytes(sp.dense, sp.moe, 32, 8, paper.precision, z) for z in ZeroStage}
+    none, full = got[ZeroStage.NONE], got[ZeroStage.OS_G_P]
+    assert (fmt_gib(none.weights), fmt_gib(none.gradients), fmt_gib(none.optimizer)) == ("11.64", "23.28", "46.57")
+    assert (fmt_gib(full.weights), fmt_gib(full.gradients), fmt_gib(full.optimizer)) == ("1.38", "2.76", "5.52")
+    assert fmt_gib(full.total) == "9.66"
+    assert full.weights == (429_719_552 // 32 + 5_820_645_376 // 8) * 2
+    # ZeRO-1 shards only the optimizer, ZeRO-2 adds gradients
+    assert got[ZeroStage.OS].gradients == none.gradients and got[ZeroStage.OS].optimizer == full.optimizer
+    assert got[ZeroStage.OS_G].weights == none.weights and got[ZeroStage.OS_G].gradients == full.gradients
+
+
+def test_megatron_convention_difference(paper):
+    meg = paper.replace(convention="megatron")
+    a, b = stage_params(paper, paper.stages[1]), stage_params(meg, meg.stages[1])
+    # W_QR (d_cq x n_h d_hr = 12,582,912) split over TP 2: 6,291,456 fewer per layer, four layers
+    assert a.total - b.total == 4 * 6_291_456
+    assert a.moe == b.moe
+
+
+def test_megatron_precision_recipe(paper):
+    from symmem.states import recipe
+
+    scn = paper.replace(precision=recipe("megatron"))
+    st = stage_states(scn, stage_params(scn, scn.stages[1]))
+    assert st.total == 6_250_364_928 * 18
+
+
+@pytest.mark.parametrize("name, total, activated", [
+    ("deepseek-v3", "671", "37"), ("deepseek-v2", "236", "21"), ("deepseek-v2-lite", "15.7", None)])
+def test_published_sizes(name, total, activated):
+    t = model_totals(load_model(name))
+    digits = 1 if "." in total else 0
+    assert f"{t.total / 1e9:.{digits}f}" == total
+    if activated:
+        assert f"{t.activated / 1e9:.0f}" == activated
+
+
+def test_v2_lite_activated_is_2_45_billion():
+    # Published as "2.4B"; derived 2,451,435,008 (2.45B): truncated, not rounded. Documented in the README.
+    assert model_totals(load_model("deepseek-v2-lite")).activated == 2_451_435_008
+
+
+def test_mtp_is_not_in_total_but_is_counted():
+    t = model_totals(load_model("deepseek-v3"))
+    assert t.total == 671_026_404_352
+    assert t.mtp == 11_610_067_968
+
+
+# ---- an independent numeric recount of HF module shapes, over a grid of sizes
+def numeric_total(c: dict) -> int:
+    """Parameters of a DeepSeek-V2/V3 model counted as Hugging Face's modules hold them (no MTP)."""
+    h, nh = c["hidden_size"], c["num_attention_heads"]
+    dn, dr, dv = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+    qr, kr = c["q_lora_rank"], c["kv_lora_rank"]
+    if qr is None:
+        attn = h * nh * (dn + dr)
+    else:
+        attn = h * qr + qr + qr * nh * (dn + dr)
+    attn += h * (kr + dr) + kr + kr * nh * (dn + dv) + nh * dv * h
+    dense_mlp = 3 * h * c["intermediate_size"]
+    moe = (3 * h * c["moe_intermediate_size"] * (c["n_routed_experts"] + c["n_shared_experts"])
+           + c["n_routed_experts"] * h)
+    total = 0
+    for i in range(c["num_hidden_layers"]):
+        is_moe = i >= c["first_k_dense_replace"] and i % c.get("moe_layer_freq", 1) == 0
+        total += attn + 2 * h + (moe if is_moe else dense_mlp)
+    return total + 2 * c["vocab_size"] * h + h
+
+
+GRID = [1, 2, 3, 4, 5, 7, 8, 11, 16, 64]
+
+
+def grid_config(rng: random.Random, q_latent: bool) -> dict:
+    pick = lambda: rng.choice(GRID)  # noqa: E731
+    n = pick() + 1
+    dh = pick()
+    return {
+        "model_type": "deepseek_v3", "hidden_size": pick(), "num_attention_heads": pick(),
+        "qk_nope_head_dim": dh, "qk_rope_head_dim": pick(), "v_head_dim": rng.choice([dh, pick()]),
+        "q_lora_rank": pick() if q_latent else None, "kv_lora_rank": pick(), "intermediate_size": pick(),
+        "moe_intermediate_size": pick(), "n_routed_experts": n, "num_experts_per_tok": rng.randint(1, n),
+        "n_shared_experts": pick(), "vocab_size": pick(), "num_hidden_layers": rng.randint(1, 6),
+        "first_k_dense_replace": rng.randint(0, 3),
+    }
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_symbolic_count_matches_numeric_recount(seed):
+    rng = random.Random(seed)
+    c = grid_config(rng, q_latent=seed % 3 != 0)
+    c["first_k_dense_replace"] = min(c["first_k_dense_replace"], c["num_hidden_layers"])
+    assert model_totals(from_dict(c, f"grid{seed}")).total == numeric_total(c)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v2", "deepseek-v2-lite"])
+def test_real_configs_match_numeric_recount(name):
+    import json
+    from importlib import resources
+
+    c = json.loads(resources.files("symmem.presets").joinpath(f"{name}.json").read_text())
+    assert model_totals(load_model(name)).total == numeric_total(c)
+
+
+# ---- per-rank counts summed over ranks (replicas once) equal the total
+def rank_sum(model, par: Parallel, layout: LayoutSpec) -> int:
+    """Enumerate every (stage, tp, ep, etp) rank, collect the distinct shards each holds, and add them up."""
+    from symmem.layout import build_stages
+
+    subs = model.substitutions()
+    axes = par.axis_sizes()
+    seen = set()
+    total = 0
+    for stage in build_stages(layout, model.value("L"), par.pp, 0):
+        for part in stage_parts(model, stage, "paper"):
+            for use in weight_uses([part], unique=True):
+                w = use.weight
+                size = int(local_size(w.dims, axes).subs(subs))
+                split = sorted({a for d in w.dims for a in d.axes})
+                ranges = [range({"tp": par.tp, "ep": par.ep, "etp": par.etp}[a]) for a in split]
+                for coords in itertools.product(*ranges):
+                    for layer in (part.layers or (None,)):
+                        key = (stage.index, part.name, layer, w.name, coords)
+                        if key not in seen:
+                            seen.add(key)
+                            total += size
+    return total
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 3, 5]),
+       seed=st.integers(0, 10_000))
+def test_rank_sum_equals_total(tp, ep, pp, seed):
+    rng = random.Random(seed)
+    c = {"model_type": "deepseek_v3", "hidden_size": 8, "num_attention_heads": 4 * rng.choice([1, 2]),
+         "qk_nope_head_dim": 4, "qk_rope_head_dim": 2, "v_head_dim": 4, "q_lora_rank": rng.choice([None, 6]),
+         "kv_lora_rank": 6, "intermediate_size": 8 * rng.choice([1, 3]), "moe_intermediate_size": 4,
+         "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": rng.choice([1, 2]),
+         "vocab_size": 16, "num_hidden_layers": 5, "first_k_dense_replace": rng.choice([0, 1, 2])}
+    model = from_dict(c)
+    par = Parallel(tp=tp, pp=pp, ep=ep, dp=ep)
+    layout = LayoutSpec("paper") if pp != 5 else LayoutSpec("even")
+    assert rank_sum(model, par, layout) == model_totals(model).total
+
+
+def test_scenario_per_stage_counts_cover_all_layers(paper):
+    seen = [i for st in paper.stages for i in st.layers]
+    assert seen == list(range(61))
+    assert paper.stages[0].layers == (0, 1, 2, 3) and paper.stages[15].layers == (60,)
+    assert all(len(st.layers) == 4 for st in paper.stages[1:15])
+
+
+def test_scenario_is_frozen(paper):
+    with pytest.raises(Exception):
+        paper.b = 3  # type: ignore[misc]
+    assert isinstance(paper, Scenario)
