@@ -296,6 +296,12 @@ def measure_layer(
     target = model.model.layers[layer]
     layer_kind = "moe" if hasattr(target.mlp, "experts") else "dense"
 
+    itemsize = 4 if dtype == "fp32" else 2
+    if layer_kind == "moe" and experts == "grouped_mm" and (model.config.hidden_size * itemsize) % 16:
+        raise SymmemError(
+            f"hidden_size = {model.config.hidden_size}: grouped_mm on the CPU needs hidden_size * {itemsize} bytes "
+            "to be a multiple of 16 (strides should be multiple of 16 bytes)"
+        )
     _args, kwargs = _capture_layer_inputs(model, layer, b, s, seed)
     torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
     g = torch.Generator().manual_seed(seed + 2)
