@@ -156,3 +156,13 @@ def test_bad_arguments(v3):
         measure_layer(v3, 7, 1, 2)
     with pytest.raises(SymmemError):
         measure_layer(v3, 0, 1, 2, dtype="fp8")
+
+
+def test_missing_torch_raises_symmem_error(monkeypatch):
+    import sys
+
+    from symmem.validate import harness
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` raise ImportError
+    with pytest.raises(SymmemError, match=r"pip install 'symmem\[validate\]'"):
+        harness.measure_layer(tiny_config("deepseek-v3"), 0, 1, 2)
