@@ -381,7 +381,7 @@ def measure_layer(
     saved: list[SavedTensor] = []
     for ptr, holders in by_storage.items():
         t0 = holders[0].t
-        names = tuple(dict.fromkeys(savers.get(h.idx, "") for h in holders))
+        names = tuple(n for n in dict.fromkeys(savers.get(h.idx, "") for h in holders) if n)
         source = "input" if ptr in input_ptrs else "shared" if ptr in shared_ptrs else "layer"
         saved.append(
             SavedTensor(
