@@ -264,6 +264,13 @@ def _paper_run(args) -> int:
     return 0
 
 
+def _optional(module: str):
+    """A command defined in its own module as COMMAND = (help, add_args, run)."""
+    import importlib
+
+    return importlib.import_module(f"symmem.{module}").COMMAND
+
+
 COMMANDS = {
     "params": ("whole-model parameter counts (total, activated, per block)", _params_args, _params_run),
     "states": ("per-stage and per-GPU parameters and model-state bytes under a scenario and ZeRO stage",
@@ -271,4 +278,5 @@ COMMANDS = {
     "activations": ("activation memory per block, layer, stage, micro-batch and GPU", _act_args, _act_run),
     "memory": ("the whole per-GPU memory breakdown of every stage, with a verdict", _memory_args, _memory_run),
     "paper": ("regenerate the paper's tables (and the ones it misses) into a folder", _paper_args, _paper_run),
+    "check": _optional("check_cli"),
 }
