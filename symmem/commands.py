@@ -264,11 +264,11 @@ def _paper_run(args) -> int:
     return 0
 
 
-def _optional(module: str):
-    """A command defined in its own module as COMMAND = (help, add_args, run)."""
+def _optional(module: str, name: str = "COMMAND"):
+    """A command defined in its own module as NAME = (help, add_args, run)."""
     import importlib
 
-    return importlib.import_module(f"symmem.{module}").COMMAND
+    return getattr(importlib.import_module(f"symmem.{module}"), name)
 
 
 COMMANDS = {
@@ -279,4 +279,6 @@ COMMANDS = {
     "memory": ("the whole per-GPU memory breakdown of every stage, with a verdict", _memory_args, _memory_run),
     "paper": ("regenerate the paper's tables (and the ones it misses) into a folder", _paper_args, _paper_run),
     "check": _optional("check_cli"),
+    "latex": _optional("export_cli", "LATEX"),
+    "plot": _optional("export_cli", "PLOT"),
 }

@@ -1,8 +1,13 @@
-"""`symmem paper`: every table (and figure) of `paper_tables/`, rendered in memory, deterministic."""
+"""`symmem paper`: every table, figure and the LaTeX report of `paper_tables/`, rendered in memory.
+
+Deterministic: the same engine gives byte-identical files. Figures are drawn in a second process while the
+tables are computed (the machine has two cores; `symmem paper` must stay well under 3 s from a cold start).
+"""
 
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 
 from .render.tables import Table, index_markdown, render_all
 
@@ -11,6 +16,14 @@ INTRO = (
     "`derivations/`. Bytes are exact integers; GiB = 2^30 bytes and GB = 10^9 bytes, always named. "
     "The paper is Zhang & Su, \"Memory Analysis on the Training Course of DeepSeek Models\", arXiv 2502.07846."
 )
+
+FIGURES = {
+    "stage_memory": "Memory per GPU of every pipeline stage (paper case), stacked by component, with the GPU "
+                    "capacity",
+    "memory_vs_microbatch": "Peak memory per GPU against the micro-batch size, for each recomputation policy",
+    "memory_vs_seqlen": "Peak memory per GPU against the sequence length, for each recomputation policy",
+    "params_by_block": "DeepSeek-V3 parameters by block",
+}
 
 
 def collect() -> list[Table]:
@@ -23,10 +36,77 @@ def collect() -> list[Table]:
     return tables
 
 
-def generate() -> dict[str, str | bytes]:
-    tables = collect()
-    files: dict[str, str | bytes] = {}
-    for t in tables:
-        files.update(render_all(t))
-    files["README.md"] = index_markdown(tables, "paper_tables: the paper's tables, regenerated", INTRO)
+def figure_files() -> dict[str, bytes]:
+    from .render.plots import paper_figures
+    from .scenario import load_scenario
+
+    out: dict[str, bytes] = {}
+    for name, (png, pdf, _data) in paper_figures(load_scenario("paper")).items():
+        out[f"figures/{name}.png"] = png
+        out[f"figures/{name}.pdf"] = pdf
+    return out
+
+
+def _figures_in_child(conn) -> None:
+    try:
+        conn.send(("ok", figure_files()))
+    except BaseException as e:  # reported to the parent, which raises it there
+        conn.send(("error", f"{e.__class__.__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+def _start_figures():
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:  # no fork on this platform: draw in-process
+        return None
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_figures_in_child, args=(child,), daemon=True)
+    proc.start()
+    child.close()
+    return proc, parent
+
+
+def _join_figures(handle) -> dict[str, bytes]:
+    if handle is None:
+        return figure_files()
+    proc, conn = handle
+    status, payload = conn.recv()
+    proc.join()
+    if status != "ok":
+        raise RuntimeError(f"drawing the figures failed: {payload}")
+    return payload
+
+
+def report(tables: list[Table]) -> dict[str, str]:
+    from .render.report import formulas_tex, report_tex, scenario_formulas
+    from .scenario import load_scenario
+
+    scn = load_scenario("paper")
+    formulas = formulas_tex(scenario_formulas(scn), f"{scn.name}: {scn.parallel.describe()}")
+    doc = report_tex("symmem: the paper's tables, formulas and figures, regenerated", INTRO.replace("`", ""),
+                     [f"{t.id}.tex" for t in tables], [(f"figures/{n}.pdf", c) for n, c in FIGURES.items()],
+                     r"\input{formulas.tex}")
+    return {"formulas.tex": formulas, "report.tex": doc}
+
+
+def generate(figures: bool = True) -> dict[str, str | bytes]:
+    handle = _start_figures() if figures else None
+    try:
+        tables = collect()
+        files: dict[str, str | bytes] = {}
+        for t in tables:
+            files.update(render_all(t))
+        files.update(report(tables))
+        extra = {"Figures": "\n".join(f"- `figures/{n}.png` / `.pdf`: {c}" for n, c in FIGURES.items()),
+                 "Report": "- `report.tex` gathers every table, the derived formulas (`formulas.tex`) and the "
+                           "figures; compile with `pdflatex report.tex`."}
+        files["README.md"] = index_markdown(tables, "paper_tables: the paper's tables, regenerated", INTRO, extra)
+    except BaseException:
+        if handle is not None:
+            handle[0].kill()
+        raise
+    if figures:
+        files.update(_join_figures(handle))
     return files

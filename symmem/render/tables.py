@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -24,12 +25,20 @@ class Math:
 
 @dataclass(frozen=True)
 class Table:
+    """A generated table; shows as LaTeX (booktabs) in Jupyter."""
+
     id: str  # file stem, e.g. "table4_stage_params"
     title: str
     columns: tuple[str, ...]
     rows: tuple[tuple, ...]
     notes: tuple[str, ...] = field(default=())
     align: str = ""  # LaTeX column alignment; default: l then r
+
+    def _repr_latex_(self) -> str:
+        return to_latex(self)
+
+    def _repr_markdown_(self) -> str:
+        return to_markdown(self)
 
     def __post_init__(self) -> None:
         for r in self.rows:
@@ -95,10 +104,16 @@ def to_markdown(t: Table) -> str:
         t=t, header=[c.replace("|", r"\|") for c in t.columns], rows=[[_md_cell(v) for v in r] for r in t.rows])
 
 
+def _caption(title: str) -> str:
+    """LaTeX numbers its own tables: "Table 8: X" becomes "X (the paper's Table 8)"."""
+    m = re.match(r"^Table (\d+): (.*)$", title)
+    return f"{m.group(2)} (the paper's Table {m.group(1)})" if m else title
+
+
 def to_latex(t: Table) -> str:
     align = t.align or ("l" + "r" * (len(t.columns) - 1))
     return _env(tex=True).get_template("table.tex.j2").render(
-        t=t, align=align, title=tex_escape(t.title), header=[tex_escape(c) for c in t.columns],
+        t=t, align=align, title=tex_escape(_caption(t.title)), header=[tex_escape(c) for c in t.columns],
         rows=[[_tex_cell(v) for v in r] for r in t.rows], notes=[tex_escape(n) for n in t.notes])
 
 

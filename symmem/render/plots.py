@@ -1,0 +1,179 @@
+"""Figures: where the memory goes. Matplotlib (Agg), deterministic files (no timestamps or version strings).
+
+Each `figure_*` function returns (matplotlib Figure, data), so that tests check what is drawn, not only that a
+file exists.
+"""
+
+from __future__ import annotations
+
+import io
+
+from ..units import GIB
+
+_PNG_META = {"Software": None}
+_PDF_META = {"CreationDate": None, "Producer": None, "Creator": None}
+
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "overheads (high)")
+COLORS = ("#4477aa", "#66ccee", "#228833", "#ee6677", "#bbbbbb")
+POLICIES = ("none", "selective", "deepseek", "full")
+
+
+def _figure(**kw):
+    # The object-oriented API without pyplot: no GUI backend, no global figure registry, faster to import.
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    matplotlib.rcParams.update({"svg.hashsalt": "symmem", "font.size": 9})
+    return Figure(**kw)
+
+
+def _null():
+    from matplotlib.ticker import NullFormatter
+
+    return NullFormatter()
+
+
+def _plain_log_ticks(ax) -> None:
+    """Label only the major ticks, as plain numbers (drawing minor-tick labels costs most of the time)."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(_null())
+    ax.yaxis.set_minor_formatter(_null())
+
+
+def stage_components(scn) -> list[dict]:
+    from ..analysis import memory
+
+    rows = []
+    for m in memory(scn):
+        rows.append({"stage": m.stage.index, "weights": m.states.weights, "gradients": m.states.gradients,
+                     "optimizer": m.states.optimizer, "activations": m.activations,
+                     "overheads (high)": m.fragmentation[1] + m.comm_buffers[1]})
+    return rows
+
+
+def figure_stage_memory(scenarios: list[tuple[str, object]]):
+    """Per-stage stacked bars of one GPU's memory, one panel per scenario, with the GPU capacity line."""
+    fig = _figure(figsize=(5.2 * len(scenarios), 3.8))
+    axes = fig.subplots(1, len(scenarios), squeeze=False)
+    data = {}
+    for ax, (title, scn) in zip(axes[0], scenarios):
+        rows = stage_components(scn)
+        data[title] = rows
+        bottom = [0.0] * len(rows)
+        x = [r["stage"] for r in rows]
+        for comp, color in zip(COMPONENTS, COLORS):
+            vals = [r[comp] / GIB for r in rows]
+            ax.bar(x, vals, bottom=bottom, color=color, label=comp, width=0.8)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        cap = scn.gpu_memory / GIB
+        ax.axhline(cap, color="black", linestyle="--", linewidth=1)
+        ax.text(len(rows) - 0.5, cap, f"capacity {scn.gpu_memory / 1e9:.0f} GB", ha="right", va="bottom")
+        ax.set_xlabel("pipeline stage")
+        ax.set_ylabel("memory per GPU (GiB)")
+        ax.set_title(f"{title}\n{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}", fontsize=9)
+        ax.set_xticks(x)
+    axes[0][0].legend(fontsize=7, loc="upper right")
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.84, wspace=0.2)
+    return fig, data
+
+
+def _peak_allocated(scn) -> int:
+    from ..analysis import memory, peak
+
+    return peak(memory(scn)).allocated
+
+
+def figure_memory_sweep(scn, axis: str, values: list[int]):
+    """Peak per-GPU memory (model states + activations in flight) against b or s, one line per policy."""
+    fig = _figure(figsize=(5.5, 3.8))
+    ax = fig.subplots()
+    data = {}
+    for policy in POLICIES:
+        ys = [_peak_allocated(scn.replace(recompute_name=policy, **{axis: v})) for v in values]
+        data[policy] = ys
+        ax.plot(values, [y / GIB for y in ys], marker="o", label=f"recompute {policy}")
+    ax.axhline(scn.gpu_memory / GIB, color="black", linestyle="--", linewidth=1,
+               label=f"capacity {scn.gpu_memory / 1e9:.0f} GB")
+    ax.set_yscale("log")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("micro-batch size b" if axis == "b" else "sequence length s (tokens)")
+    ax.set_ylabel("peak memory per GPU (GiB, log scale)")
+    ax.set_title(f"{scn.model.name}, {scn.parallel.describe().split(' (')[0]}\nZeRO {int(scn.zero)}, "
+                 f"{scn.schedule.label}, M = {scn.m}" + (f", s = {scn.s}" if axis == "b" else f", b = {scn.b}"),
+                 fontsize=9)
+    ax.legend(fontsize=7)
+    _plain_log_ticks(ax)
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.13, top=0.86)
+    return fig, data
+
+
+def params_by_block(model) -> dict[str, int]:
+    from ..model import model_parts
+    from ..params import weight_uses
+
+    names = {"embedding": "embedding", "head": "head + final norm", "mla": "attention (MLA)",
+             "mlp": "dense FFN"}
+    out: dict[str, int] = {}
+    subs = model.substitutions()
+    from ..graph import global_size
+
+    for use in weight_uses(model_parts(model, "paper"), unique=True):
+        g = use.weight.group
+        key = {"router": "routers", "routed_expert": "routed experts", "shared_expert": "shared experts"}.get(
+            g, names.get(use.block, use.block))
+        if g == "dense" and use.block == "moe":
+            key = "FFN norms of MoE layers"
+        out[key] = out.get(key, 0) + use.count * int(global_size(use.weight.dims).subs(subs))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def figure_params_by_block(model):
+    data = params_by_block(model)
+    fig = _figure(figsize=(6, 3.4))
+    ax = fig.subplots()
+    labels = list(data)[::-1]
+    vals = [data[k] / 1e9 for k in labels]
+    ax.barh(labels, vals, color="#4477aa")
+    ax.set_xscale("log")
+    for y, v in enumerate(vals):
+        ax.text(v, y, f" {v:,.2f}B" if v >= 0.01 else f" {v * 1000:,.2f}M", va="center", fontsize=7)
+    ax.set_xlabel("parameters (billions, log scale)")
+    ax.set_title(f"{model.name}: {sum(data.values()):,} parameters by block", fontsize=9)
+    ax.xaxis.set_minor_formatter(_null())
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    fig.subplots_adjust(left=0.27, right=0.93, bottom=0.15, top=0.9)
+    return fig, data
+
+
+def save(fig) -> dict[str, bytes]:
+    """PNG and PDF bytes, free of timestamps and version strings."""
+    png, pdf = io.BytesIO(), io.BytesIO()
+    fig.savefig(png, format="png", dpi=100, metadata=_PNG_META)
+    fig.savefig(pdf, format="pdf", metadata=_PDF_META)
+    return {"png": png.getvalue(), "pdf": pdf.getvalue()}
+
+
+def paper_figures(scn) -> dict[str, tuple[bytes, bytes, object]]:
+    """The figures `symmem paper` writes: name -> (png, pdf, data)."""
+    from ..states import ZeroStage
+
+    figs = {
+        "stage_memory": figure_stage_memory([
+            ("paper case, no recomputation, ZeRO 0", scn),
+            ("full recomputation, ZeRO 3", scn.replace(recompute_name="full", zero=ZeroStage.OS_G_P)),
+        ]),
+        "memory_vs_microbatch": figure_memory_sweep(scn.replace(zero=ZeroStage.OS_G_P), "b", [1, 2, 4, 8, 16]),
+        "memory_vs_seqlen": figure_memory_sweep(scn.replace(zero=ZeroStage.OS_G_P), "s",
+                                                [1024, 2048, 4096, 8192, 16384, 32768]),
+        "params_by_block": figure_params_by_block(scn.model),
+    }
+    out = {}
+    for name, (fig, data) in figs.items():
+        files = save(fig)
+        out[name] = (files["png"], files["pdf"], data)
+    return out
