@@ -1,0 +1,390 @@
+"""`symmem sweep`: enumerate parallel configurations on G GPUs, evaluate them by the compiled path, list what fits.
+
+Registered as `"sweep": sweep_cli.COMMAND` in `symmem.commands.COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+import sys
+import time
+
+from .errors import SymmemError
+from .units import GB, GIB, fmt_gb, fmt_gib
+
+MAX_VALUES = 10**7  # values one axis may list
+_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(x?)(\d+))?)?$")
+
+
+# -------------------------------------------------------------------------------------------------- parsing
+def parse_ints(text: str, field: str, minimum: int = 1) -> tuple[int, ...]:
+    """`1,2,4`, ranges `1-64` (inclusive), `1024-32768:1024` (a step), `1-256:x2` (a factor); sorted, unique."""
+    items = [x.strip() for x in str(text).split(",")]
+    if not any(items):
+        raise SymmemError(f"{field} = {text!r}: empty; give values such as 1,2,4 or a range 1-64")
+    out: set[int] = set()
+    for item in items:
+        m = _ITEM.match(item)
+        if not m:
+            raise SymmemError(f"{field} = {text!r}: {item!r} is not an integer or a range A-B, A-B:STEP, A-B:xF")
+        a = int(m.group(1))
+        if m.group(2) is None:
+            values = [a]
+        else:
+            hi, geometric, k = int(m.group(2)), m.group(3) == "x", int(m.group(4) or 1)
+            if hi < a:
+                raise SymmemError(f"{field} = {text!r}: the range {item!r} is empty")
+            if k < 1 or (geometric and (k < 2 or a < 1)):
+                raise SymmemError(f"{field} = {text!r}: {item!r} needs a step >= 1 or a factor >= 2 from >= 1")
+            if geometric:
+                values = []
+                v = a
+                while v <= hi:
+                    values.append(v)
+                    v *= k
+            else:
+                if (hi - a) // k + 1 > MAX_VALUES:
+                    raise SymmemError(f"{field} = {text!r}: more than {MAX_VALUES:,} values")
+                values = range(a, hi + 1, k)
+        out.update(values)
+        if len(out) > MAX_VALUES:
+            raise SymmemError(f"{field} = {text!r}: more than {MAX_VALUES:,} values")
+    low = min(out)
+    if low < minimum:
+        raise SymmemError(f"{field} = {text!r}: {low} is below {minimum}")
+    return tuple(sorted(out))
+
+
+def parse_microbatches(text: str) -> tuple[int | None, ...]:
+    items = [x.strip() for x in str(text).split(",")]
+    pp = any(x.lower() == "pp" for x in items)
+    rest = ",".join(x for x in items if x.lower() != "pp")
+    values: tuple[int | None, ...] = parse_ints(rest, "--microbatches") if rest.strip() or not pp else ()
+    return ((None,) if pp else ()) + values
+
+
+def parse_recompute(text: str) -> tuple[str, ...]:
+    """`none,full,custom:rmsnorm,core_attention,selective`: names after `custom:` that are not policies join it."""
+    from .recompute import Recompute, policy
+
+    named = {r.value for r in Recompute if r is not Recompute.CUSTOM}
+    out: list[str] = []
+    for item in (x.strip() for x in str(text).split(",")):
+        if not item:
+            continue
+        if item in named or item.startswith("custom:"):
+            out.append(item)
+        elif out and out[-1].startswith("custom:"):
+            out[-1] += "," + item
+        else:
+            out.append(item)
+    if not out:
+        raise SymmemError(f"--recompute = {text!r}: empty; give policies such as none,full")
+    for name in out:
+        policy(name)
+    return tuple(dict.fromkeys(out))
+
+
+def parse_schedules(text: str, chunks: int):
+    from .schedule import Schedule
+
+    out = []
+    for item in (x.strip() for x in str(text).split(",")):
+        if not item:
+            continue
+        name, _, v = item.partition(":")
+        if v and name != "interleaved":
+            raise SymmemError(f"--schedule = {text!r}: only interleaved takes :V (virtual stages per GPU)")
+        try:
+            n = int(v) if v else (chunks if name == "interleaved" else 1)
+        except ValueError:
+            raise SymmemError(f"--schedule = {text!r}: {item!r}: V must be an integer") from None
+        out.append(Schedule(name, n))
+    if not out:
+        raise SymmemError(f"--schedule = {text!r}: empty; give schedules such as 1f1b,gpipe")
+    return tuple(dict.fromkeys(out))
+
+
+def _positive(text: str, field: str) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise SymmemError(f"{field} = {text!r}: must be a positive integer") from None
+    if v < 1:
+        raise SymmemError(f"{field} = {text!r}: must be a positive integer")
+    return v
+
+
+def _divisors(n: int, limit: int) -> str:
+    return ",".join(str(d) for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def _powers_of_two_dividing(n: int) -> str:
+    out, v = [], 1
+    while n % v == 0:
+        out.append(str(v))
+        v *= 2
+    return ",".join(out)
+
+
+# -------------------------------------------------------------------------------------------------- arguments
+def add_args(p: argparse.ArgumentParser) -> None:
+    def flag(g, name: str, help: str) -> None:
+        g.add_argument(f"--{name}", dest=name.replace("-", "_"), action=argparse.BooleanOptionalAction,
+                       default=None, help=help)
+
+    g = p.add_argument_group("what is fixed (a scenario gives the defaults: precision, routing, rules, ...)")
+    g.add_argument("--scenario", default="paper", help="built-in (paper, paper-megatron) or a TOML path")
+    g.add_argument("--model", help="preset (deepseek-v3, deepseek-v2, deepseek-v2-lite) or config.json path")
+    g.add_argument("--gpus", required=True, help="total GPUs G = DP·TP·PP")
+    g.add_argument("--gpu-memory", help="capacity per GPU, e.g. 80GB, 141GB, 80GiB, 80e9 (default: scenario's)")
+    g.add_argument("--convention", help="TP split of W_QR: paper or megatron")
+    g.add_argument("--precision", help="precision recipe: paper or megatron")
+    g.add_argument("--routing", help="paper, dispatch, capacity, dynamic")
+    g.add_argument("--capacity-factor", help="for --routing capacity")
+    g.add_argument("--rank-load", help="for --routing dynamic")
+    flag(g, "sequence-parallel", "sequence parallelism outside TP regions")
+    flag(g, "moe-sequence-parallel", "the MoE block sequence-sharded too")
+    flag(g, "mtp", "place the config's MTP modules on the last stage")
+    a = p.add_argument_group("what is swept (lists 1,2,4; ranges 1-64, 1024-8192:1024, 1-256:x2)")
+    a.add_argument("--tp", default="1,2,4,8", help="tensor-parallel sizes (default 1,2,4,8)")
+    a.add_argument("--pp", help="pipeline sizes (default: divisors of G up to the layer count)")
+    a.add_argument("--ep", help="expert-parallel sizes (default: powers of two dividing the expert count)")
+    a.add_argument("--etp", default="1", help="expert tensor-parallel sizes (default 1)")
+    a.add_argument("-b", "--micro-batch-size", dest="b", default="1,2,4,8", help="default 1,2,4,8")
+    a.add_argument("-s", "--seq-length", dest="s", help="default: the scenario's")
+    a.add_argument("--recompute", default="none,full", help="none, full, selective, deepseek, custom:OPS")
+    a.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved[:V], dualpipe (default: scenario's)")
+    a.add_argument("--chunks", default="2", help="virtual stages V for a bare `interleaved` (default 2)")
+    a.add_argument("--zero", default="0,1,2,3", help="ZeRO stages (default 0,1,2,3)")
+    a.add_argument("--microbatches", default="pp", help="M per step; `pp` means M = PP (the default)")
+    o = p.add_argument_group("output")
+    fmt = o.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true", help="the ranked list (with --rejected: the rejections)")
+    o.add_argument("--rejected", action="store_true", help="list the rejected configurations and why")
+    o.add_argument("--top", default="20", help="how many that fit to list (0: all; default 20)")
+    o.add_argument("--marginal", action="store_true",
+                   help="list those that fit only at the low end of overheads too")
+    o.add_argument("--plot", metavar="PATH", help="write the feasible region (b against TP·PP): .png, .pdf, .svg")
+    o.add_argument("--progress", action="store_true", help="a progress bar on stderr even when it is not a TTY")
+    o.add_argument("--chunk", default=str(1 << 18), help=argparse.SUPPRESS)
+
+
+def space_from_args(args: argparse.Namespace):
+    import dataclasses
+
+    from .config import load_model
+    from .layout import LayoutSpec
+    from .parallel import Parallel
+    from .routing import Routing
+    from .scenario import load_scenario
+    from .schedule import Schedule
+    from .states import recipe
+    from .sweep import Space
+    from .units import parse_size
+
+    gpus = _positive(args.gpus, "--gpus")
+    scn = load_scenario(args.scenario)
+    model = load_model(args.model) if args.model else scn.model
+    seq = scn.parallel.sequence_parallel if args.sequence_parallel is None else args.sequence_parallel
+    moe = scn.parallel.moe_sequence_parallel if args.moe_sequence_parallel is None else args.moe_sequence_parallel
+    if moe and not seq and args.moe_sequence_parallel is None:
+        moe = None
+    ch: dict = {"model": model, "parallel": Parallel(sequence_parallel=seq, moe_sequence_parallel=moe),
+                "layout": LayoutSpec(), "schedule": Schedule(), "microbatches": None}
+    if args.gpu_memory is not None:
+        ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
+    if args.convention:
+        ch["convention"] = args.convention
+    if args.precision:
+        ch["precision"] = recipe(args.precision)
+    if args.mtp is not None:
+        ch["mtp"] = args.mtp
+    if args.routing or args.capacity_factor or args.rank_load:
+        kind = args.routing or ("capacity" if args.capacity_factor else "dynamic")
+        ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load)
+    base = scn.replace(**ch)
+    n_layers, n_experts = model.value("L"), model.value("N")
+    chunks = _positive(args.chunks, "--chunks")
+    sched = args.schedule or (f"interleaved:{scn.schedule.chunks}" if scn.schedule.name == "interleaved"
+                              else scn.schedule.name)
+    space = Space(
+        base=base, gpus=gpus,
+        tp=parse_ints(args.tp, "--tp"),
+        pp=parse_ints(args.pp if args.pp is not None else _divisors(gpus, n_layers), "--pp"),
+        ep=parse_ints(args.ep if args.ep is not None else _powers_of_two_dividing(n_experts), "--ep"),
+        etp=parse_ints(args.etp, "--etp"),
+        recompute=parse_recompute(args.recompute),
+        schedule=parse_schedules(sched, chunks),
+        zero=parse_ints(args.zero, "--zero", minimum=0),
+        microbatches=parse_microbatches(args.microbatches),
+        s=parse_ints(args.s if args.s is not None else str(scn.s), "-s"),
+        b=parse_ints(args.b, "-b"))
+    del dataclasses
+    return space
+
+
+# ------------------------------------------------------------------------------------------------ progress
+class Progress:
+    """A progress bar on stderr, redrawn at most ten times a second."""
+
+    def __init__(self, total: int, stream=None) -> None:
+        self.total, self.done, self.stream = max(total, 1), 0, stream or sys.stderr
+        self.t0 = self.last = time.perf_counter()
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if now - self.last >= 0.1 or self.done >= self.total:
+            self.last = now
+            self.draw(now)
+
+    def draw(self, now: float) -> None:
+        frac = min(1.0, self.done / self.total)
+        bar = "#" * int(30 * frac)
+        self.stream.write(f"\rsweep [{bar:<30}] {frac:6.1%} {self.done:,}/{self.total:,} configurations "
+                          f"{now - self.t0:.1f} s")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.draw(time.perf_counter())
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+# ------------------------------------------------------------------------------------------------- output
+COLUMNS = ("rank", "tp", "pp", "ep", "etp", "dp", "edp", "layout", "recompute", "schedule", "microbatches", "zero",
+           "b", "s", "stage", "binding", "weights", "gradients", "optimizer", "activations", "allocated", "low",
+           "high", "headroom", "verdict")
+REJECT_COLUMNS = ("rule", "tp", "pp", "ep", "etp", "schedule", "microbatches", "reason", "configurations")
+
+
+def _settings(space) -> dict:
+    base = space.base
+    par = base.parallel
+    return {"model": base.model.name, "gpus": space.gpus, "gpu_memory": space.capacity,
+            "scenario": base.name, "convention": base.convention, "precision": base.precision.name,
+            "rules": base.rules.name, "routing": base.routing.label, "mtp": base.mtp,
+            "sequence_parallel": par.sequence_parallel, "moe_sequence_parallel": par.moe_sp,
+            "fragmentation": list(base.fragmentation), "comm_buffers": list(base.comm_buffers),
+            "axes": {"tp": list(space.tp), "pp": list(space.pp), "ep": list(space.ep), "etp": list(space.etp),
+                     "recompute": list(space.recompute),
+                     "schedule": [x.name if x.name != "interleaved" else f"interleaved:{x.chunks}"
+                                  for x in space.schedule],
+                     "zero": list(space.zero),
+                     "microbatches": ["pp" if m is None else m for m in space.microbatches],
+                     "s": _compact(space.s), "b": _compact(space.b)}}
+
+
+def _compact(values: tuple[int, ...]) -> list[int] | str:
+    if len(values) > 16:
+        return f"{len(values)} values from {values[0]} to {values[-1]}"
+    return list(values)
+
+
+def _counts(summary) -> dict:
+    return {"configurations": summary.total, "valid": summary.valid, "rejected": summary.rejected,
+            "fit": summary.fits, "fit_only_at_low_end": summary.marginal, "do_not_fit": summary.does_not_fit,
+            "structural_cases": summary.cases}
+
+
+def _ranked(summary) -> list[dict]:
+    return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}} for i, r in enumerate(summary.ranked)]
+
+
+def _rejections(summary) -> list[dict]:
+    return [r.as_dict() for r in summary.rejections]
+
+
+def _csv(rows: list[dict], columns: tuple[str, ...]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("pp" if k == "microbatches" and r.get(k, "") is None else r.get(k, "")) for k in columns})
+    return buf.getvalue()
+
+
+def _text(summary, top: int, rejected: bool) -> str:
+    sp = summary.space
+    base = sp.base
+    par = base.parallel
+    sp_text = "SP on" if par.sequence_parallel else "SP off"
+    if par.sequence_parallel:
+        sp_text += ", MoE sequence-sharded" if par.moe_sp else ", MoE not sequence-sharded"
+    lines = [
+        f"sweep: {base.model.name} on {sp.gpus:,} GPUs of {sp.capacity:,} bytes ({fmt_gb(sp.capacity)} GB, "
+        f"{fmt_gib(sp.capacity)} GiB); precision {base.precision.name}, convention {base.convention}, rules "
+        f"{base.rules.name}, routing {base.routing.kind}, {sp_text}, MTP {'on' if base.mtp else 'off'}; "
+        f"fragmentation {base.fragmentation[0]:.0%}-{base.fragmentation[1]:.0%}, communication buffers "
+        f"{base.comm_buffers[0] / GB:.2f}-{base.comm_buffers[1] / GB:.2f} GB",
+        f"{summary.total:,} configurations: {summary.valid:,} valid, {summary.rejected:,} rejected"
+        + ("" if rejected or not summary.rejected else " (--rejected says why)")
+        + f"; {summary.fits:,} fit, {summary.marginal:,} fit only at the low end of overheads, "
+          f"{summary.does_not_fit:,} do not fit",
+        f"compiled: {summary.cases} structural case(s) derived once ({summary.derive_seconds:.2f} s); "
+        f"sweep {summary.seconds:.2f} s ({summary.valid / max(summary.seconds, 1e-9):,.0f} configurations/s)",
+    ]
+    if summary.ranked:
+        what = "fit or fit at the low end" if any(r["verdict"] != "fits" for r in summary.ranked) else "fit"
+        lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by headroom "
+                     "(capacity - high estimate); sizes in GiB = 2^30 bytes; the peak stage and its largest "
+                     "component bind:")
+        head = (f"{'rank':>4} {'TP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} {'recompute':<10} "
+                f"{'schedule':<13} {'M':>4} {'ZeRO':>4} {'b':>4} {'s':>7} {'stage':>5} {'binding':<11} "
+                f"{'low-high GiB':>15} {'headroom':>8}")
+        lines.append(head)
+        for r in _ranked(summary):
+            lines.append(
+                f"{r['rank']:>4} {r['tp']:>3} {r['pp']:>3} {r['ep']:>4} {r['etp']:>3} {r['dp']:>5} {r['edp']:>5} "
+                f"{r['recompute']:<10} {r['schedule']:<13} {r['microbatches']:>4} {r['zero']:>4} {r['b']:>4} "
+                f"{r['s']:>7} {r['stage']:>5} {r['binding']:<11} "
+                f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f}")
+    else:
+        lines.append("no configuration fits")
+    if rejected:
+        lines.append(f"rejected: {summary.rejected:,} configurations, by the first rule they fail "
+                     "(world size, pipeline layout, parallel sizes, schedule):")
+        for r in summary.rejections:
+            where = " ".join(f"{k}={'pp' if v is None else v}" for k, v in r.where)
+            lines.append(f"  {r.rule:<8} {where}: {r.reason} ({r.count:,} configurations)")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from .sweep import sweep
+    from .sweep_plot import plot_format, write_region
+
+    space = space_from_args(args)
+    top = _positive(args.top, "--top") if str(args.top).strip() != "0" else 0
+    chunk = _positive(args.chunk, "--chunk")
+    if args.plot:
+        plot_format(args.plot)
+    bar = Progress(space.size) if (args.progress or sys.stderr.isatty()) else None
+    try:
+        summary = sweep(space, top=top, marginal=args.marginal, region=bool(args.plot), chunk=chunk, progress=bar)
+    finally:
+        if bar:
+            bar.close()
+    if args.plot:
+        write_region(summary, args.plot)
+    if args.json:
+        out = {**_settings(space), "unit": "bytes", "counts": _counts(summary), "ranked": _ranked(summary)}
+        if args.rejected:
+            out["rejected"] = _rejections(summary)
+        sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    elif args.csv:
+        sys.stdout.write(_csv(_rejections(summary), REJECT_COLUMNS) if args.rejected
+                         else _csv(_ranked(summary), COLUMNS))
+    else:
+        sys.stdout.write(_text(summary, top, args.rejected))
+    return 0
+
+
+COMMAND = ("sweep parallel configurations on G GPUs: what fits, ranked by headroom, and why the rest do not",
+           add_args, run)
