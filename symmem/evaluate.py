@@ -9,6 +9,18 @@ from functools import lru_cache
 
 import sympy
 
+
+def as_expr(x) -> sympy.Expr:
+    """Engine values to sympy without `sympify` (which would also evaluate strings: never used on user text)."""
+    if isinstance(x, sympy.Basic):
+        return x
+    if isinstance(x, int):
+        return sympy.Integer(x)
+    if isinstance(x, Fraction):
+        return sympy.Rational(x.numerator, x.denominator)
+    raise TypeError(f"not an engine expression: {type(x).__name__}")
+
+
 Compiled = tuple[tuple[Fraction, tuple[tuple[sympy.Symbol, int], ...]], ...]
 
 
@@ -33,7 +45,7 @@ def compile_expr(expr: sympy.Expr) -> Compiled:
 def evaluate(expr: sympy.Expr, values: dict) -> Fraction:
     """The exact value of `expr` with every symbol given in `values`."""
     total = Fraction(0)
-    for coeff, powers in compile_expr(sympy.sympify(expr)):
+    for coeff, powers in compile_expr(as_expr(expr)):
         term = coeff
         for sym, e in powers:
             try:

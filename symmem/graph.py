@@ -26,7 +26,7 @@ class Dim:
 
 def D(size: sympy.Expr | int, *axes: str) -> Dim:
     """Shorthand: `D(n_h, "tp")` is the head dimension split over tensor parallelism."""
-    return Dim(sympy.sympify(size) if isinstance(size, int) else size, tuple(axes))
+    return Dim(sympy.Integer(size) if isinstance(size, int) else size, tuple(axes))
 
 
 @dataclass(frozen=True)

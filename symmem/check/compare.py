@@ -13,6 +13,7 @@ from itertools import combinations
 
 import sympy
 
+from ..evaluate import as_expr
 from ..symbols import b as B_SYM
 from ..symbols import s as S_SYM
 
@@ -57,7 +58,7 @@ class Comparison:
 
 
 def _value(expr: sympy.Expr, constants: dict) -> int:
-    v = sympy.sympify(expr).subs(constants)
+    v = as_expr(expr).subs(constants)
     return int(sympy.ceiling(v)) if v.is_number else 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sympy
 
+from ..evaluate import as_expr
 from ..symbols import SYMBOLS, latex_names
 
 # The paper's order inside a monomial (b s h d_{cq} d_c d_h d_{hr} n_h N N_r h_E ...).
@@ -43,7 +44,7 @@ def _term_key(powers: dict):
 
 
 def polynomial_latex(expr: sympy.Expr) -> str:
-    expr = sympy.expand(sympy.sympify(expr))
+    expr = sympy.expand(as_expr(expr))
     if expr == 0:
         return "0"
     gens = sorted(expr.free_symbols, key=_key)

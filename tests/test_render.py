@@ -1,0 +1,142 @@
+"""LaTeX that compiles, formulas that render, figures that show the numbers."""
+
+import io
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from symmem.render.latex import latex
+from symmem.render.report import Formula, scenario_formulas
+
+GOLDEN = Path(__file__).resolve().parent.parent / "paper_tables"
+
+
+def test_every_formula_renders_in_mathtext(paper):
+    from matplotlib import mathtext
+
+    count = 0
+    for _, items in scenario_formulas(paper):
+        for f in items:
+            buf = io.BytesIO()
+            mathtext.math_to_image(f"${f.latex}$", buf, dpi=30, format="png")
+            assert buf.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
+            count += 1
+    assert count > 40
+
+
+def test_paper_notation():
+    from symmem import parse_formula
+
+    e = parse_formula(r"10bsh + 8bs(d_{cq}+d_c) + 16bsd_hn_h + 8bsd_{hr}n_h + 10bn_hs^2")
+    assert latex(e) == r"10bsh + 8bs(d_{cq}+d_c) + 16bsd_hn_h + 8bsd_{hr}n_h + 10bn_hs^{2}"
+    # and it parses back
+    assert parse_formula(latex(e)) == e
+
+
+def test_repr_latex(paper):
+    from symmem.paper import collect
+
+    f = Formula("x", parse := __import__("symmem").parse_formula("8bsh + 8bsN_r"))
+    assert f._repr_latex_() == "$8bs(h+N_r)$"
+    del parse
+    t = collect()[0]
+    assert t._repr_latex_().startswith("% table1_hyperparameters")
+
+
+def _pdflatex():
+    exe = shutil.which("pdflatex")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("pdflatex is missing: .ci/run must install Debian's TeX Live packages")
+        pytest.skip("pdflatex not installed")
+    return exe
+
+
+@pytest.mark.latex
+def test_report_compiles(tmp_path):
+    exe = _pdflatex()
+    shutil.copytree(GOLDEN, tmp_path / "t")
+    r = subprocess.run([exe, "-interaction=nonstopmode", "-halt-on-error", "report.tex"], cwd=tmp_path / "t",
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:]
+    pdf = (tmp_path / "t" / "report.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and len(pdf) > 50_000
+
+
+@pytest.mark.latex
+def test_scenario_latex_export_compiles(tmp_path):
+    from symmem.cli import main
+
+    exe = _pdflatex()
+    assert main(["latex", "--scenario", "paper-megatron", "--recompute", "full", "--out", str(tmp_path)]) == 0
+    r = subprocess.run([exe, "-interaction=nonstopmode", "-halt-on-error", "report.tex"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:]
+
+
+# ---- figures
+def _pixels(png: bytes):
+    import matplotlib.image as mpimg
+
+    return mpimg.imread(io.BytesIO(png), format="png")
+
+
+@pytest.mark.parametrize("name", ["stage_memory", "memory_vs_microbatch", "memory_vs_seqlen", "params_by_block"])
+def test_golden_png_is_not_blank(name):
+    img = _pixels((GOLDEN / "figures" / f"{name}.png").read_bytes())
+    h, w = img.shape[:2]
+    assert w >= 500 and h >= 300
+    assert img[..., :3].std() > 0.05  # not a blank page
+    assert (img[..., :3] < 0.9).mean() > 0.02  # ink on at least 2 % of the pixels
+    pdf = (GOLDEN / "figures" / f"{name}.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and b"CreationDate" not in pdf
+
+
+def test_stage_figure_draws_the_memory_numbers(paper):
+    from symmem.analysis import memory
+    from symmem.render.plots import figure_stage_memory
+
+    fig, data = figure_stage_memory([("paper", paper)])
+    rows = data["paper"]
+    mems = memory(paper)
+    assert [r["activations"] for r in rows] == [m.activations for m in mems]
+    assert [r["weights"] + r["gradients"] + r["optimizer"] for r in rows] == [m.states.total for m in mems]
+    ax = fig.axes[0]
+    heights = sorted(round(p.get_height(), 6) for p in ax.patches)
+    assert round(mems[1].activations / 2**30, 6) in heights
+    assert "GiB" in ax.get_ylabel() and ax.get_xlabel() == "pipeline stage"
+
+
+def test_params_figure_sums_to_total(paper):
+    from symmem.analysis import model_totals
+    from symmem.render.plots import figure_params_by_block
+
+    _, data = figure_params_by_block(paper.model)
+    assert sum(data.values()) == model_totals(paper.model).total
+
+
+def test_sweep_figure_is_monotone_in_b(paper):
+    from symmem.render.plots import figure_memory_sweep
+
+    _, data = figure_memory_sweep(paper, "b", [1, 2, 4])
+    for policy, ys in data.items():
+        assert ys == sorted(ys), policy
+    assert data["full"][0] < data["selective"][0] < data["none"][0]
+
+
+def test_figures_are_deterministic(paper):
+    from symmem.render.plots import figure_params_by_block, save
+
+    a = save(figure_params_by_block(paper.model)[0])
+    b = save(figure_params_by_block(paper.model)[0])
+    assert a == b
+
+
+def test_plot_command(tmp_path):
+    from symmem.cli import main
+
+    assert main(["plot", "--out", str(tmp_path), "--figures", "params_by_block"]) == 0
+    assert (tmp_path / "params_by_block.png").stat().st_size > 10_000
