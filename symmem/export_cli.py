@@ -27,7 +27,15 @@ def scenario_tables(scn):
              f"Overheads: {scn.fragmentation[0]:.0%}-{scn.fragmentation[1]:.0%} fragmentation and "
              f"{scn.comm_buffers[0]:,}-{scn.comm_buffers[1]:,} bytes of communication buffers; capacity "
              f"{scn.gpu_memory:,} bytes. GiB = 2^30 bytes.")
-    return [Table("memory_per_stage", f"Memory per GPU of every stage ({scn.name})",
+    params = [(m.stage.index, ", ".join(str(i) for i in m.stage.layers) or "-",
+               ("embedding " if m.stage.embedding else "") + ("head " if m.stage.head else "")
+               + (f"{m.stage.mtp} MTP" if m.stage.mtp else ""), m.params.per_gpu["dense"],
+               m.params.per_gpu["router"], m.params.per_gpu["routed_expert"], m.params.per_gpu["shared_expert"],
+               m.params.total, m.params.whole_total) for m in mems]
+    return [Table("params_per_stage", f"Parameters per GPU of every stage ({scn.name})",
+                  ("stage", "layers", "also", "dense", "routers", "routed experts", "shared experts", "per GPU",
+                   "whole stage"), tuple(params), notes[:1], align="rllrrrrrr"),
+            Table("memory_per_stage", f"Memory per GPU of every stage ({scn.name})",
                   ("stage", "parameters", "weights B", "gradients B", "optimizer B", "activations per micro-batch B",
                    "in flight", "activations B", "allocated B", "with overheads GiB", "verdict"),
                   tuple(rows), notes, align="rrrrrrrrrll")]

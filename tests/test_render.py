@@ -140,3 +140,13 @@ def test_plot_command(tmp_path):
 
     assert main(["plot", "--out", str(tmp_path), "--figures", "params_by_block"]) == 0
     assert (tmp_path / "params_by_block.png").stat().st_size > 10_000
+
+
+def test_comparison_repr_latex(paper):
+    from symmem import compare, parse_formula, stage_activation_expr
+    from symmem.analysis import values
+
+    e = stage_activation_expr(paper, paper.stages[1], "mla")
+    assert compare(e, e, values(paper))._repr_latex_() == r"$\text{EQUAL}$"
+    wrong = compare(e, parse_formula("10bsh"), values(paper))._repr_latex_()
+    assert wrong.startswith(r"$\text{DIFFERENT}") and "8bs(d_{cq}+d_c)" in wrong

@@ -56,6 +56,15 @@ class Comparison:
     def differing(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.differs)
 
+    def _repr_latex_(self) -> str:
+        from ..render.latex import latex
+
+        if self.verdict == EQUAL:
+            return r"$\text{EQUAL}$"
+        cond = ", ".join(f"{k} = {v}" for k, v in self.condition)
+        head = r"\text{equal only when } " + cond if self.condition else r"\text{DIFFERENT}"
+        return rf"${head}:\ \text{{derived}} - \text{{yours}} = {latex(self.difference)}$"
+
 
 def _value(expr: sympy.Expr, constants: dict) -> int:
     v = as_expr(expr).subs(constants)
