@@ -49,7 +49,7 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
         g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
         g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
         g.add_argument("--histogram", help="a file of per-expert loads (numbers separated by spaces, commas or lines)")
-        g.add_argument("--gpu-memory", help="GPU capacity, e.g. 80GB, 141GB, 80GiB")
+        g.add_argument("--gpu-memory", help="GPU capacity: 80GB, 141GB, 80GiB, or a name: H800, H100, H200, B200")
 
 
 def scenario_from_args(args: argparse.Namespace):

@@ -14,11 +14,17 @@ _UNITS = {
     "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
+# GPU capacities by name (HBM as sold, GB = 10^9 bytes).
+GPUS = {"h800": 80 * GB, "h100": 80 * GB, "a100": 80 * GB, "h20": 96 * GB, "h200": 141 * GB, "b200": 192 * GB,
+        "mi300x": 192 * GB}
+
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: object, field: str = "size") -> int:
-    """`80GB` = 80·10^9 bytes, `80GiB` = 80·2^30, `80e9` and `80000000000` are bytes."""
+    """`80GB` = 80·10^9 bytes, `80GiB` = 80·2^30, `80e9` and `80000000000` are bytes; `H800`, `H200`... name a GPU."""
+    if isinstance(text, str) and text.strip().lower() in GPUS:
+        return GPUS[text.strip().lower()]
     if isinstance(text, int) and not isinstance(text, bool):
         if text <= 0:
             raise SymmemError(f"{field} = {text!r}: must be a positive number of bytes")
@@ -27,7 +33,8 @@ def parse_size(text: object, field: str = "size") -> int:
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
         raise SymmemError(
-            f"{field} = {text!r}: not a size; write e.g. 80GB (10^9 bytes), 80GiB (2^30 bytes) or 80e9")
+            f"{field} = {text!r}: not a size; write e.g. 80GB (10^9 bytes), 80GiB (2^30 bytes), 80e9, "
+            f"or a GPU name ({', '.join(g.upper() for g in GPUS)})")
     value = Fraction(m.group(1)) * _UNITS[unit]
     if value <= 0:
         raise SymmemError(f"{field} = {text!r}: must be a positive size")
