@@ -1,0 +1,318 @@
+"""The compiled path of a sweep: exact vectorised evaluation over tiles of the configuration grid.
+
+For each PP (one pipeline layout) the valid (TP, EP, ETP) arrangements are stacked on one axis; for each
+recomputation policy the structural case is derived once (`sweep_compile.compile_case`); then, per schedule, the
+grid (arrangement, ZeRO, M, s, b) is evaluated in tiles of at most `chunk` configurations:
+
+* parameters per GPU of every stage class: the compiled polynomials in t, ep, etp over the arrangements;
+* model states: the ZeRO sharding of `states.state_bytes`, on arrays;
+* activations per micro-batch: the compiled polynomial in b, s, t, ep, etp over the tile;
+* in flight: `Schedule.in_flight` of the class's lowest stage for each M (computed once per PP and schedule);
+* the peak stage (the largest allocation, the lowest index on ties), then fragmentation and buffers as
+  `analysis.stage_memory` applies them (float fractions of the exact integer allocation, rounded up).
+
+Integers stay exact: a bound computed with Python integers picks int64 (no overflow possible) or Python integers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .errors import SymmemError
+from .params import GROUPS, MOE_GROUPS
+from .schedule import Schedule
+from .states import Precision, zero_stage
+from .sweep_compile import INT64_SAFE, compile_case
+
+COMPONENTS = ("weights", "gradients", "optimizer", "activations")
+CHUNK = 1 << 18  # configurations per evaluated tile
+
+
+@dataclass
+class Block:
+    """One evaluated tile: arrays shaped (arrangement, ZeRO, M, s, b) over the index arrays given."""
+
+    space: object  # the sweep.Space
+    pp: int
+    layout: str
+    recompute: str
+    schedule: str
+    par: dict[str, np.ndarray]  # per arrangement: tp, ep, etp, dp, edp, and `base` (its first ordinal)
+    z_idx: np.ndarray
+    m_idx: np.ndarray
+    s_idx: np.ndarray
+    b_idx: np.ndarray
+    m_values: np.ndarray  # M of each m_idx (None resolved to PP)
+    low: np.ndarray
+    high: np.ndarray
+    alloc: np.ndarray
+    cls: np.ndarray  # which stage class peaks
+    stage_index: tuple[int, ...]  # the stage each class is named by
+    states: np.ndarray  # (classes, arrangements, ZeRO, 3): weights, gradients, optimizer bytes
+
+    @property
+    def size(self) -> int:
+        return int(self.high.size)
+
+    def ordinals(self, flat: np.ndarray) -> np.ndarray:
+        """Sweep numbers of the flat positions `flat` (increasing with `flat`)."""
+        pi, zi, mi, si, bi = np.unravel_index(flat, self.high.shape)
+        st = self.space.strides
+        return (self.par["base"][pi] + self.z_idx[zi] * st[6] + self.m_idx[mi] * st[7] + self.s_idx[si] * st[8]
+                + self.b_idx[bi] * st[9])
+
+    def record(self, flat: int) -> dict:
+        from .analysis import verdict
+
+        pi, zi, mi, si, bi = (int(x) for x in np.unravel_index(flat, self.high.shape))
+        c = int(self.cls.flat[flat])
+        w, g, o = (int(x) for x in self.states[c, pi, zi])
+        alloc = int(self.alloc.flat[flat])
+        comps = (w, g, o, alloc - w - g - o)
+        low, high = int(self.low.flat[flat]), int(self.high.flat[flat])
+        sp = self.space
+        cap = sp.capacity
+        par = {k: int(self.par[k][pi]) for k in ("tp", "ep", "etp", "dp", "edp")}
+        return {
+            "ordinal": int(self.ordinals(np.array([flat]))[0]),
+            "tp": par["tp"], "pp": self.pp, "ep": par["ep"], "etp": par["etp"], "dp": par["dp"],
+            "edp": par["edp"], "layout": self.layout, "recompute": self.recompute, "schedule": self.schedule,
+            "zero": sp.zero[self.z_idx[zi]], "microbatches": int(self.m_values[mi]),
+            "s": sp.s[self.s_idx[si]], "b": sp.b[self.b_idx[bi]],
+            "stage": self.stage_index[c], **dict(zip(COMPONENTS, comps)),
+            "binding": COMPONENTS[comps.index(max(comps))], "allocated": alloc, "low": low, "high": high,
+            "headroom": cap - high, "verdict": verdict(low, high, cap),
+        }
+
+
+def tiles(sizes: tuple[int, ...], limit: int) -> Iterator[tuple[slice, ...]]:
+    """Tiles of a grid of `sizes`, each at most `limit` cells (or part of one row of the last axis), C order."""
+    k, inner = len(sizes), 1
+    while k > 0 and inner * sizes[k - 1] <= limit:
+        inner *= sizes[k - 1]
+        k -= 1
+    if k == 0:
+        yield tuple(slice(0, n) for n in sizes)
+        return
+    axis = k - 1
+    step = max(1, limit // inner)
+    rest = tuple(slice(0, n) for n in sizes[k:])
+    for outer in itertools.product(*(range(n) for n in sizes[:axis])):
+        for start in range(0, sizes[axis], step):
+            yield tuple(slice(i, i + 1) for i in outer) + (slice(start, min(start + step, sizes[axis])),) + rest
+
+
+@lru_cache(maxsize=4096)
+def schedule_table(sched: Schedule, pp: int, m_values: tuple[int, ...], reps: tuple[int, ...]):
+    """For each M: valid, or the engine's reason; for the valid ones, in-flight numerators per class (at the
+    class's lowest stage) over one denominator. Checks that in flight never grows with the stage index, which is
+    what lets a class of identical stages be represented by its lowest stage."""
+    valid, reasons, ks = [], [], []
+    for i, m in enumerate(m_values):
+        try:
+            sched.check(pp, m)
+        except SymmemError as e:
+            reasons.append((i, str(e)))
+            continue
+        k = [sched.in_flight(st, pp, m) for st in range(pp)]
+        if any(k[j + 1] > k[j] for j in range(pp - 1)):
+            raise SymmemError(f"schedule {sched.name}: in-flight micro-batches grow with the stage index at "
+                              f"PP = {pp}, M = {m}; the compiled sweep assumes they do not")
+        valid.append(i)
+        ks.append([k[r] for r in reps])
+    den = math.lcm(*(f.denominator for row in ks for f in row)) if ks else 1
+    kn = np.array([[int(f * den) for f in row] for row in ks], dtype=np.int64).T.reshape(len(reps), len(ks))
+    return np.array(valid, dtype=np.int64), tuple(reasons), kn, den
+
+
+def state_arrays(dense: np.ndarray, moe: np.ndarray, dp: np.ndarray, edp: np.ndarray, precision: Precision,
+                 zero: int, copies: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`states.state_bytes` (and DualPipe's weight copies) over arrays of arrangements."""
+
+    def share(n, group, sharded):
+        return -((-n) // group) if sharded else n
+
+    def part(nbytes, sharded):
+        return nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
+
+    z = zero_stage(zero)
+    return (part(precision.weight_bytes, z >= 3) * copies, part(precision.grad_bytes, z >= 2),
+            part(precision.master_bytes + precision.optimizer_bytes, z >= 1))
+
+
+def _frag(alloc: np.ndarray, f: float) -> np.ndarray:
+    """ceil(alloc · f) with alloc converted to a float first, as `math.ceil(alloc * f)` in the reference."""
+    if alloc.dtype == object:
+        return np.array([math.ceil(x * f) for x in alloc.flat], dtype=object).reshape(alloc.shape)
+    return np.ceil(alloc.astype(np.float64) * f).astype(np.int64)
+
+
+def _clip(x: np.ndarray) -> np.ndarray:
+    """Back to int64; a value past 2^63 bytes (no GPU has that) saturates, so it can only be 'does not fit'."""
+    if x.dtype != object:
+        return x
+    return np.array([min(int(v), 2**63 - 1) for v in x.flat], dtype=np.int64).reshape(x.shape)
+
+
+def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
+    """The valid (TP, EP, ETP) arrangements for PP, grouped by what the derivation depends on beyond PP (EP, for
+    histogram routing); rejections reported in the order the rules are checked."""
+    from .sweep import check_world, make_parallel, pipeline_layout
+
+    base, gpus, st = space.base, space.gpus, space.strides
+    per_combo = len(space.recompute) * len(space.schedule) * len(space.zero) * len(space.microbatches) * \
+        len(space.s) * len(space.b)
+    layout: object = None
+    groups: dict = {}
+    for (i_tp, tp), (i_ep, ep), (i_etp, etp) in itertools.product(
+            enumerate(space.tp), enumerate(space.ep), enumerate(space.etp)):
+        try:
+            dp = check_world(gpus, tp, pp)
+        except SymmemError as e:
+            reject("world", (("tp", tp), ("pp", pp)), str(e), per_combo)
+            continue
+        if layout is None:
+            try:
+                layout = pipeline_layout(base, pp)
+            except SymmemError as e:
+                layout = e
+        if isinstance(layout, SymmemError):
+            reject("layout", (("pp", pp),), str(layout), per_combo)
+            continue
+        try:
+            par = make_parallel(base, gpus, tp, pp, ep, etp)
+            par.validate_for(base.model)
+            base.routing.check_model(base.model.value("N"), ep)
+        except SymmemError as e:
+            reject("parallel", (("tp", tp), ("pp", pp), ("ep", ep), ("etp", etp)), str(e), per_combo)
+            continue
+        key = ep if base.routing.kind == "histogram" else None
+        g = groups.setdefault(key, {"par": par, "tp": [], "ep": [], "etp": [], "dp": [], "edp": [], "base": []})
+        for k, v in (("tp", tp), ("ep", ep), ("etp", etp), ("dp", dp), ("edp", par.expert_dp),
+                     ("base", i_tp * st[0] + i_pp * st[1] + i_ep * st[2] + i_etp * st[3])):
+            g[k].append(v)
+    return layout, groups
+
+
+def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
+                progress: Callable[[int], None] | None = None, cases: dict | None = None) -> Iterator[Block]:
+    """Every valid configuration of `space`, exactly evaluated, in tiles of at most `chunk`.
+
+    Rejections are appended to `rejected` as `(rule, where, reason, count)`; `progress(n)` hears of every n
+    configurations done (valid or not); `cases` collects the structural cases used, by key."""
+    base, st = space.base, space.strides
+    n_sb = len(space.s) * len(space.b)
+
+    def reject(rule: str, where: tuple, reason: str, count: int) -> None:
+        if rejected is not None:
+            rejected.append((rule, where, reason, count))
+        if progress:
+            progress(count)
+
+    for i_pp, pp in enumerate(space.pp):
+        layout, groups = _arrangements(space, pp, i_pp, reject)
+        m_values = tuple(pp if m is None else m for m in space.microbatches)
+        for g in groups.values():
+            par = {k: np.array(v, dtype=np.int64) for k, v in g.items() if k != "par"}
+            n_par = len(par["tp"])
+            tep = {"t": par["tp"], "ep": par["ep"], "etp": par["etp"]}
+            for i_rc, rc in enumerate(space.recompute):
+                case = compile_case(base.replace(parallel=g["par"], layout=layout, recompute_name=rc,
+                                                 schedule=Schedule(), microbatches=None))
+                if cases is not None:
+                    cases[case.key] = case
+                reps = tuple(c.index for c in case.classes)
+                counts = []
+                for c in case.classes:
+                    per = {grp: np.broadcast_to(p.ceil_array(tep), (n_par,)) for grp, p in zip(GROUPS, c.params)}
+                    counts.append((per["dense"], sum(per[grp] for grp in MOE_GROUPS)))
+                acts_cache: dict = {}
+                for i_sch, sched in enumerate(space.schedule):
+                    valid, reasons, kn, kd = schedule_table(sched, pp, m_values, reps)
+                    for mi, reason in reasons:
+                        reject("schedule", (("pp", pp), ("schedule", sched_label(sched)),
+                                            ("microbatches", space.microbatches[mi])), reason,
+                               n_par * len(space.zero) * n_sb)
+                    if not valid.size:
+                        continue
+                    states = _states(space, counts, par, sched.weight_copies)
+                    bases = par["base"] + i_rc * st[4] + i_sch * st[5]
+                    sizes = (n_par, len(space.zero), int(valid.size), len(space.s), len(space.b))
+                    for p_sl, z_sl, m_sl, s_sl, b_sl in tiles(sizes, chunk):
+                        key = (p_sl.start, p_sl.stop, s_sl.start, s_sl.stop, b_sl.start, b_sl.stop)
+                        if key not in acts_cache:
+                            if len(acts_cache) > 64:
+                                acts_cache.clear()
+                            acts_cache[key] = _activations(case, space, {k: v[p_sl] for k, v in tep.items()},
+                                                           s_sl, b_sl)
+                        blk = _evaluate(space, acts_cache[key], kn[:, m_sl], kd, states[:, p_sl, z_sl])
+                        yield Block(space, pp, layout.kind, rc, sched_label(sched),
+                                    {**{k: v[p_sl] for k, v in par.items()}, "base": bases[p_sl]},
+                                    np.arange(len(space.zero))[z_sl], valid[m_sl], np.arange(len(space.s))[s_sl],
+                                    np.arange(len(space.b))[b_sl], np.array(m_values)[valid[m_sl]], *blk, reps,
+                                    states[:, p_sl, z_sl])
+                        if progress:
+                            progress(int(blk[0].size))
+
+
+def sched_label(s: Schedule) -> str:
+    return f"interleaved:{s.chunks}" if s.name == "interleaved" else s.name
+
+
+def _states(space, counts, par, copies: int) -> np.ndarray:
+    """(classes, arrangements, ZeRO, 3) bytes; Python integers if int64 could overflow (it cannot, for any real
+    model, but the bound is checked rather than assumed)."""
+    prec = space.base.precision
+    n_max = max(int(max(d.max(), m.max())) for d, m in counts)
+    dt = np.int64 if 2 * n_max * prec.per_parameter < INT64_SAFE else object
+    out = np.zeros((len(counts), len(par["tp"]), len(space.zero), 3), dtype=dt)
+    for c, (dense, moe) in enumerate(counts):
+        for zi, z in enumerate(space.zero):
+            for j, arr in enumerate(state_arrays(dense.astype(dt), moe.astype(dt), par["dp"].astype(dt),
+                                                 par["edp"].astype(dt), prec, z, copies)):
+                out[c, :, zi, j] = arr
+    return out
+
+
+def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[np.ndarray]:
+    """Bytes per micro-batch of each stage class, shaped (arrangement, s, b)."""
+    s = np.array(space.s[s_sl], dtype=np.int64)[None, :, None]
+    b = np.array(space.b[b_sl], dtype=np.int64)[None, None, :]
+    arrays = {"b": b, "s": s, **{k: v[:, None, None] for k, v in tep.items()}}
+    shape = (len(tep["t"]), s.shape[1], b.shape[2])
+    return [np.broadcast_to(c.activation.ceil_array(arrays), shape) for c in case.classes]
+
+
+def _evaluate(space, acts_mb: list[np.ndarray], kn: np.ndarray, kd: int, states: np.ndarray):
+    """(low, high, alloc, peak class) over (arrangement, ZeRO, M, s, b)."""
+    base = space.base
+    frag, bufs = base.fragmentation, base.comm_buffers
+    n_cls = len(acts_mb)
+    state_tot = states.sum(axis=3)  # (classes, arrangements, ZeRO)
+    a_max = [int(a.max()) for a in acts_mb]
+    k_max = [int(kn[c].max()) for c in range(n_cls)]
+    alloc_bound = max(int(state_tot[c].max()) + a_max[c] * k_max[c] for c in range(n_cls))
+    exact = (max(a_max[c] * k_max[c] for c in range(n_cls)) < INT64_SAFE
+             and alloc_bound * (1 + max(frag[1], 1.0)) + bufs[1] < INT64_SAFE)
+    dt = np.int64 if exact else object
+    best = cls = None
+    for c in range(n_cls):
+        acts = acts_mb[c].astype(dt)[:, None] * kn[c].astype(dt)[None, :, None, None]  # (P, M, s, b)
+        if kd != 1:
+            acts = -((-acts) // kd)
+        alloc = state_tot[c].astype(dt)[:, :, None, None, None] + acts[:, None]  # (P, Z, M, s, b)
+        if best is None:
+            best, cls = alloc, np.zeros(alloc.shape, dtype=np.int8)
+        else:
+            up = alloc > best
+            best = np.where(up, alloc, best)
+            cls[up] = c
+    low = best + _frag(best, frag[0]) + bufs[0]
+    high = best + _frag(best, frag[1]) + bufs[1]
+    return _clip(low), _clip(high), _clip(best), cls
