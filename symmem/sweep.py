@@ -102,7 +102,7 @@ class Space:
     def config(self, ordinal: int) -> dict:
         """The axis values of configuration number `ordinal` (M shown as given: None means PP)."""
         idx = np.unravel_index(ordinal, self.shape)
-        out = {a: getattr(self, a)[int(i)] for a, i in zip(AXES, idx)}
+        out = {a: getattr(self, a)[int(i)] for a, i in zip(AXES, idx, strict=True)}
         out["schedule"] = schedule_name(out["schedule"])
         return out
 
@@ -205,7 +205,7 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
             for key in np.unique(keys).tolist():
                 rows = out.region.setdefault(key, (np.full(len(space.b), sentinel),
                                                    np.full(len(space.b), sentinel)))
-                for row, best in zip(rows, bests):
+                for row, best in zip(rows, bests, strict=True):
                     row[blk.b_idx] = np.maximum(row[blk.b_idx], best[keys == key].max(axis=0))
         listed = (blk.low <= cap) if marginal else fit
         count = n_low if marginal else n_fit
@@ -222,7 +222,7 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
                 kth = np.partition(hv, idx.size - top)[idx.size - top]
                 idx = np.concatenate([idx[hv > kth], idx[hv == kth][: top - int(np.count_nonzero(hv > kth))]])
         ords = blk.ordinals(idx) if idx.size else np.zeros(0, dtype=np.int64)
-        for i, o in zip(idx.tolist(), ords.tolist()):
+        for i, o in zip(idx.tolist(), ords.tolist(), strict=True):
             item = (int(head[i]), -o)
             if not top:
                 kept.append((item, blk.record(i)))
@@ -264,7 +264,7 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
     rejected: dict[int, str] = {}
     axes = [getattr(space, a) for a in AXES]
     it = enumerate(itertools.product(*axes)) if ordinals is None else (
-        (o, tuple(ax[int(i)] for ax, i in zip(axes, np.unravel_index(o, space.shape)))) for o in ordinals)
+        (o, tuple(ax[int(i)] for ax, i in zip(axes, np.unravel_index(o, space.shape), strict=True))) for o in ordinals)
     for ordinal, (tp, pp, ep, etp, rc, sched, z, m, s, b) in it:
         try:
             dp = check_world(space.gpus, tp, pp)
@@ -281,7 +281,8 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
         records[ordinal] = {
             "ordinal": ordinal, "tp": tp, "pp": pp, "ep": ep, "etp": etp, "dp": dp, "edp": par.expert_dp,
             "layout": layout.kind, "recompute": rc, "schedule": schedule_name(sched), "zero": z,
-            "microbatches": scn.m, "s": s, "b": b, "stage": top.stage.index, **dict(zip(COMPONENTS, comps)),
+            "microbatches": scn.m, "s": s, "b": b, "stage": top.stage.index,
+            **dict(zip(COMPONENTS, comps, strict=True)),
             "binding": COMPONENTS[comps.index(max(comps))], "allocated": top.allocated, "low": top.low,
             "high": top.high, "headroom": cap - top.high, "verdict": verdict(top.low, top.high, cap)}
     return records, rejected

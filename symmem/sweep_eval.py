@@ -85,7 +85,7 @@ class Block:
             "edp": par["edp"], "layout": self.layout, "recompute": self.recompute, "schedule": self.schedule,
             "zero": sp.zero[self.z_idx[zi]], "microbatches": int(self.m_values[mi]),
             "s": sp.s[self.s_idx[si]], "b": sp.b[self.b_idx[bi]],
-            "stage": self.stage_index[c], **dict(zip(COMPONENTS, comps)),
+            "stage": self.stage_index[c], **dict(zip(COMPONENTS, comps, strict=True)),
             "binding": COMPONENTS[comps.index(max(comps))], "allocated": alloc, "low": low, "high": high,
             "headroom": cap - high, "verdict": verdict(low, high, cap),
         }
@@ -230,7 +230,8 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                 reps = tuple(c.index for c in case.classes)
                 counts = []
                 for c in case.classes:
-                    per = {grp: np.broadcast_to(p.ceil_array(tep), (n_par,)) for grp, p in zip(GROUPS, c.params)}
+                    per = {grp: np.broadcast_to(p.ceil_array(tep), (n_par,))
+                           for grp, p in zip(GROUPS, c.params, strict=True)}
                     counts.append((per["dense"], sum(per[grp] for grp in MOE_GROUPS)))
                 acts_cache: dict = {}
                 for i_sch, sched in enumerate(space.schedule):

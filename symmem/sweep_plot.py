@@ -76,8 +76,9 @@ def render_region(summary, fmt: str) -> bytes:
                     if status[i, j] == 3:
                         ax.text(j, i, f"{head[i, j] / GIB:.1f}", ha="center", va="center", fontsize=7,
                                 color="white")
-        ax.legend(handles=[Patch(facecolor=c, label=s) for c, s in zip(COLOURS, STATUS)], loc="upper center",
-                  bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False, fontsize=8)
+        handles = [Patch(facecolor=c, label=s) for c, s in zip(COLOURS, STATUS, strict=True)]
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False,
+                  fontsize=8)
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, metadata=FORMATS[fmt])

@@ -111,7 +111,7 @@ def test_chunk_size_does_not_change_results():
     b = sweep(space, top=0, region=True, chunk=1 << 20)
     assert a.ranked == b.ranked and (a.valid, a.fits, a.marginal) == (b.valid, b.fits, b.marginal)
     assert a.rejections == b.rejections
-    assert all((x == y).all() for k in a.region for x, y in zip(a.region[k], b.region[k]))
+    assert all((x == y).all() for k in a.region for x, y in zip(a.region[k], b.region[k], strict=True))
 
 
 def test_derived_once_per_structural_case(monkeypatch):
@@ -144,7 +144,7 @@ def test_in_flight_never_grows_with_stage(name):
     for pp in (2, 4, 6, 16):
         for m in range(pp, 4 * pp + 1, pp if name == "interleaved" else 2):
             k = [sched.in_flight(i, pp, m) for i in range(pp)]
-            assert all(a >= b for a, b in zip(k, k[1:]))
+            assert all(a >= b for a, b in zip(k[:-1], k[1:], strict=True))
 
 
 # ------------------------------------------------------------------------------------------- exactness
@@ -244,7 +244,7 @@ BAD = [
 @pytest.mark.parametrize("extra,needle", BAD)
 def test_bad_input_one_line_exit_2(capsys, extra, needle):
     args = list(SMALL)
-    for flag, value in zip(extra[::2], extra[1::2]):
+    for flag, value in zip(extra[::2], extra[1::2], strict=True):
         if flag in args:
             args[args.index(flag) + 1] = value
         else:
