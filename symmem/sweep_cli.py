@@ -141,7 +141,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scenario", default="paper", help="built-in (paper, paper-megatron) or a TOML path")
     g.add_argument("--model", help="preset (deepseek-v3, deepseek-v2, deepseek-v2-lite) or config.json path")
     g.add_argument("--gpus", required=True, help="total GPUs G = DP·TP·PP")
-    g.add_argument("--gpu-memory", help="capacity per GPU, e.g. 80GB, 141GB, 80GiB, 80e9 (default: scenario's)")
+    g.add_argument("--gpu-memory", help="capacity per GPU: 80GB, 141GB, 80GiB, 80e9, or a GPU name (H800, H200, "
+                   "B200, ...); default: the scenario's")
     g.add_argument("--convention", help="TP split of W_QR: paper or megatron")
     g.add_argument("--precision", help="precision recipe: paper or megatron")
     g.add_argument("--routing", help="paper, dispatch, capacity, dynamic")
