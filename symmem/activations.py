@@ -12,7 +12,8 @@ from functools import lru_cache
 
 import sympy
 
-from .graph import AxisSizes, Dataflow, Tensor, local_size
+from .errors import SymmemError
+from .graph import AxisSizes, Dataflow, DType, Tensor, local_size
 from .model import Part
 from .recompute import Policy
 from .rules import RuleSet
@@ -98,13 +99,40 @@ def tensor_bytes(tensor: Tensor, axes: AxisSizes, act_bytes: int, e_tok: sympy.E
     return (per * local_size(tensor.dims, axes)).subs(E_tok, e_tok)
 
 
+def _dtype_name(dtype: DType, act_bytes: int) -> str:
+    # The activation dtype: 4 bytes is FP32, 2 bytes BF16 (what a conversion to FP32 or back is a no-op for).
+    if dtype.nbytes is not None:
+        return dtype.name
+    return {4: "fp32", 2: "bf16"}.get(act_bytes, dtype.name)
+
+
+def storage_of(tensor: Tensor, flow: Dataflow, act_bytes: int) -> Tensor:
+    """The tensor whose storage `tensor` occupies: a view's base, a conversion's source when the dtypes agree
+    (e.g. RMSNorm's `.to(float32)` in an FP32 model), followed to the end. Tensors without aliases are their own."""
+    for _ in range(len(flow.tensors) + 1):
+        if tensor.view_of is not None:
+            tensor = flow.tensors[tensor.view_of]
+        elif tensor.cast_of is not None and (
+                _dtype_name(tensor.dtype, act_bytes) == _dtype_name(flow.tensors[tensor.cast_of].dtype, act_bytes)):
+            tensor = flow.tensors[tensor.cast_of]
+        else:
+            return tensor
+    raise SymmemError(f"tensor {tensor.name!r}: its view_of/cast_of aliases form a cycle in {flow.name}")
+
+
 def part_terms(part: Part, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
                e_tok: sympy.Expr) -> list[Term]:
-    return [
-        Term(part.name, k.block, k.op, k.tensor.name, k.tensor.dtype.name, k.why,
-             tensor_bytes(k.tensor, axes, act_bytes, e_tok), part.count)
-        for k in kept_tensors(part.flow, rules, policy)
-    ]
+    """One term per distinct storage kept: tensors that alias one storage (views, no-op conversions) count once,
+    at the size of the whole storage."""
+    terms: dict[str, Term] = {}
+    for k in kept_tensors(part.flow, rules, policy):
+        root = storage_of(k.tensor, part.flow, act_bytes)
+        if root.name in terms:
+            continue
+        why = k.why if root is k.tensor else f"{k.why}: the storage of {root.name}"
+        terms[root.name] = Term(part.name, k.block, k.op, root.name, root.dtype.name, why,
+                                tensor_bytes(root, axes, act_bytes, e_tok), part.count)
+    return list(terms.values())
 
 
 def sum_terms(terms: Iterable[Term], block: str | None = None) -> sympy.Expr:

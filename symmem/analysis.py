@@ -96,7 +96,7 @@ def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
 # --------------------------------------------------------------------------------------------- activations
 def stage_terms(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -> list[Term]:
     """Every tensor one GPU of `stage` keeps for one micro-batch, with provenance."""
-    parts = stage_parts(scn.model, stage, scn.convention)
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     return list(_terms(_activation_key(scn), parts, symbolic_parallel))
 
 
@@ -125,7 +125,7 @@ def _summed(key: tuple, parts: tuple, block: str | None, symbolic_parallel: bool
 def stage_activation_expr(scn: Scenario, stage: Stage, block: str | None = None,
                           symbolic_parallel: bool = False) -> sympy.Expr:
     """Bytes one GPU of `stage` keeps for one micro-batch (of `block` only, if given), in b, s and model sizes."""
-    parts = stage_parts(scn.model, stage, scn.convention)
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     return _summed(_activation_key(scn), parts, block, symbolic_parallel)
 
 

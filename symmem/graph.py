@@ -43,6 +43,8 @@ FP32 = DType("fp32", 4)
 MASK = DType("mask", 1)  # a dropout mask, one byte per element (Korthikanti et al. 2022)
 INT64 = DType("int64", 8)
 BOOL = DType("bool", 1)
+INT32 = DType("int32", 4)  # e.g. grouped_mm's per-expert offsets
+COMPLEX64 = DType("complex64", 8)  # DeepSeek-V2's rotary table freqs_cis (two FP32 per element)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,10 @@ class Tensor:
     name: str
     dims: tuple[Dim, ...]
     dtype: DType = ACT
+    # Storage aliasing (PyTorch; unused by the paper's dataflows): a view shares its base's storage, and saving
+    # it keeps the whole base alive; a cast to the dtype its source already has is the source itself.
+    view_of: str | None = None  # the tensor whose storage this one views
+    cast_of: str | None = None  # the tensor this one is a dtype conversion of
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,15 @@ class DataflowBuilder:
         ws = tuple(Weight(self.prefix + w.name, w.dims, w.group, w.shared_with) for w in weights)
         self.ops.append(Op(kind, self.prefix + name, self.block, inputs, tuple(outs), ws, frozenset(tags)))
         return tuple(outs)
+
+    def alias(self, name: str, *, view_of: str | None = None, cast_of: str | None = None) -> str:
+        """Declare that tensor `name` views `view_of`'s storage, or is a dtype conversion of `cast_of`."""
+        for other in (view_of, cast_of):
+            if other is not None and other not in self.tensors:
+                raise SymmemError(f"alias of {name!r}: tensor {other!r} is not defined in {self.name}")
+        t = self.tensors[name]
+        self.tensors[name] = Tensor(t.name, t.dims, t.dtype, view_of, cast_of)
+        return name
 
     def _add(self, tensor: Tensor) -> str:
         if tensor.name in self.tensors:

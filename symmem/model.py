@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from . import blocks
+from .blocks import hf
 from .blocks._dims import B, H, seq
 from .blocks.embedding import token_ids
 from .config import ModelConfig
@@ -70,6 +71,33 @@ def mtp_flow(model: ModelConfig, convention: str, index: int = 0) -> Dataflow:
     return fb.build([loss])
 
 
+# Hugging Face's implementation (`symmem.blocks.hf`): selected by a scenario's dataflow setting; the TP
+# convention does not apply (HF has one q_b_proj, split over heads when annotated).
+@lru_cache(maxsize=64)
+def hf_layer_flow(model: ModelConfig, kind: str, impl: hf.HFImpl) -> Dataflow:
+    fb = DataflowBuilder(f"hf {kind} layer")
+    x = fb.input("layer.x", (B, seq(_resid_axis(kind)), H))
+    return fb.build([hf.layer(fb, x, kind, model=model, impl=impl, resid_axis=_resid_axis(kind))])
+
+
+@lru_cache(maxsize=16)
+def hf_mtp_flow(model: ModelConfig, impl: hf.HFImpl, index: int = 0) -> Dataflow:
+    fb = DataflowBuilder(f"hf mtp{index}")
+    fb.block = "mtp"
+    h_main = fb.input("mtp.h_main", (B, seq(_resid_axis(model.layer_kinds()[-1])), H))
+    ids = token_ids(fb, "mtp.input_ids")
+    loss = blocks.mtp(fb, h_main, ids, index=index,
+                      layer=lambda f, x: hf.layer(f, x, "moe", model=model, impl=impl, resid_axis="sp_moe"))
+    return fb.build([loss])
+
+
+@lru_cache(maxsize=16)
+def rope_flow(model: ModelConfig) -> Dataflow:
+    """The rotary tables every layer of a stage keeps: one tensor for all of them, so one part per stage."""
+    fb = DataflowBuilder("rope tables")
+    return fb.build([hf.rope_tables(fb, model)])
+
+
 @dataclass(frozen=True)
 class Part:
     """A piece of a stage: `count` identical copies of one dataflow (e.g. four MoE layers)."""
@@ -81,19 +109,25 @@ class Part:
     layers: tuple[int, ...] = field(default=(), compare=False)  # which layers: not part of the structure
 
 
-def stage_parts(model: ModelConfig, stage: Stage, convention: str) -> tuple[Part, ...]:
+def stage_parts(model: ModelConfig, stage: Stage, convention: str, impl: hf.HFImpl | None = None) -> tuple[Part, ...]:
+    """The parts of a stage: the paper's dataflows, or with `impl` Hugging Face's decoder layers (and MTP layer)
+    plus the rotary tables they share, counted once per stage."""
     kinds = model.layer_kinds()
     parts: list[Part] = []
     if stage.embedding:
         parts.append(Part("embedding", "embedding", embedding_flow(model), 1))
+    if impl is not None and (stage.layers or stage.mtp):
+        parts.append(Part("rope tables", "rope", rope_flow(model), 1))
     for kind in ("dense", "moe"):
         idx = tuple(i for i in stage.layers if kinds[i] == kind)
         if idx:
-            parts.append(Part(f"{kind} layers", kind, layer_flow(model, kind, convention), len(idx), idx))
+            flow = layer_flow(model, kind, convention) if impl is None else hf_layer_flow(model, kind, impl)
+            parts.append(Part(f"{kind} layers", kind, flow, len(idx), idx))
     if stage.head:
         parts.append(Part("head", "head", head_flow(model), 1))
     for i in range(stage.mtp):
-        parts.append(Part(f"mtp{i}", "mtp", mtp_flow(model, convention, i), 1))
+        flow = mtp_flow(model, convention, i) if impl is None else hf_mtp_flow(model, impl, i)
+        parts.append(Part(f"mtp{i}", "mtp", flow, 1))
     return tuple(parts)
 
 

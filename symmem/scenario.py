@@ -12,6 +12,7 @@ from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
+from .blocks.hf import ATTN_IMPLS, EXPERTS_IMPLS, HFImpl, router_kind_of
 from .config import ModelConfig, load_model
 from .errors import SymmemError
 from .layout import LayoutSpec, Stage, build_stages
@@ -25,6 +26,8 @@ from .states import Precision, ZeroStage, recipe, zero_stage
 from .units import parse_size
 
 BUILTIN = ("paper", "paper-megatron")
+DATAFLOWS = ("paper", "hf")
+ACT_DTYPES = {"fp32": 4, "bf16": 2}
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,21 @@ class Scenario:
     fragmentation: tuple[float, float] = (0.05, 0.30)  # allocator overhead, fraction of allocated memory
     comm_buffers: tuple[int, int] = (800_000_000, 2_000_000_000)  # bytes per GPU
     overrides: tuple[str, ...] = field(default=())
+    # which implementation the decoder layers' dataflows follow: "paper" (symmem.blocks) or "hf" (Hugging Face's,
+    # symmem.blocks.hf); None: the rule set's own ("hf" for torch-eager, "paper" otherwise)
+    dataflow: str | None = None
+    attn_impl: str = "eager"  # hf dataflow: attn_implementation, "eager" or "sdpa"
+    experts_impl: str = "eager"  # hf dataflow: experts_implementation, "eager" or "grouped_mm"
+    hf_router: str | None = None  # hf dataflow: router variant; None: from the config (topk_method, norm_topk_prob)
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
             raise SymmemError(f"convention = {self.convention!r}: unknown; known: {', '.join(CONVENTIONS)}")
+        if self.dataflow not in (None,) + DATAFLOWS:
+            raise SymmemError(f"dataflow = {self.dataflow!r}: unknown; known: {', '.join(DATAFLOWS)}")
+        for f, known in (("attn_impl", ATTN_IMPLS), ("experts_impl", EXPERTS_IMPLS)):
+            if getattr(self, f) not in known:
+                raise SymmemError(f"{f} = {getattr(self, f)!r}: unknown; known: {', '.join(known)}")
         for f in ("b", "s", "act_bytes"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -63,6 +77,7 @@ class Scenario:
         self.routing.check_model(self.model.value("N"), self.parallel.ep)
         self.rules  # noqa: B018 - validates the names now, not at first use
         self.policy  # noqa: B018
+        self.flow_impl  # noqa: B018
         self.schedule.check(self.parallel.pp, self.m)
         self.stages  # noqa: B018
 
@@ -73,6 +88,19 @@ class Scenario:
     @cached_property
     def rules(self) -> RuleSet:
         return rule_set(self.rules_name)
+
+    @cached_property
+    def flow_impl(self) -> HFImpl | None:
+        """The HF implementation the activation dataflows follow, or None for the paper's dataflows.
+
+        It depends on b and s: at b = 1 or s = 1 a reshape of the attention value stays a view (HFImpl.flat_view),
+        so a torch-eager expression derived at b = 1 holds at b = 1 (or s = 1) only, and one derived at b, s > 1
+        only there. Evaluate it at the scenario's own b and s (replace them, do not override them at evaluation)."""
+        dataflow = self.dataflow or ("hf" if self.rules_name == "torch-eager" else "paper")
+        if dataflow == "paper":
+            return None
+        return HFImpl(self.attn_impl, self.experts_impl, self.hf_router or router_kind_of(self.model),
+                      flat_view=self.b == 1 or self.s == 1)
 
     @cached_property
     def policy(self) -> Policy:
@@ -103,7 +131,7 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         raise SymmemError(f"{source}: missing key 'model' (a preset name or a config.json path)")
     model_ref = top["model"]
     if not Path(str(model_ref)).is_absolute() and ("/" in str(model_ref) or str(model_ref).endswith(".json")):
-        model_ref = str((Path(source).parent / model_ref)) if Path(source).exists() else model_ref
+        model_ref = str(Path(source).parent / model_ref) if Path(source).exists() else model_ref
     model = load_model(str(model_ref))
     par = _take(top.get("parallel", {}), {k: object for k in (
         "dp", "tp", "pp", "ep", "etp", "edp", "sequence_parallel", "moe_sequence_parallel", "world")},
@@ -125,7 +153,17 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         precision = recipe(prec.get("recipe", "paper"))
     tr = _take(top.get("training", {}), {k: object for k in (
         "zero", "micro_batch_size", "seq_length", "recompute", "rules", "schedule", "chunks", "microbatches",
-        "activation_bytes")}, f"{source} [training]")
+        "activation_bytes", "activation_dtype", "dataflow", "attn_impl", "experts_impl", "hf_router")},
+        f"{source} [training]")
+    act_bytes = tr.get("activation_bytes", 2)
+    if "activation_dtype" in tr:
+        if tr["activation_dtype"] not in ACT_DTYPES:
+            raise SymmemError(f"{source} [training] activation_dtype = {tr['activation_dtype']!r}: must be one of "
+                              f"{', '.join(ACT_DTYPES)}")
+        if "activation_bytes" in tr and tr["activation_bytes"] != ACT_DTYPES[tr["activation_dtype"]]:
+            raise SymmemError(f"{source} [training] activation_bytes = {tr['activation_bytes']!r}: contradicts "
+                              f"activation_dtype = {tr['activation_dtype']!r}")
+        act_bytes = ACT_DTYPES[tr["activation_dtype"]]
     rt = _take(top.get("routing", {}), {k: object for k in ("kind", "capacity_factor", "rank_load", "histogram")},
                f"{source} [routing]")
     routing = Routing(kind=rt.get("kind", "paper"), capacity_factor=rt.get("capacity_factor"),
@@ -155,7 +193,11 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         routing=routing,
         schedule=Schedule(tr.get("schedule", "1f1b"), tr.get("chunks", 1)),
         microbatches=tr.get("microbatches"),
-        act_bytes=tr.get("activation_bytes", 2),
+        act_bytes=act_bytes,
+        dataflow=tr.get("dataflow"),
+        attn_impl=tr.get("attn_impl", "eager"),
+        experts_impl=tr.get("experts_impl", "eager"),
+        hf_router=tr.get("hf_router"),
         gpu_memory=parse_size(gpu.get("memory", "80GB"), "gpu.memory"),
         fragmentation=(float(frag[0]), float(frag[1])),
         comm_buffers=(bufs[0], bufs[1]),

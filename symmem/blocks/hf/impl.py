@@ -1,0 +1,71 @@
+"""Which Hugging Face implementation a dataflow follows: attention and experts implementations, the router
+variant a config selects, and whether a flattening reshape of a strided view stays a view."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ...config import PRESETS, ModelConfig
+from ...errors import SymmemError
+
+ATTN_IMPLS = ("eager", "sdpa")
+EXPERTS_IMPLS = ("eager", "grouped_mm")
+# v3: sigmoid scores, gather of the top-k (norm: divided by their sum, norm_topk_prob); v2: softmax scores,
+# top-k directly (greedy) or after masking the experts of the groups not chosen (group_limited_greedy).
+ROUTERS = ("v3-norm", "v3", "v2-greedy", "v2-group")
+
+
+@dataclass(frozen=True)
+class HFImpl:
+    attn: str = "eager"  # attn_implementation: "eager" or "sdpa"
+    experts: str = "eager"  # experts_implementation: "eager" or "grouped_mm"
+    router: str = "v3-norm"  # one of ROUTERS
+    # b = 1 or s = 1: flattening (b, n_h) of the value, a transposed split of kv_b_proj's output, is a view, so
+    # the saved operand keeps all of kv_b_proj's output alive; otherwise it is a copy of d_v columns only.
+    flat_view: bool = False
+
+    def __post_init__(self) -> None:
+        for field, value, known in (("attn_impl", self.attn, ATTN_IMPLS), ("experts_impl", self.experts,
+                                     EXPERTS_IMPLS), ("hf_router", self.router, ROUTERS)):
+            if value not in known:
+                raise SymmemError(f"{field} = {value!r}: unknown; known: {', '.join(known)}")
+
+
+def sdpa_backend(model: ModelConfig) -> str:
+    """The CPU sdpa backend torch 2.13 picks: flash-attention-for-CPU needs equal q/k and v head sizes, else math."""
+    v = dict(model.values)
+    return "flash" if v["d_h"] + v["d_hr"] == v["d_v"] else "math"
+
+
+def router_kind(raw: Mapping, where: str = "config") -> str:
+    """The router variant an HF config.json selects (transformers' own defaults where a key is absent)."""
+    mt = raw.get("model_type")
+    if mt == "deepseek_v3":  # HF's V3 router ignores topk_method: always sigmoid and group-limited
+        return "v3-norm" if raw.get("norm_topk_prob", True) else "v3"
+    if mt == "deepseek_v2":  # HF's V2 router ignores norm_topk_prob
+        method = raw.get("topk_method", "greedy")
+        if method == "greedy":
+            return "v2-greedy"
+        if method == "group_limited_greedy":
+            return "v2-group"
+        raise SymmemError(f"{where}: topk_method = {method!r}: transformers' DeepSeek-V2 router runs only "
+                          "'greedy' and 'group_limited_greedy'")
+    raise SymmemError(f"{where}: model_type = {mt!r}: must be 'deepseek_v3' or 'deepseek_v2'")
+
+
+def router_kind_of(model: ModelConfig) -> str:
+    """`router_kind` of a loaded model, re-reading its config (ModelConfig keeps sizes, not routing options)."""
+    try:
+        if model.name in PRESETS:
+            text = resources.files("symmem.presets").joinpath(f"{model.name}.json").read_text()
+        else:
+            text = Path(model.name).read_text()
+        raw = json.loads(text)
+    except (OSError, ValueError):
+        raise SymmemError(f"model = {model.name!r}: cannot re-read its config for topk_method/norm_topk_prob; "
+                          "set hf_router") from None
+    return router_kind(raw, model.name)

@@ -1,0 +1,113 @@
+"""What PyTorch eager autograd keeps for backward (torch 2.13), op kind by op kind.
+
+Measured on Hugging Face's DeepSeek-V3/V2 decoder layers (docs/torch_eager_saved_tensors.md) and exact on them
+with the `hf` dataflows (`symmem.blocks.hf`): tests/validate compares both to the byte. Three things the paper's
+accounting does not model, and this rule set does:
+
+* dtypes: RMSNorm computes in FP32 and keeps an FP32 copy of its input and an FP32 rsqrt; softmax with
+  dtype=float32, the router and sdpa's math backend are FP32 in a BF16 model; indices are int64;
+* storage: a saved view keeps its whole base alive, a conversion to the dtype a tensor already has is that
+  tensor (the dataflow declares views and conversions; `symmem.activations.storage_of` resolves them, after the
+  activation dtype is known);
+* what is not kept: no dropout at p = 0, nothing for additions, scalings, concatenations, index bookkeeping,
+  and nothing from branches whose outputs are dropped (V3's group-limited expert choice).
+
+Weights are parameters, never activations: an op keeping its weight keeps nothing more here.
+On the paper's dataflows (`dataflow = "paper"`) the rules for the paper's abstract ops (router_score,
+dispatch, combine, dropout with p > 0) are PyTorch's nearest equivalents; they are not measured.
+"""
+
+from __future__ import annotations
+
+from ..graph import BOOL, FP32, INT64, Dataflow, Dim, Op, Tensor
+from . import RuleSet, Saved, combine, inputs, nothing, outputs
+
+
+def _rmsnorm(op: Op, flow: Dataflow) -> list[Saved]:
+    """HF's RMSNorm: x.to(fp32) (pow, mul), rsqrt(mean(x²)+eps) of shape (..., 1) (rsqrt, mul), and
+    (x·rsqrt).to(dtype) (the weight's mul). Its output is kept by the op that reads it, if any."""
+    x, y = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    rows = y.dims[:-1] + (Dim(1),)
+    return [Saved(Tensor(f"{y.name}.input_fp32", x.dims, FP32, cast_of=x.name), f"FP32 input of rmsnorm {op.name}"),
+            Saved(Tensor(f"{y.name}.rsqrt", rows, FP32), f"FP32 rsqrt of rmsnorm {op.name}"),
+            Saved(Tensor(f"{y.name}.normed", y.dims), f"normalized input (model dtype) of rmsnorm {op.name}")]
+
+
+def _indices(op: Op, flow: Dataflow) -> list[Saved]:
+    # IndexBackward0 keeps the index tensors (not the indexed tensor: only its shape)
+    return [Saved(flow.tensors[t], f"index of {op.kind} {op.name}") for t in op.inputs[1:]]
+
+
+def _fp32(side: str, position: int, why: str):
+    """Input or output `position`, kept as computed in FP32: a copy in a BF16 model, the tensor in an FP32 one."""
+    def rule(op: Op, flow: Dataflow) -> list[Saved]:
+        t = flow.tensors[(op.inputs if side == "input" else op.outputs)[position]]
+        return [Saved(Tensor(f"{t.name}.fp32", t.dims, FP32, cast_of=t.name), f"{why} of {op.kind} {op.name}")]
+
+    return rule
+
+
+def _all_outputs(op: Op, flow: Dataflow) -> list[Saved]:
+    return [Saved(flow.tensors[t], f"output of {op.kind} {op.name}, kept by every layer") for t in op.outputs]
+
+
+def _dropout_mask(op: Op, flow: Dataflow) -> list[Saved]:
+    # native_dropout keeps a bool mask for p > 0 (HF's DeepSeek configs have p = 0: no dropout op at all)
+    out = flow.tensors[op.outputs[0]]
+    return [Saved(Tensor(f"{out.name}.mask", out.dims, BOOL), f"bool mask of dropout {op.name}")]
+
+
+def _cross_entropy(op: Op, flow: Dataflow) -> list[Saved]:
+    # HF's loss: logits.float(), log_softmax (keeps its FP32 result), nll_loss (keeps the int64 targets).
+    # Not measured by tests/validate (the harness measures decoder layers).
+    logits = flow.tensors[op.inputs[0]]
+    return [Saved(Tensor(f"{logits.name}.log_softmax", logits.dims, FP32), f"FP32 log-probabilities of {op.name}"),
+            Saved(Tensor(f"{logits.name}.targets", logits.dims[:-1], INT64), f"int64 targets of {op.name}")]
+
+
+RULES = RuleSet(
+    "torch-eager",
+    "PyTorch eager autograd (torch 2.13) as Hugging Face transformers 5.24.0 runs DeepSeek-V3/V2: measured",
+    {
+        "linear": inputs(0),  # MmBackward0 / AddmmBackward0: the input (and the weight, a parameter)
+        "grouped_mm": inputs(0, 1),  # GroupedMmBackward0: the input and the int32 offsets
+        "rmsnorm": _rmsnorm,
+        "matmul": inputs(0, 1),  # BmmBackward0: both operands (as flattened: views or copies)
+        "softmax": outputs(0),  # SoftmaxBackward0 / SafeSoftmaxBackward0: the output
+        "sigmoid": outputs(0),  # SigmoidBackward0: the output
+        "silu": inputs(0),
+        "mul": inputs(0, 1),  # MulBackward0 of two tensors that need grad (or one needs the other)
+        "div": inputs(0, 1),  # DivBackward0: numerator and denominator
+        "gather": inputs(1),  # GatherBackward0: the int64 index
+        "index": _indices,
+        "index_add": inputs(0, 1),  # IndexAddBackward0: the index and the source
+        "masked_fill": inputs(1),  # MaskedFillBackward0: the bool mask
+        "topk": outputs(1),  # TopkBackward0: the int64 indices
+        "argtopk": nothing,  # only indices leave it: its node and what it saved die at once
+        "sdpa_flash": combine(inputs(0, 1, 2), outputs(0, 1)),  # q, k, v, output, FP32 logsumexp
+        "rotary_emb": _all_outputs,  # the tables: kept by every layer's RoPE, counted once per stage
+        "embedding": inputs(0),  # EmbeddingBackward0: the int64 token ids
+        "cross_entropy": _cross_entropy,
+        "dropout": _dropout_mask,
+        # Ops whose backward needs nothing kept: conversions, views, copies, sums, scalings by constants,
+        # concatenations, additions, integer bookkeeping outside autograd, and RoPE (whose multiplications keep
+        # only the shared tables, counted with rotary_emb).
+        "cast": nothing,
+        "scale": nothing,
+        "sum": nothing,
+        "split": nothing,
+        "reshape": nothing,
+        "contiguous": nothing,
+        "concat": nothing,
+        "add": nothing,
+        "no_grad": nothing,
+        "rope": nothing,
+        "region": nothing,
+        "view": nothing,
+        "expand": nothing,
+        # The paper's abstract MoE ops, on the paper's dataflows only (nearest PyTorch equivalents, unmeasured):
+        "router_score": _fp32("output", 0, "FP32 scores"),  # sigmoid/softmax computed in FP32 keep their output
+        "dispatch": inputs(1),  # gathering tokens by expert keeps the int64 indices
+        "combine": combine(inputs(0), _fp32("input", 1, "FP32 routing weights")),  # weighting keeps both operands
+    },
+)
