@@ -67,19 +67,20 @@ def render_region(summary, fmt: str) -> bytes:
         ax.set_xlabel(f"TP × PP (GPUs per model replica; DP = {space.gpus} / (TP × PP))")
         ax.set_ylabel("micro-batch size b (sequences per micro-batch)")
         cap = space.capacity
+        annotate = nb * nx <= 300
         ax.set_title(f"{space.base.model.name} on {space.gpus} GPUs of {cap / GB:.2f} GB ({cap / GIB:.2f} GiB): "
-                     "best configuration per cell\n(numbers: largest headroom, capacity − high estimate, in GiB)",
+                     "best configuration per cell"
+                     + ("\n(numbers: largest headroom, capacity − high estimate, in GiB)" if annotate else ""),
                      fontsize=9)
-        if nb * nx <= 300:
+        if annotate:
             for i in range(nb):
                 for j in range(nx):
                     if status[i, j] == 3:
                         ax.text(j, i, f"{head[i, j] / GIB:.1f}", ha="center", va="center", fontsize=7,
                                 color="white")
         handles = [Patch(facecolor=c, label=s) for c, s in zip(COLOURS, STATUS, strict=True)]
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False,
-                  fontsize=8)
-        fig.tight_layout()
+        fig.legend(handles=handles, loc="lower center", ncol=2, frameon=False, fontsize=8)
+        fig.tight_layout(rect=(0, 0.09 * 4.0 / fig.get_figheight(), 1, 1))
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, metadata=FORMATS[fmt])
     return buf.getvalue()
