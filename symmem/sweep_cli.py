@@ -232,17 +232,21 @@ def space_from_args(args: argparse.Namespace):
 
 # ------------------------------------------------------------------------------------------------ progress
 class Progress:
-    """A progress bar on stderr, redrawn at most ten times a second."""
+    """A progress bar on stderr, redrawn at most ten times a second; unless `eager`, only once the sweep has
+    run for half a second (short sweeps print nothing)."""
 
-    def __init__(self, total: int, stream=None) -> None:
+    def __init__(self, total: int, stream=None, eager: bool = False) -> None:
         self.total, self.done, self.stream = max(total, 1), 0, stream or sys.stderr
         self.t0 = self.last = time.perf_counter()
+        self.eager, self.shown = eager, False
 
     def __call__(self, n: int) -> None:
         self.done += n
         now = time.perf_counter()
-        if now - self.last >= 0.1 or self.done >= self.total:
-            self.last = now
+        if not self.eager and now - self.t0 < 0.5:
+            return
+        if not self.shown or now - self.last >= 0.1 or self.done >= self.total:
+            self.last, self.shown = now, True
             self.draw(now)
 
     def draw(self, now: float) -> None:
@@ -253,6 +257,8 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
+        if not (self.shown or self.eager):
+            return
         self.draw(time.perf_counter())
         self.stream.write("\n")
         self.stream.flush()
@@ -366,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     chunk = _positive(args.chunk, "--chunk")
     if args.plot:
         plot_format(args.plot)
-    bar = Progress(space.size) if (args.progress or sys.stderr.isatty()) else None
+    bar = Progress(space.size, eager=args.progress) if (args.progress or sys.stderr.isatty()) else None
     try:
         summary = sweep(space, top=top, marginal=args.marginal, region=bool(args.plot), chunk=chunk, progress=bar)
     finally:
