@@ -145,6 +145,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    "B200, ...); default: the scenario's")
     g.add_argument("--convention", help="TP split of W_QR: paper or megatron")
     g.add_argument("--precision", help="precision recipe: paper or megatron")
+    g.add_argument("--rules", help="saved-tensor rule set: paper or torch-eager")
     g.add_argument("--routing", help="paper, dispatch, capacity, dynamic")
     g.add_argument("--capacity-factor", help="for --routing capacity")
     g.add_argument("--rank-load", help="for --routing dynamic")
@@ -206,6 +207,8 @@ def space_from_args(args: argparse.Namespace):
         ch["precision"] = recipe(args.precision)
     if args.mtp is not None:
         ch["mtp"] = args.mtp
+    if args.rules:
+        ch["rules_name"] = args.rules
     if args.routing or args.capacity_factor or args.rank_load:
         kind = args.routing or ("capacity" if args.capacity_factor else "dynamic")
         ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load)

@@ -170,11 +170,12 @@ class CompiledCase:
 
 
 def structural_key(scn: Scenario) -> tuple:
-    """What the derived expressions depend on (not t, EP, ETP, DP, b, s, ZeRO, precision, schedule or M)."""
+    """What the derived expressions depend on (not t, EP, ETP, DP, ZeRO, precision, schedule or M; b and s only
+    through the Hugging Face dataflow's implementation, `Scenario.flow_impl`)."""
     par = scn.parallel
     hist_ep = par.ep if scn.routing.kind == "histogram" else None
     return (scn.model, scn.layout, par.pp, scn.convention, scn.rules_name, scn.recompute_name, scn.routing,
-            par.sequence_parallel, par.moe_sp, scn.mtp, scn.act_bytes, hist_ep)
+            par.sequence_parallel, par.moe_sp, scn.mtp, scn.act_bytes, hist_ep, getattr(scn, "flow_impl", None))
 
 
 _CASES: dict[tuple, CompiledCase] = {}

@@ -223,43 +223,62 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
             n_par = len(par["tp"])
             tep = {"t": par["tp"], "ep": par["ep"], "etp": par["etp"]}
             for i_rc, rc in enumerate(space.recompute):
-                case = compile_case(base.replace(parallel=g["par"], layout=layout, recompute_name=rc,
-                                                 schedule=Schedule(), microbatches=None))
-                if cases is not None:
-                    cases[case.key] = case
-                reps = tuple(c.index for c in case.classes)
-                counts = []
-                for c in case.classes:
-                    per = {grp: np.broadcast_to(p.ceil_array(tep), (n_par,))
-                           for grp, p in zip(GROUPS, c.params, strict=True)}
-                    counts.append((per["dense"], sum(per[grp] for grp in MOE_GROUPS)))
-                acts_cache: dict = {}
+                rep = base.replace(parallel=g["par"], layout=layout, recompute_name=rc, schedule=Schedule(),
+                                   microbatches=None)
+                regions = []
+                for s_part, b_part, scn in _regions(rep, space):
+                    case = compile_case(scn)
+                    if cases is not None:
+                        cases[case.key] = case
+                    counts = []
+                    for c in case.classes:
+                        per = {grp: np.broadcast_to(p.ceil_array(tep), (n_par,))
+                               for grp, p in zip(GROUPS, c.params, strict=True)}
+                        counts.append((per["dense"], sum(per[grp] for grp in MOE_GROUPS)))
+                    regions.append((s_part, b_part, case, tuple(c.index for c in case.classes), counts, {}))
                 for i_sch, sched in enumerate(space.schedule):
-                    valid, reasons, kn, kd = schedule_table(sched, pp, m_values, reps)
+                    _, reasons, _, _ = schedule_table(sched, pp, m_values, regions[0][3])
                     for mi, reason in reasons:
                         reject("schedule", (("pp", pp), ("schedule", sched_label(sched)),
                                             ("microbatches", space.microbatches[mi])), reason,
                                n_par * len(space.zero) * n_sb)
-                    if not valid.size:
-                        continue
-                    states = _states(space, counts, par, sched.weight_copies)
                     bases = par["base"] + i_rc * st[4] + i_sch * st[5]
-                    sizes = (n_par, len(space.zero), int(valid.size), len(space.s), len(space.b))
-                    for p_sl, z_sl, m_sl, s_sl, b_sl in tiles(sizes, chunk):
-                        key = (p_sl.start, p_sl.stop, s_sl.start, s_sl.stop, b_sl.start, b_sl.stop)
-                        if key not in acts_cache:
-                            if len(acts_cache) > 64:
-                                acts_cache.clear()
-                            acts_cache[key] = _activations(case, space, {k: v[p_sl] for k, v in tep.items()},
-                                                           s_sl, b_sl)
-                        blk = _evaluate(space, acts_cache[key], kn[:, m_sl], kd, states[:, p_sl, z_sl])
-                        yield Block(space, pp, layout.kind, rc, sched_label(sched),
-                                    {**{k: v[p_sl] for k, v in par.items()}, "base": bases[p_sl]},
-                                    np.arange(len(space.zero))[z_sl], valid[m_sl], np.arange(len(space.s))[s_sl],
-                                    np.arange(len(space.b))[b_sl], np.array(m_values)[valid[m_sl]], *blk, reps,
-                                    states[:, p_sl, z_sl])
-                        if progress:
-                            progress(int(blk[0].size))
+                    for s_part, b_part, case, reps, counts, acts_cache in regions:
+                        valid, _, kn, kd = schedule_table(sched, pp, m_values, reps)
+                        if not valid.size:
+                            continue
+                        states = _states(space, counts, par, sched.weight_copies)
+                        sizes = (n_par, len(space.zero), int(valid.size), s_part.stop - s_part.start,
+                                 b_part.stop - b_part.start)
+                        for p_sl, z_sl, m_sl, s_sl, b_sl in tiles(sizes, chunk):
+                            s_sl = slice(s_sl.start + s_part.start, s_sl.stop + s_part.start)
+                            b_sl = slice(b_sl.start + b_part.start, b_sl.stop + b_part.start)
+                            key = (p_sl.start, p_sl.stop, s_sl.start, s_sl.stop, b_sl.start, b_sl.stop)
+                            if key not in acts_cache:
+                                if len(acts_cache) > 64:
+                                    acts_cache.clear()
+                                acts_cache[key] = _activations(case, space, {k: v[p_sl] for k, v in tep.items()},
+                                                               s_sl, b_sl)
+                            blk = _evaluate(space, acts_cache[key], kn[:, m_sl], kd, states[:, p_sl, z_sl])
+                            yield Block(space, pp, layout.kind, rc, sched_label(sched),
+                                        {**{k: v[p_sl] for k, v in par.items()}, "base": bases[p_sl]},
+                                        np.arange(len(space.zero))[z_sl], valid[m_sl],
+                                        np.arange(len(space.s))[s_sl], np.arange(len(space.b))[b_sl],
+                                        np.array(m_values)[valid[m_sl]], *blk, reps, states[:, p_sl, z_sl])
+                            if progress:
+                                progress(int(blk[0].size))
+
+
+def _regions(rep, space) -> list[tuple[slice, slice, object]]:
+    """Parts of the (s, b) grid that share one derivation. The paper's dataflows do not depend on b or s; the
+    Hugging Face ones (`Scenario.flow_impl`) depend on whether b = 1 and whether s = 1 (a reshape is then a
+    view), so b = 1 and s = 1 (the first values of the sorted axes, when present) are derived apart."""
+    ns, nb = len(space.s), len(space.b)
+    if rep.flow_impl is None:
+        return [(slice(0, ns), slice(0, nb), rep)]
+    s_parts = [slice(0, 1), slice(1, ns)] if space.s[0] == 1 and ns > 1 else [slice(0, ns)]
+    b_parts = [slice(0, 1), slice(1, nb)] if space.b[0] == 1 and nb > 1 else [slice(0, nb)]
+    return [(sp, bp, rep.replace(b=space.b[bp.start], s=space.s[sp.start])) for sp in s_parts for bp in b_parts]
 
 
 def sched_label(s: Schedule) -> str:

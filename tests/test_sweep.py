@@ -90,6 +90,17 @@ def test_hundreds_identical_all_paths_small_space():
     assert {o: first_rule(rejections, space.config(o)) for o in ref_rej} == ref_rej
 
 
+@pytest.mark.parametrize("impl", [{}, {"attn_impl": "sdpa", "experts_impl": "grouped_mm"}])
+def test_hf_dataflow_derived_apart_at_b_1_and_s_1(impl):
+    # torch-eager follows Hugging Face's dataflows, which differ at b = 1 and s = 1 (reshapes become views)
+    space = lite_space(base=base_of(model="deepseek-v2-lite", rules_name="torch-eager", **impl), tp=(1, 2),
+                       pp=(1, 3), ep=(1, 8), etp=(1,), recompute=("none", "full"), schedule=(Schedule("1f1b"),),
+                       zero=(0,), microbatches=(None,), s=(1, 64, 4096), b=(1, 2, 3))
+    compiled, _ = compiled_records(space, chunk=5)
+    ref, _ = reference_records(space)
+    assert len(ref) == 72 and compiled == ref
+
+
 def test_summary_ranks_and_counts_match_records():
     space = lite_space()
     recs, _ = compiled_records(space)
