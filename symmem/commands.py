@@ -281,4 +281,5 @@ COMMANDS = {
     "check": _optional("check_cli"),
     "latex": _optional("export_cli", "LATEX"),
     "plot": _optional("export_cli", "PLOT"),
+    "sweep": _optional("sweep_cli"),
 }
