@@ -93,14 +93,14 @@ class Scenario:
     def flow_impl(self) -> HFImpl | None:
         """The HF implementation the activation dataflows follow, or None for the paper's dataflows.
 
-        It depends on b and s: at b = 1 or s = 1 a reshape of the attention value stays a view (HFImpl.flat_view),
-        so a torch-eager expression derived at b = 1 holds at b = 1 (or s = 1) only, and one derived at b, s > 1
-        only there. Evaluate it at the scenario's own b and s (replace them, do not override them at evaluation)."""
+        It depends on b and s: at b = 1 or s = 1 some reshapes stay views (HFImpl.flat_view, output_view), so a
+        torch-eager expression derived at b = 1 holds at b = 1 only, one derived at b, s > 1 only there. Evaluate
+        it at the scenario's own b and s (replace them; do not override them at evaluation)."""
         dataflow = self.dataflow or ("hf" if self.rules_name == "torch-eager" else "paper")
         if dataflow == "paper":
             return None
         return HFImpl(self.attn_impl, self.experts_impl, self.hf_router or router_kind_of(self.model),
-                      flat_view=self.b == 1 or self.s == 1)
+                      unit_batch=self.b == 1, unit_seq=self.s == 1)
 
     @cached_property
     def policy(self) -> Policy:

@@ -52,6 +52,8 @@ def mla(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: HFImpl, res
     ctx = core(fb, query, key, value, model=model, impl=impl)
     # transpose(1, 2).contiguous(): a new (b, s, n_h, d_v) tensor, the input o_proj keeps.
     (ctx_c,) = fb.op("contiguous", "attn_output", [ctx], [("attn.context", (B, S, heads, D(d_v)))])
+    if impl.output_view:
+        fb.alias(ctx_c, view_of=ctx)
     o = linear(fb, "self_attn.o_proj", ctx_c, ("attn.out", (B, S_SP, H)), (heads, D(d_v), H))
     (oe,) = fb.op("region", "attn_exit", [o], [("attn.out_resid", (B, seq(resid_axis), H))])
     (y,) = fb.op("add", "attn_residual", [x_in, oe], [("attn.y", (B, seq(resid_axis), H))])

@@ -24,9 +24,21 @@ class HFImpl:
     attn: str = "eager"  # attn_implementation: "eager" or "sdpa"
     experts: str = "eager"  # experts_implementation: "eager" or "grouped_mm"
     router: str = "v3-norm"  # one of ROUTERS
-    # b = 1 or s = 1: flattening (b, n_h) of the value, a transposed split of kv_b_proj's output, is a view, so
-    # the saved operand keeps all of kv_b_proj's output alive; otherwise it is a copy of d_v columns only.
-    flat_view: bool = False
+    # Shapes where a reshape or .contiguous() is no copy (PyTorch returns a view when the strides allow it):
+    unit_batch: bool = False  # b = 1
+    unit_seq: bool = False  # s = 1
+
+    @property
+    def flat_view(self) -> bool:
+        """b = 1 or s = 1: flattening (b, n_h) of the value, a transposed split of kv_b_proj's output, is a view,
+        so the saved operand keeps all of kv_b_proj's output alive; otherwise it is a copy of d_v columns only."""
+        return self.unit_batch or self.unit_seq
+
+    @property
+    def output_view(self) -> bool:
+        """s = 1: the attention output's transpose(1, 2).contiguous() is no copy: o_proj keeps the very tensor
+        the attention returned (which sdpa's flash backend keeps too)."""
+        return self.unit_seq
 
     def __post_init__(self) -> None:
         for field, value, known in (("attn_impl", self.attn, ATTN_IMPLS), ("experts_impl", self.experts,
