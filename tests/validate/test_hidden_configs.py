@@ -1,6 +1,7 @@
 """Configurations nobody wrote the rules for: seeded random tiny configs of the three families, within the known
-constraints (num_key_value_heads = heads; experts groups that fit the top-k; for grouped_mm on the CPU, rows of
-a multiple of 16 bytes; HF: hidden size a multiple of the heads), at random (b, s), dtypes and implementations. Predicted == measured, to the byte."""
+constraints (num_key_value_heads = heads; expert groups that fit the top-k; for grouped_mm on the CPU, rows of a
+multiple of 16 bytes; for HF, a hidden size that is a multiple of the heads), at random (b, s), dtypes and
+implementations. Predicted == measured, to the byte."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def random_config(rng: random.Random) -> dict:
     n_experts = groups * per_group
     first_k = rng.choice((0, 1, 2))
     cfg = {
-        "hidden_size": math.lcm(8, n_h) * rng.randint(2, 5),  # HF: a multiple of the heads "intermediate_size": rng.choice((40, 64, 72, 100)),
+        "hidden_size": math.lcm(8, n_h) * rng.randint(2, 5),  # HF: a multiple of the heads
+        "intermediate_size": rng.choice((40, 64, 72, 100)),
         "moe_intermediate_size": 8 * rng.randint(2, 6), "num_attention_heads": n_h, "num_key_value_heads": n_h,
         "qk_nope_head_dim": d_h, "qk_rope_head_dim": d_hr, "v_head_dim": d_v,
         "kv_lora_rank": rng.choice((16, 24, 32, 40)), "n_routed_experts": n_experts,
