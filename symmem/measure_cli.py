@@ -70,9 +70,8 @@ def predict(raw: dict, layer: int, b: int, s: int, dtype: str = "fp32", attn: st
     shared = sympy.expand(sum((t.total for t in terms if t.part == "rope tables"), sympy.Integer(0)))
     vals = values(scn)
     subs = scn.model.substitutions()
-    flow = next(t for t in _layer_parts(scn, layer))
     params: dict[str, int] = {}
-    for _op, w in flow.weights():
+    for _op, w in _layer_flow(scn, layer).weights():
         owner = w.name.rsplit(".", 1)[0]
         params[owner] = params.get(owner, 0) + to_int(global_size(w.dims), subs)
     params["total"] = sum(params.values())
@@ -80,13 +79,12 @@ def predict(raw: dict, layer: int, b: int, s: int, dtype: str = "fp32", attn: st
     return Prediction(kinds[layer], expr, shared, to_int(expr, vals), to_int(shared, vals), params, paper)
 
 
-def _layer_parts(scn, layer: int):
+def _layer_flow(scn, layer: int):
     from .layout import Stage
     from .model import stage_parts
 
-    for part in stage_parts(scn.model, Stage(0, (layer,), False, False, 0), scn.convention, scn.flow_impl):
-        if part.kind in ("dense", "moe"):
-            yield part.flow
+    parts = stage_parts(scn.model, Stage(0, (layer,), False, False, 0), scn.convention, scn.flow_impl)
+    return next(part.flow for part in parts if part.kind in ("dense", "moe"))
 
 
 def _require_torch() -> None:
@@ -127,11 +125,11 @@ def _load(path: str) -> dict:
 def _run(args) -> int:
     from .render.latex import plain
 
+    _require_torch()
     raw = _load(args.config)
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
     pred = predict(raw, args.layer, args.b, args.s, args.dtype, args.attn, args.experts, args.config)
-    _require_torch()
     from .validate import measure_layer
 
     m = measure_layer(raw, args.layer, args.b, args.s, dtype=args.dtype, attn=args.attn, experts=args.experts,
