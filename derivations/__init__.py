@@ -19,4 +19,5 @@ MODULES = (
     "stage0_activations",
     "peak_stage",
     "hypotheses",
+    "rules_comparison",
 )

@@ -49,6 +49,10 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
         g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
         g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
         g.add_argument("--histogram", help="a file of per-expert loads (numbers separated by spaces, commas or lines)")
+        g.add_argument("--dataflow", help="paper (symmem's blocks) or hf (Hugging Face's; default with torch-eager)")
+        g.add_argument("--attn-impl", help="hf dataflow: eager or sdpa")
+        g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
+        g.add_argument("--activation-dtype", help="bf16 (2 bytes, default) or fp32 (4 bytes)")
         g.add_argument("--gpu-memory", help="GPU capacity: 80GB, 141GB, 80GiB, or a name: H800, H100, H200, B200")
 
 
@@ -125,6 +129,16 @@ def scenario_from_args(args: argparse.Namespace):
             ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load, hist)
         if args.gpu_memory:
             ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
+        for flag in ("dataflow", "attn_impl", "experts_impl"):
+            if getattr(args, flag):
+                ch[flag] = getattr(args, flag)
+        if args.activation_dtype:
+            from .scenario import ACT_DTYPES as dtypes
+
+            if args.activation_dtype not in dtypes:
+                raise SymmemError(f"--activation-dtype = {args.activation_dtype!r}: must be one of "
+                                  f"{', '.join(dtypes)}")
+            ch["act_bytes"] = dtypes[args.activation_dtype]
     return scn.replace(**ch)
 
 

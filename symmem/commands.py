@@ -282,4 +282,5 @@ COMMANDS = {
     "latex": _optional("export_cli", "LATEX"),
     "plot": _optional("export_cli", "PLOT"),
     "sweep": _optional("sweep_cli"),
+    "measure": _optional("measure_cli"),
 }

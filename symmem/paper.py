@@ -36,20 +36,24 @@ def collect() -> list[Table]:
     return tables
 
 
-def figure_files() -> dict[str, bytes]:
+# Figures are drawn in two groups of about equal cost, each in its own process, beside the tables.
+FIGURE_GROUPS = (("stage_memory", "params_by_block"), ("memory_vs_microbatch", "memory_vs_seqlen"))
+
+
+def figure_files(names: tuple[str, ...] = tuple(FIGURES)) -> dict[str, bytes]:
     from .render.plots import paper_figures
     from .scenario import load_scenario
 
     out: dict[str, bytes] = {}
-    for name, (png, pdf, _data) in paper_figures(load_scenario("paper")).items():
+    for name, (png, pdf, _data) in paper_figures(load_scenario("paper"), names).items():
         out[f"figures/{name}.png"] = png
         out[f"figures/{name}.pdf"] = pdf
     return out
 
 
-def _figures_in_child(conn) -> None:
+def _figures_in_child(conn, names) -> None:
     try:
-        conn.send(("ok", figure_files()))
+        conn.send(("ok", figure_files(names)))
     except BaseException as e:  # reported to the parent, which raises it there
         conn.send(("error", f"{e.__class__.__name__}: {e}"))
     finally:
@@ -61,22 +65,27 @@ def _start_figures():
         ctx = multiprocessing.get_context("fork")
     except ValueError:  # no fork on this platform: draw in-process
         return None
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_figures_in_child, args=(child,), daemon=True)
-    proc.start()
-    child.close()
-    return proc, parent
+    handles = []
+    for names in FIGURE_GROUPS:
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_figures_in_child, args=(child, names), daemon=True)
+        proc.start()
+        child.close()
+        handles.append((proc, parent))
+    return handles
 
 
-def _join_figures(handle) -> dict[str, bytes]:
-    if handle is None:
+def _join_figures(handles) -> dict[str, bytes]:
+    if handles is None:
         return figure_files()
-    proc, conn = handle
-    status, payload = conn.recv()
-    proc.join()
-    if status != "ok":
-        raise RuntimeError(f"drawing the figures failed: {payload}")
-    return payload
+    out: dict[str, bytes] = {}
+    for proc, conn in handles:
+        status, payload = conn.recv()
+        proc.join()
+        if status != "ok":
+            raise RuntimeError(f"drawing the figures failed: {payload}")
+        out.update(payload)
+    return out
 
 
 def report(tables: list[Table]) -> dict[str, str]:
@@ -91,7 +100,21 @@ def report(tables: list[Table]) -> dict[str, str]:
     return {"formulas.tex": formulas, "report.tex": doc}
 
 
+def _warm_up() -> None:
+    """Derive, once and before forking, what both the tables and the figures evaluate: every stage of the paper
+    scenario under each recomputation policy. The forked processes inherit these caches."""
+    from .analysis import memory
+    from .render.plots import POLICIES
+    from .scenario import load_scenario
+
+    scn = load_scenario("paper")
+    for policy in POLICIES:
+        memory(scn.replace(recompute_name=policy))
+
+
 def generate(figures: bool = True) -> dict[str, str | bytes]:
+    if figures:
+        _warm_up()
     handle = _start_figures() if figures else None
     try:
         tables = collect()
@@ -104,8 +127,8 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
                            "figures; compile with `pdflatex report.tex`."}
         files["README.md"] = index_markdown(tables, "paper_tables: the paper's tables, regenerated", INTRO, extra)
     except BaseException:
-        if handle is not None:
-            handle[0].kill()
+        for proc, _conn in handle or ():
+            proc.kill()
         raise
     if figures:
         files.update(_join_figures(handle))

@@ -41,7 +41,7 @@ class Row:
 
     @property
     def differs(self) -> bool:
-        return sympy.simplify(self.derived - self.claimed) != 0
+        return sympy.expand(self.derived - self.claimed) != 0
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def _condition(diff: sympy.Expr, constants: dict) -> tuple[tuple[str, int], ...]
     free = sorted((x for x in diff.free_symbols if x not in (B_SYM, S_SYM) and x in constants), key=str)
     for k in range(1, len(free) + 1):
         for subset in combinations(free, k):
-            if sympy.simplify(diff.subs({x: constants[x] for x in subset})) == 0:
+            if sympy.cancel(diff.subs({x: constants[x] for x in subset})) == 0:
                 return tuple((str(x), int(constants[x])) for x in subset)
     return None
 

@@ -158,22 +158,26 @@ def save(fig) -> dict[str, bytes]:
     return {"png": png.getvalue(), "pdf": pdf.getvalue()}
 
 
-def paper_figures(scn) -> dict[str, tuple[bytes, bytes, object]]:
-    """The figures `symmem paper` writes: name -> (png, pdf, data)."""
+PAPER_FIGURES = ("stage_memory", "memory_vs_microbatch", "memory_vs_seqlen", "params_by_block")
+
+
+def paper_figures(scn, names: tuple[str, ...] = PAPER_FIGURES) -> dict[str, tuple[bytes, bytes, object]]:
+    """The figures `symmem paper` writes (all, or those named): name -> (png, pdf, data)."""
     from ..states import ZeroStage
 
-    figs = {
-        "stage_memory": figure_stage_memory([
+    zero3 = scn.replace(zero=ZeroStage.OS_G_P)
+    makers = {
+        "stage_memory": lambda: figure_stage_memory([
             ("paper case, no recomputation, ZeRO 0", scn),
             ("full recomputation, ZeRO 3", scn.replace(recompute_name="full", zero=ZeroStage.OS_G_P)),
         ]),
-        "memory_vs_microbatch": figure_memory_sweep(scn.replace(zero=ZeroStage.OS_G_P), "b", [1, 2, 4, 8, 16]),
-        "memory_vs_seqlen": figure_memory_sweep(scn.replace(zero=ZeroStage.OS_G_P), "s",
-                                                [1024, 2048, 4096, 8192, 16384, 32768]),
-        "params_by_block": figure_params_by_block(scn.model),
+        "memory_vs_microbatch": lambda: figure_memory_sweep(zero3, "b", [1, 2, 4, 8, 16]),
+        "memory_vs_seqlen": lambda: figure_memory_sweep(zero3, "s", [1024, 2048, 4096, 8192, 16384, 32768]),
+        "params_by_block": lambda: figure_params_by_block(scn.model),
     }
     out = {}
-    for name, (fig, data) in figs.items():
+    for name in names:
+        fig, data = makers[name]()
         files = save(fig)
         out[name] = (files["png"], files["pdf"], data)
     return out
