@@ -13,7 +13,7 @@ def tables() -> list[Table]:
     base = scenario("paper")
     rows = []
     none, full = memory(base), memory(base.replace(recompute_name="full"))
-    for a, f in zip(none, full):
+    for a, f in zip(none, full, strict=True):
         rows.append((a.stage.index, stage_label(a.stage), a.activation_per_microbatch, str(a.in_flight),
                      a.activations, fmt_gib(a.activations), f.activation_per_microbatch, f.activations,
                      fmt_gib(f.activations)))

@@ -22,7 +22,7 @@ def shape_latex(dims) -> str:
         size = dims[i].size
         if size == n_h and i + 1 < len(dims) and dims[i + 1].size in _PER_HEAD:
             parts.append(latex(size * dims[i + 1].size) if dims[i + 1].size != d_h + d_hr
-                         else rf"n_h(d_h+d_{{hr}})")
+                         else r"n_h(d_h+d_{hr})")
             i += 2
             continue
         parts.append(latex(size))

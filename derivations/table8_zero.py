@@ -26,7 +26,7 @@ def tables() -> list[Table]:
         stated = PAPER.get(z)
         derived = (fmt_gib(sb.weights), fmt_gib(sb.gradients), fmt_gib(sb.optimizer), fmt_gib(sb.total))
         if stated:
-            same = all(s is None or s == d for s, d in zip(stated, derived))
+            same = all(s is None or s == d for s, d in zip(stated, derived, strict=True))
             paper = " / ".join(s or "-" for s in stated) + (" (equal)" if same else " (DIFFERENT)")
         else:
             paper = ""

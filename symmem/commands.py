@@ -20,9 +20,9 @@ def _params_args(p: argparse.ArgumentParser) -> None:
 def _params_run(args) -> int:
     from .analysis import model_totals
     from .config import load_model
-    from .model import CONVENTIONS, model_parts
     from .errors import SymmemError
     from .graph import global_size
+    from .model import CONVENTIONS, model_parts
     from .params import GROUPS, count_by_group, weight_uses
     from .render.latex import plain
 
@@ -62,7 +62,7 @@ def _params_run(args) -> int:
     print(f"{model.name}: {totals.total:,} parameters ({totals.total / 1e9:.1f}B), "
           f"activated per token {totals.activated:,} ({totals.activated / 1e9:.1f}B); "
           f"MTP modules {totals.mtp:,} more")
-    print(f"  by group: " + ", ".join(f"{g} {n:,}" for g, n in by_group.items()))
+    print("  by group: " + ", ".join(f"{g} {n:,}" for g, n in by_group.items()))
     for name, d in per_part.items():
         line = f"  {name:<14} {d['count']:>3} x {d['per_copy']:>16,} = {d['total']:>18,}"
         if args.symbolic:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 
 import sympy
 
+from ._files import read_named_or_path
 from .errors import SymmemError
 from .symbols import SYMBOLS, sym
 
@@ -131,20 +130,10 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
 
 def load_model(name_or_path: str) -> ModelConfig:
     """A preset name (`deepseek-v3`, `deepseek-v2`, `deepseek-v2-lite`) or the path of an HF config.json."""
-    if name_or_path in PRESETS:
-        text = resources.files("symmem.presets").joinpath(f"{name_or_path}.json").read_text()
-        return from_dict(json.loads(text), name_or_path)
-    path = Path(name_or_path)
-    if not path.exists():
-        if path.suffix or "/" in name_or_path:
-            raise SymmemError(f"model = {name_or_path!r}: no such file")
-        raise SymmemError(f"model = {name_or_path!r}: unknown preset; known presets: {', '.join(PRESETS)}")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise SymmemError(f"model = {name_or_path!r}: cannot read: {e.__class__.__name__}") from None
+    text, source = read_named_or_path("model", name_or_path, "symmem.presets", ".json", PRESETS,
+                                      "unknown preset; known presets")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
         raise SymmemError(f"model = {name_or_path!r}: not JSON: {e.msg} at line {e.lineno}") from None
-    return from_dict(raw, str(path))
+    return from_dict(raw, source)

@@ -9,9 +9,9 @@ import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 
+from ._files import read_named_or_path
 from .blocks.hf import ATTN_IMPLS, EXPERTS_IMPLS, HFImpl, router_kind_of
 from .config import ModelConfig, load_model
 from .errors import SymmemError
@@ -206,20 +206,8 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
 
 def load_scenario(name_or_path: str) -> Scenario:
     """A built-in scenario name (`paper`, `paper-megatron`) or the path of a TOML file."""
-    if name_or_path in BUILTIN:
-        text = resources.files("symmem.scenarios").joinpath(f"{name_or_path}.toml").read_text()
-        source = name_or_path
-    else:
-        path = Path(name_or_path)
-        if not path.exists():
-            if path.suffix or "/" in name_or_path:
-                raise SymmemError(f"scenario = {name_or_path!r}: no such file")
-            raise SymmemError(f"scenario = {name_or_path!r}: unknown; built-in scenarios: {', '.join(BUILTIN)}")
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise SymmemError(f"scenario = {name_or_path!r}: cannot read: {e.__class__.__name__}") from None
-        source = str(path)
+    text, source = read_named_or_path("scenario", name_or_path, "symmem.scenarios", ".toml", BUILTIN,
+                                      "unknown; built-in scenarios")
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

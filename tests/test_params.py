@@ -1,5 +1,6 @@
 """Static parameters: the paper's Tables 4, 6, 8 exactly, published model sizes, and independent recounts."""
 
+import dataclasses
 import itertools
 import random
 
@@ -191,6 +192,6 @@ def test_scenario_per_stage_counts_cover_all_layers(paper):
 
 
 def test_scenario_is_frozen(paper):
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         paper.b = 3  # type: ignore[misc]
     assert isinstance(paper, Scenario)

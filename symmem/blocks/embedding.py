@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from ..graph import FP32, INT64, D, DataflowBuilder, Dim, Weight
 from ..symbols import V
-from ._dims import B, H, S_FULL, S_SP, seq
+from ._dims import S_FULL, S_SP, B, H, seq
 
 
-def embedding(fb: DataflowBuilder, ids: str, *, name: str = "embed_tokens", shared_with: str | None = None,
+def embedding(fb: DataflowBuilder, ids: str, *, name: str = "embed_tokens",
+              shared_with: str | None = None,
               out_axis: str = "sp") -> str:
-    """Token ids -> hidden states; the vocabulary is split over tensor parallelism (Megatron's VocabParallelEmbedding)."""
+    """Token ids -> hidden states; the vocabulary is split over tensor parallelism (as in Megatron's
+    VocabParallelEmbedding)."""
     fb.block = "embedding" if shared_with is None else fb.block
     (x,) = fb.op("embedding", name, [ids], [(f"{name}.out", (B, seq(out_axis), H))],
                  [Weight(f"{name}.weight", (D(V, "tp"), H), "dense", shared_with)])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..graph import D, DataflowBuilder, Weight
 from ..symbols import d_c, d_cq, d_h, d_hr, n_h
-from ._dims import B, H, S_FULL, S_SP, seq
+from ._dims import S_FULL, S_SP, B, H, seq
 
 
 def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, convention: str, d_v) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..graph import D, DataflowBuilder, Dim, Weight
 from ..symbols import h_F
-from ._dims import B, H, S_FULL, S_SP, seq
+from ._dims import S_FULL, S_SP, B, H, seq
 
 
 def swiglu(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..graph import INT64, D, DataflowBuilder, Weight
 from ..symbols import E_tok, N, N_r, N_s, h_E
-from ._dims import B, H, S_MOE
+from ._dims import S_MOE, B, H
 from .mlp import swiglu
 
 
@@ -35,7 +35,8 @@ def moe(fb: DataflowBuilder, x_in: str) -> str:
     (yr,) = fb.op("combine", "combine", [oe, topw, topi], [("moe.routed_out", (B, S_MOE, H))])
     # Shared experts run on every token; like Hugging Face, the N_s of them form one SwiGLU of width N_s h_E.
     # The paper counts them with the experts (not split over TP, sharded over EDP).
-    ys = swiglu(fb, "shared_experts", xn, rows=(B, S_MOE), out_rows=(B, S_MOE), width=D(N_s * h_E), group="shared_expert")
+    ys = swiglu(fb, "shared_experts", xn, rows=(B, S_MOE), out_rows=(B, S_MOE), width=D(N_s * h_E),
+                group="shared_expert")
     (ym,) = fb.op("add", "moe_sum", [yr, ys], [("moe.out", (B, S_MOE, H))])
     (y,) = fb.op("add", "moe_residual", [x_in, ym], [("moe.y", (B, S_MOE, H))])
     return y

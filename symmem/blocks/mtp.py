@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..graph import D, DataflowBuilder, Weight
 from ..symbols import h
-from ._dims import B, H, S_SP, seq
+from ._dims import S_SP, B, H, seq
 from .embedding import embedding, head
 
 

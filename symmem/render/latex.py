@@ -51,7 +51,7 @@ def polynomial_latex(expr: sympy.Expr) -> str:
     if not gens:
         return sympy.latex(expr)
     poly = sympy.Poly(expr, *gens, domain="QQ")
-    terms = [(c, {g: e for g, e in zip(gens, m) if e}) for m, c in poly.terms()]
+    terms = [(c, {g: e for g, e in zip(gens, m, strict=True) if e}) for m, c in poly.terms()]
     terms.sort(key=lambda t: _term_key(t[1]))
     pieces: list[tuple[sympy.Rational, str]] = []
     used = [False] * len(terms)

@@ -59,15 +59,15 @@ def figure_stage_memory(scenarios: list[tuple[str, object]]):
     fig = _figure(figsize=(5.2 * len(scenarios), 3.8))
     axes = fig.subplots(1, len(scenarios), squeeze=False)
     data = {}
-    for ax, (title, scn) in zip(axes[0], scenarios):
+    for ax, (title, scn) in zip(axes[0], scenarios, strict=True):
         rows = stage_components(scn)
         data[title] = rows
         bottom = [0.0] * len(rows)
         x = [r["stage"] for r in rows]
-        for comp, color in zip(COMPONENTS, COLORS):
+        for comp, color in zip(COMPONENTS, COLORS, strict=True):
             vals = [r[comp] / GIB for r in rows]
             ax.bar(x, vals, bottom=bottom, color=color, label=comp, width=0.8)
-            bottom = [b + v for b, v in zip(bottom, vals)]
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         cap = scn.gpu_memory / GIB
         ax.axhline(cap, color="black", linestyle="--", linewidth=1)
         ax.text(len(rows) - 0.5, cap, f"capacity {scn.gpu_memory / 1e9:.0f} GB", ha="right", va="bottom")
