@@ -22,7 +22,7 @@ import numpy as np
 import sympy
 
 from .errors import SymmemError
-from .evaluate import compile_expr
+from .evaluate import as_expr, compile_expr
 from .params import GROUPS
 from .scenario import Scenario
 
@@ -47,7 +47,7 @@ class Poly:
         """The polynomial of `expr` in `variables` with every other symbol replaced by its constant."""
         wanted = set(variables)
         acc: dict[Powers, Fraction] = {}
-        for coeff, powers in compile_expr(sympy.sympify(expr)):
+        for coeff, powers in compile_expr(as_expr(expr)):
             c = coeff
             key = []
             for symbol, e in powers:
