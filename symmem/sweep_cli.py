@@ -13,6 +13,7 @@ import re
 import sys
 import time
 
+from .cli import _bool_flag
 from .errors import SymmemError
 from .units import GB, GIB, fmt_gb, fmt_gib
 
@@ -133,10 +134,6 @@ def _powers_of_two_dividing(n: int) -> str:
 
 # -------------------------------------------------------------------------------------------------- arguments
 def add_args(p: argparse.ArgumentParser) -> None:
-    def flag(g, name: str, help: str) -> None:
-        g.add_argument(f"--{name}", dest=name.replace("-", "_"), action=argparse.BooleanOptionalAction,
-                       default=None, help=help)
-
     g = p.add_argument_group("what is fixed (a scenario gives the defaults: precision, routing, rules, ...)")
     g.add_argument("--scenario", default="paper", help="built-in (paper, paper-megatron) or a TOML path")
     g.add_argument("--model", help="preset (deepseek-v3, deepseek-v2, deepseek-v2-lite) or config.json path")
@@ -149,6 +146,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--routing", help="paper, dispatch, capacity, dynamic")
     g.add_argument("--capacity-factor", help="for --routing capacity")
     g.add_argument("--rank-load", help="for --routing dynamic")
+    flag = _bool_flag
     flag(g, "sequence-parallel", "sequence parallelism outside TP regions")
     flag(g, "moe-sequence-parallel", "the MoE block sequence-sharded too")
     flag(g, "mtp", "place the config's MTP modules on the last stage")
