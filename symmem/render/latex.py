@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..evaluate import as_expr
+from ..evaluate import as_expr, compile_expr
 from ..symbols import SYMBOLS, latex_names
 
 # The paper's order inside a monomial (b s h d_{cq} d_c d_h d_{hr} n_h N N_r h_E ...).
@@ -44,14 +44,15 @@ def _term_key(powers: dict):
 
 
 def polynomial_latex(expr: sympy.Expr) -> str:
-    expr = sympy.expand(as_expr(expr))
-    if expr == 0:
+    expr = as_expr(expr)
+    compiled = compile_expr(expr)  # cached: (coefficient, powers) per term, as the evaluator uses them
+    if not compiled:
         return "0"
-    gens = sorted(expr.free_symbols, key=_key)
-    if not gens:
+    if any(e < 0 for _, powers in compiled for _, e in powers):
+        raise sympy.PolynomialError("negative powers")
+    if all(not powers for _, powers in compiled):
         return sympy.latex(expr)
-    poly = sympy.Poly(expr, *gens, domain="QQ")
-    terms = [(c, {g: e for g, e in zip(gens, m, strict=True) if e}) for m, c in poly.terms()]
+    terms = [(sympy.Rational(c.numerator, c.denominator), dict(powers)) for c, powers in compiled if c]
     terms.sort(key=lambda t: _term_key(t[1]))
     pieces: list[tuple[sympy.Rational, str]] = []
     used = [False] * len(terms)
