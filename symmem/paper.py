@@ -88,6 +88,12 @@ def _join_figures(handles) -> dict[str, bytes]:
     return out
 
 
+def _matplotlib_version() -> str:
+    from importlib.metadata import version
+
+    return version("matplotlib")
+
+
 def report(tables: list[Table]) -> dict[str, str]:
     from .render.report import formulas_tex, report_tex, scenario_formulas
     from .scenario import load_scenario
@@ -122,7 +128,8 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
         for t in tables:
             files.update(render_all(t))
         files.update(report(tables))
-        extra = {"Figures": "\n".join(f"- `figures/{n}.png` / `.pdf`: {c}" for n, c in FIGURES.items()),
+        extra = {"Figures": "\n".join(f"- `figures/{n}.png` / `.pdf`: {c}" for n, c in FIGURES.items())
+                 + f"\n\nDrawn with matplotlib {_matplotlib_version()}; another version may draw other bytes.",
                  "Report": "- `report.tex` gathers every table, the derived formulas (`formulas.tex`) and the "
                            "figures; compile with `pdflatex report.tex`."}
         files["README.md"] = index_markdown(tables, "paper_tables: the paper's tables, regenerated", INTRO, extra)

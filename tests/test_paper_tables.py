@@ -1,5 +1,6 @@
 """Golden files: `paper_tables/` is exactly what `symmem paper` writes, and rewriting it changes nothing."""
 
+import re
 from pathlib import Path
 
 from symmem.cli import main
@@ -12,8 +13,17 @@ def test_every_golden_file_matches_regeneration():
     files = generate()
     on_disk = {str(p.relative_to(GOLDEN)) for p in GOLDEN.rglob("*") if p.is_file()}
     assert set(files) == on_disk, set(files) ^ on_disk
+    import matplotlib
+
+    same_matplotlib = f"Drawn with matplotlib {matplotlib.__version__};" in (GOLDEN / "README.md").read_text()
     for rel, content in files.items():
         data = content.encode() if isinstance(content, str) else content
+        if rel.startswith("figures/") and not same_matplotlib:
+            continue  # another matplotlib draws other bytes; test_render checks the figures' content
+        if rel == "README.md" and not same_matplotlib:
+            data = re.sub(rb"matplotlib [0-9][^;]*;", b"", data)
+            assert re.sub(rb"matplotlib [0-9][^;]*;", b"", (GOLDEN / rel).read_bytes()) == data
+            continue
         assert (GOLDEN / rel).read_bytes() == data, f"{rel} differs from what symmem paper writes"
 
 
