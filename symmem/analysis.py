@@ -41,7 +41,7 @@ def model_totals(model: ModelConfig, convention: str = "paper") -> ModelTotals:
     uses = weight_uses(model_parts(model, convention), unique=True)
     subs = model.substitutions()
     total = to_int(sum(count_by_group(uses, None).values()), subs)
-    activated = to_int(activated_expr(uses, N_r, N), subs)
+    activated = to_int(activated_expr(model_parts(model, convention), N_r, N), subs)
     with_mtp = weight_uses(model_parts(model, convention, with_mtp=True), unique=True)
     mtp = to_int(sum(count_by_group(with_mtp, None).values()), subs) - total
     return ModelTotals(total, activated, mtp)
@@ -88,9 +88,8 @@ def _stage_counts(model: ModelConfig, parallel, parts: tuple, symbolic_parallel:
 
 
 def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
-    st = state_bytes(sp.dense, sp.moe, scn.parallel.dp, scn.parallel.expert_dp, scn.precision, scn.zero)
-    copies = scn.schedule.weight_copies
-    return StateBytes(st.weights * copies, st.gradients, st.optimizer)
+    return state_bytes(sp.dense, sp.moe, scn.parallel.dp, scn.parallel.expert_dp, scn.precision, scn.zero,
+                       scn.schedule.weight_copies)
 
 
 # --------------------------------------------------------------------------------------------- activations

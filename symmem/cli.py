@@ -93,7 +93,7 @@ def scenario_from_args(args: argparse.Namespace):
         ch["zero"] = zero_stage(args.zero)
     if args.mtp is not None:
         ch["mtp"] = args.mtp
-    if args.layers_per_stage:
+    if args.layers_per_stage is not None:
         try:
             counts = tuple(int(x) for x in args.layers_per_stage.split(","))
         except ValueError:
@@ -110,6 +110,8 @@ def scenario_from_args(args: argparse.Namespace):
             ch["rules_name"] = args.rules
         if args.recompute:
             ch["recompute_name"] = args.recompute
+        if args.chunks is not None and (args.schedule or scn.schedule.name) != "interleaved":
+            raise SymmemError(f"--chunks = {args.chunks}: applies to --schedule interleaved only")
         if args.schedule or args.chunks:
             ch["schedule"] = Schedule(args.schedule or scn.schedule.name,
                                       args.chunks if args.chunks else (scn.schedule.chunks if not args.schedule

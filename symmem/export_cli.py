@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from .cli import add_scenario_args, scenario_from_args
 
@@ -44,6 +45,7 @@ def scenario_tables(scn):
 def _latex_args(p: argparse.ArgumentParser) -> None:
     add_scenario_args(p)
     p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--json", action="store_true", help="list what was written as JSON")
 
 
 def _latex_run(args) -> int:
@@ -60,8 +62,15 @@ def _latex_run(args) -> int:
     files["report.tex"] = report_tex(f"symmem: memory of scenario {scn.name}", scn.description or scn.name,
                                      [f"{t.id}.tex" for t in tables], [], r"\input{formulas.tex}")
     write_tree(args.out, files)
-    print(f"wrote {len(files)} files to {args.out}/ (compile with: cd {args.out} && pdflatex report.tex)")
+    _report_written(args, files, f" (compile with: cd {args.out} && pdflatex report.tex)")
     return 0
+
+
+def _report_written(args, files: dict, hint: str = "") -> None:
+    if args.json:
+        print(json.dumps({"out": args.out, "files": sorted(files)}, indent=2))
+    else:
+        print(f"wrote {len(files)} files to {args.out}/{hint}")
 
 
 FIGURES = ("stage_memory", "memory_vs_microbatch", "memory_vs_seqlen", "params_by_block")
@@ -71,6 +80,7 @@ def _plot_args(p: argparse.ArgumentParser) -> None:
     add_scenario_args(p)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--figures", default=",".join(FIGURES), help=f"comma-separated: {', '.join(FIGURES)}")
+    p.add_argument("--json", action="store_true", help="list what was written as JSON")
 
 
 def _plot_run(args) -> int:
@@ -95,7 +105,7 @@ def _plot_run(args) -> int:
         for ext, data in plots.save(fig).items():
             files[f"{name}.{ext}"] = data
     write_tree(args.out, files)
-    print(f"wrote {len(files)} files to {args.out}/")
+    _report_written(args, files)
     return 0
 
 

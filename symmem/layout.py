@@ -42,7 +42,8 @@ def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...
         if counts[-1] < 1:
             raise SymmemError(
                 f"pp = {pp}: the paper's layout puts ceil({n_layers}/{pp}) = {per} layers on each stage, leaving "
-                f"{counts[-1]} for the last; use an explicit or megatron layout")
+                f"{counts[-1]} for the last; choose another PP (--pp) or give the layers per stage "
+                f"(--layers-per-stage, --first-stage-layers/--last-stage-layers)")
         return tuple(counts)
     if spec.kind == "even":
         if n_layers % pp:

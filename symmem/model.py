@@ -59,6 +59,11 @@ def head_flow(model: ModelConfig) -> Dataflow:
     return fb.build([blocks.head(fb, x, shared_with=shared)])
 
 
+def _head_weight(model: ModelConfig) -> str:
+    """The weight the output head multiplies by: its own, or the embedding's when tied."""
+    return "embed_tokens.weight" if model.tie_word_embeddings else "lm_head.weight"
+
+
 @lru_cache(maxsize=16)
 def mtp_flow(model: ModelConfig, convention: str, index: int = 0) -> Dataflow:
     """An MTP module: its own MoE layer; embedding and head shared with the main model."""
@@ -66,7 +71,7 @@ def mtp_flow(model: ModelConfig, convention: str, index: int = 0) -> Dataflow:
     fb.block = "mtp"
     h_main = fb.input("mtp.h_main", (B, seq(_resid_axis(model.layer_kinds()[-1])), H))
     ids = token_ids(fb, "mtp.input_ids")
-    loss = blocks.mtp(fb, h_main, ids, index=index,
+    loss = blocks.mtp(fb, h_main, ids, index=index, convention=convention, head_shared_with=_head_weight(model),
                       layer=lambda f, x: _append_layer(f, x, "moe", model, convention))
     return fb.build([loss])
 
@@ -86,7 +91,7 @@ def hf_mtp_flow(model: ModelConfig, impl: hf.HFImpl, index: int = 0) -> Dataflow
     fb.block = "mtp"
     h_main = fb.input("mtp.h_main", (B, seq(_resid_axis(model.layer_kinds()[-1])), H))
     ids = token_ids(fb, "mtp.input_ids")
-    loss = blocks.mtp(fb, h_main, ids, index=index,
+    loss = blocks.mtp(fb, h_main, ids, index=index, head_shared_with=_head_weight(model),
                       layer=lambda f, x: hf.layer(f, x, "moe", model=model, impl=impl, resid_axis="sp_moe"))
     return fb.build([loss])
 

@@ -46,6 +46,10 @@ class Parallel:
             _check_size(f, getattr(self, f))
         if self.edp is not None:
             _check_size("edp", self.edp)
+        if not isinstance(self.sequence_parallel, bool):
+            raise SymmemError(f"sequence_parallel = {self.sequence_parallel!r}: must be true or false")
+        if self.moe_sequence_parallel is not None and not isinstance(self.moe_sequence_parallel, bool):
+            raise SymmemError(f"moe_sequence_parallel = {self.moe_sequence_parallel!r}: must be true or false")
         if self.world is not None:
             _check_size("world", self.world)
             if self.world != self.dp * self.tp * self.pp:

@@ -74,12 +74,14 @@ class ModelTotals:
     mtp: int  # the MTP modules' own parameters (embedding and head shared, not counted again)
 
 
-def activated_expr(uses: Iterable[WeightUse], n_r: sympy.Expr, n: sympy.Expr) -> sympy.Expr:
-    """Parameters one token passes through: routed experts at N_r/N, the input embedding left out."""
+def activated_expr(parts: Iterable[Part], n_r: sympy.Expr, n: sympy.Expr) -> sympy.Expr:
+    """Parameters one token passes through: routed experts at N_r/N, the input embedding left out, the output
+    head counted (also when it is tied to the embedding: every token still passes through it as the head)."""
     expr = sympy.Integer(0)
-    for u in uses:
-        if u.block == "embedding":
-            continue
-        size = u.count * global_size(u.weight.dims)
-        expr += size * n_r / n if u.weight.group == "routed_expert" else size
+    for part in parts:
+        for op, w in part.flow.weights():
+            if op.block == "embedding" or (w.shared_with is not None and op.block != "head"):
+                continue
+            size = part.count * global_size(w.dims)
+            expr += size * n_r / n if w.group == "routed_expert" else size
     return expr

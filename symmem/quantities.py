@@ -58,24 +58,17 @@ def _params(groups: tuple[str, ...]):
 
 
 def _states(scn: Scenario, stage: int):
-    """Model-state bytes per GPU: shards divide exactly in the symbolic form (DP and EDP substituted)."""
-    from .states import ZeroStage
+    """Model-state bytes per GPU: `states.state_bytes` over the per-GPU parameter expressions (exact shards)."""
+    from .states import state_bytes
 
-    st = scn.stages[stage]
-    sp = stage_params(scn, st)
+    sp = stage_params(scn, scn.stages[stage])
     dense = sp.per_gpu_expr["dense"]
     moe = sum((sp.per_gpu_expr[g] for g in MOE_GROUPS), sympy.Integer(0))
     p, z = scn.precision, scn.zero
-    dp, edp = scn.parallel.dp, scn.parallel.expert_dp
-
-    def part(nbytes: int, sharded: bool) -> sympy.Expr:
-        return nbytes * ((dense / dp + moe / edp) if sharded else (dense + moe))
-
-    expr = (part(p.weight_bytes, z >= ZeroStage.OS_G_P) * scn.schedule.weight_copies
-            + part(p.grad_bytes, z >= ZeroStage.OS_G)
-            + part(p.master_bytes + p.optimizer_bytes, z >= ZeroStage.OS))
+    sb = state_bytes(dense, moe, scn.parallel.dp, scn.parallel.expert_dp, p, z, scn.schedule.weight_copies)
+    expr = sympy.expand(sb.weights + sb.gradients + sb.optimizer)
     sources = {m: [f"model states ({p.name} recipe, ZeRO {int(z)})"] for m in monomials(expr)}
-    return sympy.expand(expr), sources
+    return expr, sources
 
 
 QUANTITIES: dict[str, Quantity] = {}

@@ -19,13 +19,20 @@ from .graph import AxisSizes
 from .symbols import N, N_r, b, s
 
 ROUTING_KINDS = ("paper", "dispatch", "capacity", "dynamic", "histogram")
+MAX_FACTOR = 10_000  # a capacity factor or load ratio beyond this is a typo, not a plan
 
 
 def _exact(value: object, field_name: str) -> sympy.Rational:
+    if isinstance(value, bool):
+        raise SymmemError(f"{field_name} = {value!r}: must be a number")
+    if isinstance(value, str) and len(value) > 40:
+        raise SymmemError(f"{field_name} = {value[:20]!r}...: a number of at most 40 characters")
     try:
         frac = Fraction(str(value)) if not isinstance(value, Fraction) else value
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):
         raise SymmemError(f"{field_name} = {value!r}: must be a number") from None
+    if abs(frac) > 10**12 or (frac and abs(frac) < Fraction(1, 10**12)):
+        raise SymmemError(f"{field_name} = {value!r}: out of range")
     return sympy.Rational(frac.numerator, frac.denominator)
 
 
@@ -40,11 +47,20 @@ class Routing:
         if self.kind not in ROUTING_KINDS:
             raise SymmemError(f"routing = {self.kind!r}: unknown routing model; known: {', '.join(ROUTING_KINDS)}")
         if self.kind == "capacity":
-            if self.capacity_factor is None or _exact(self.capacity_factor, "capacity_factor") <= 0:
-                raise SymmemError(f"capacity_factor = {self.capacity_factor!r}: must be a number > 0")
+            if self.capacity_factor is None or not 0 < _exact(self.capacity_factor, "capacity_factor") <= MAX_FACTOR:
+                raise SymmemError(f"capacity_factor = {self.capacity_factor!r}: must be a number > 0 and at most "
+                                  f"{MAX_FACTOR:,}")
+        elif self.capacity_factor is not None:
+            raise SymmemError(f"capacity_factor = {self.capacity_factor!r}: applies to routing 'capacity' only, "
+                              f"not {self.kind!r}")
         if self.kind == "dynamic":
-            if self.rank_load is None or _exact(self.rank_load, "rank_load") < 1:
-                raise SymmemError(f"rank_load = {self.rank_load!r}: must be a number >= 1 (1 = balanced)")
+            if self.rank_load is None or not 1 <= _exact(self.rank_load, "rank_load") <= MAX_FACTOR:
+                raise SymmemError(f"rank_load = {self.rank_load!r}: must be a number from 1 (balanced) to "
+                                  f"{MAX_FACTOR:,}")
+        elif self.rank_load is not None:
+            raise SymmemError(f"rank_load = {self.rank_load!r}: applies to routing 'dynamic' only, not {self.kind!r}")
+        if self.kind != "histogram" and self.histogram:
+            raise SymmemError(f"histogram: applies to routing 'histogram' only, not {self.kind!r}")
         if self.kind == "histogram":
             if not self.histogram:
                 raise SymmemError("histogram = []: give one load per routed expert")

@@ -69,17 +69,46 @@ class Scenario:
         for f, known in (("attn_impl", ATTN_IMPLS), ("experts_impl", EXPERTS_IMPLS)):
             if getattr(self, f) not in known:
                 raise SymmemError(f"{f} = {getattr(self, f)!r}: unknown; known: {', '.join(known)}")
-        for f in ("b", "s", "act_bytes"):
+        for f, top in (("b", 2**24), ("s", 2**31)):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise SymmemError(f"{f} = {v!r}: must be a positive integer")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= top:
+                raise SymmemError(f"{f} = {v!r}: must be a positive integer up to {top:,}")
+        if self.act_bytes not in (1, 2, 4) or isinstance(self.act_bytes, bool):
+            raise SymmemError(f"act_bytes = {self.act_bytes!r}: activation dtype bytes must be 1 (FP8), 2 (BF16) "
+                              "or 4 (FP32)")
+        if not isinstance(self.mtp, bool):
+            raise SymmemError(f"mtp = {self.mtp!r}: must be true or false")
         self.parallel.validate_for(self.model)
         self.routing.check_model(self.model.value("N"), self.parallel.ep)
         self.rules  # noqa: B018 - validates the names now, not at first use
         self.policy  # noqa: B018
         self.flow_impl  # noqa: B018
         self.schedule.check(self.parallel.pp, self.m)
-        self.stages  # noqa: B018
+        self.schedule.check_layout(tuple(len(st.layers) for st in self.stages))
+        if self.flow_impl is None and (self.attn_impl, self.experts_impl) != ("eager", "eager"):
+            raise SymmemError(f"attn_impl = {self.attn_impl!r}, experts_impl = {self.experts_impl!r}: choose "
+                              "Hugging Face's implementations, which only the hf dataflow follows (dataflow = 'hf', "
+                              "or rules = 'torch-eager')")
+        if self.policy.ops:
+            self._check_custom_recompute()
+
+    def _check_custom_recompute(self) -> None:
+        """A custom recomputation set must name op kinds, tags or names that exist in this scenario's dataflows."""
+        from .model import stage_parts
+
+        known: set[str] = set()
+        for st in self.stages:
+            for part in stage_parts(self.model, st, self.convention, self.flow_impl):
+                for op in part.flow.ops:
+                    known |= {op.kind, op.name, *op.tags}
+        unknown = sorted(self.policy.ops - known)
+        if unknown:
+            kinds = sorted({op.kind for st in self.stages[:1]
+                            for part in stage_parts(self.model, st, self.convention, self.flow_impl)
+                            for op in part.flow.ops})
+            raise SymmemError(f"recompute = {self.policy.label!r}: {unknown[0]!r} is no op kind, tag or name of "
+                              f"this scenario's dataflows; op kinds: {', '.join(kinds)}; tags: core_attention, "
+                              "up_projection, attention_prep, routing")
 
     @property
     def m(self) -> int:
@@ -115,34 +144,45 @@ class Scenario:
         return dataclasses.replace(self, **changes)
 
 
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", float: "a number", list: "a list",
+               dict: "a table"}
+
+
 def _take(table: dict, allowed: dict[str, type | tuple], where: str) -> dict:
+    """Check a TOML table: no unknown key, every value of its declared type (true/false is not an integer)."""
     if not isinstance(table, dict):
         raise SymmemError(f"{where}: must be a table")
     unknown = sorted(set(table) - set(allowed))
     if unknown:
         raise SymmemError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(allowed)}")
+    for key, value in table.items():
+        types = allowed[key] if isinstance(allowed[key], tuple) else (allowed[key],)
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+            raise SymmemError(f"{where} {key} = {value!r}: must be {want}")
     return table
 
 
 def from_toml_dict(raw: dict, source: str) -> Scenario:
-    top = _take(raw, {k: object for k in ("name", "description", "model", "convention", "mtp", "parallel",
-                                          "layout", "precision", "training", "routing", "gpu")}, source)
+    top = _take(raw, {"name": str, "description": str, "model": str, "convention": str, "mtp": bool,
+                      **{k: dict for k in ("parallel", "layout", "precision", "training", "routing", "gpu")}},
+                source)
     if "model" not in top:
         raise SymmemError(f"{source}: missing key 'model' (a preset name or a config.json path)")
     model_ref = top["model"]
     if not Path(str(model_ref)).is_absolute() and ("/" in str(model_ref) or str(model_ref).endswith(".json")):
         model_ref = str(Path(source).parent / model_ref) if Path(source).exists() else model_ref
     model = load_model(str(model_ref))
-    par = _take(top.get("parallel", {}), {k: object for k in (
-        "dp", "tp", "pp", "ep", "etp", "edp", "sequence_parallel", "moe_sequence_parallel", "world")},
-        f"{source} [parallel]")
+    par = _take(top.get("parallel", {}), {**{k: int for k in ("dp", "tp", "pp", "ep", "etp", "edp", "world")},
+                                          "sequence_parallel": bool, "moe_sequence_parallel": bool},
+                f"{source} [parallel]")
     parallel = Parallel(**par)
     lay = _take(top.get("layout", {}), {"kind": str, "layers_per_stage": list, "first": int, "last": int},
                 f"{source} [layout]")
     layout = LayoutSpec(kind=lay.get("kind", "paper"), layers_per_stage=tuple(lay.get("layers_per_stage", ())),
                         first=lay.get("first"), last=lay.get("last"))
-    prec = _take(top.get("precision", {}), {k: object for k in (
-        "recipe", "weight_bytes", "grad_bytes", "master_bytes", "optimizer_bytes")}, f"{source} [precision]")
+    prec = _take(top.get("precision", {}), {"recipe": str, **{k: int for k in (
+        "weight_bytes", "grad_bytes", "master_bytes", "optimizer_bytes")}}, f"{source} [precision]")
     if set(prec) - {"recipe"}:
         base = recipe(prec.get("recipe", "paper"))
         precision = Precision(prec.get("recipe", "custom") if "recipe" in prec else "custom",
@@ -151,10 +191,10 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
                               prec.get("optimizer_bytes", base.optimizer_bytes))
     else:
         precision = recipe(prec.get("recipe", "paper"))
-    tr = _take(top.get("training", {}), {k: object for k in (
-        "zero", "micro_batch_size", "seq_length", "recompute", "rules", "schedule", "chunks", "microbatches",
-        "activation_bytes", "activation_dtype", "dataflow", "attn_impl", "experts_impl", "hf_router")},
-        f"{source} [training]")
+    tr = _take(top.get("training", {}), {
+        **{k: int for k in ("zero", "micro_batch_size", "seq_length", "chunks", "microbatches", "activation_bytes")},
+        **{k: str for k in ("recompute", "rules", "schedule", "activation_dtype", "dataflow", "attn_impl",
+                            "experts_impl", "hf_router")}}, f"{source} [training]")
     act_bytes = tr.get("activation_bytes", 2)
     if "activation_dtype" in tr:
         if tr["activation_dtype"] not in ACT_DTYPES:
@@ -164,28 +204,30 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
             raise SymmemError(f"{source} [training] activation_bytes = {tr['activation_bytes']!r}: contradicts "
                               f"activation_dtype = {tr['activation_dtype']!r}")
         act_bytes = ACT_DTYPES[tr["activation_dtype"]]
-    rt = _take(top.get("routing", {}), {k: object for k in ("kind", "capacity_factor", "rank_load", "histogram")},
-               f"{source} [routing]")
+    rt = _take(top.get("routing", {}), {"kind": str, "capacity_factor": (int, float, str),
+                                        "rank_load": (int, float, str), "histogram": list}, f"{source} [routing]")
     routing = Routing(kind=rt.get("kind", "paper"), capacity_factor=rt.get("capacity_factor"),
                       rank_load=rt.get("rank_load"), histogram=tuple(rt.get("histogram", ())))
-    gpu = _take(top.get("gpu", {}), {k: object for k in ("memory", "fragmentation", "comm_buffers")},
+    gpu = _take(top.get("gpu", {}), {"memory": (str, int), "fragmentation": list, "comm_buffers": list},
                 f"{source} [gpu]")
     frag = tuple(gpu.get("fragmentation", (0.05, 0.30)))
-    if len(frag) != 2 or not all(isinstance(x, (int, float)) and 0 <= x for x in frag) or frag[0] > frag[1]:
-        raise SymmemError(f"{source} [gpu] fragmentation = {frag!r}: must be [low, high] fractions, low <= high")
+    if len(frag) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1
+                                 for x in frag) or frag[0] > frag[1]:
+        raise SymmemError(f"{source} [gpu] fragmentation = {list(frag)!r}: must be [low, high] fractions of "
+                          "allocated memory, 0 <= low <= high <= 1")
     bufs = tuple(parse_size(x, "comm_buffers") for x in gpu.get("comm_buffers", (800_000_000, 2_000_000_000)))
     if len(bufs) != 2 or bufs[0] > bufs[1]:
         raise SymmemError(f"{source} [gpu] comm_buffers = {bufs!r}: must be [low, high] sizes, low <= high")
     return Scenario(
-        name=str(top.get("name", Path(source).stem)),
-        description=str(top.get("description", "")),
+        name=top.get("name", Path(source).stem),
+        description=top.get("description", ""),
         model=model,
         parallel=parallel,
         layout=layout,
         convention=top.get("convention", "paper"),
         precision=precision,
         zero=zero_stage(tr.get("zero", 0)),
-        mtp=bool(top.get("mtp", True)),
+        mtp=top.get("mtp", True),
         b=tr.get("micro_batch_size", 1),
         s=tr.get("seq_length", 4096),
         rules_name=tr.get("rules", "paper"),

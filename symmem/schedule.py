@@ -47,15 +47,29 @@ class Schedule:
             return Fraction(min(m, pp - stage))
         if self.name == "interleaved":
             # Megatron: (PP - i - 1)·2 + (v - 1)·PP warm-up chunk forwards, plus one; each chunk is 1/v of a stage.
+            # With M = PP Megatron runs every forward first (num_warmup_microbatches = all M·v chunks).
             v = self.chunks
+            if m == pp:
+                return Fraction(m)
             return Fraction(min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp + 1), v)
         # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device.
         return Fraction(min(m, pp + 1))
 
     @property
     def weight_copies(self) -> int:
-        """DualPipe keeps two copies of the parameters (both directions); others one."""
+        """Copies of a stage's model states a GPU holds. DualPipe keeps two copies of the parameters: GPU i holds
+        stage i and stage PP - 1 - i, each with its gradients and optimizer states; counted as two copies of
+        stage i's (exact where the two stages are alike; the first and last differ by embedding and head)."""
         return 2 if self.name == "dualpipe" else 1
+
+    def check_layout(self, layers_per_stage: tuple[int, ...]) -> None:
+        """Interleaving splits each GPU's layers into v chunks: every stage's layer count must divide by v."""
+        if self.name != "interleaved":
+            return
+        for i, n in enumerate(layers_per_stage):
+            if n % self.chunks:
+                raise SymmemError(f"chunks = {self.chunks}: stage {i} has {n} layers, which interleaved 1F1B "
+                                  f"cannot split into {self.chunks} chunks; give a layout whose stages divide")
 
     @property
     def label(self) -> str:

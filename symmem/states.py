@@ -83,18 +83,20 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes(dense: int, moe: int, dp: int, edp: int, precision: Precision, zero: ZeroStage) -> StateBytes:
-    """Bytes of model states on one GPU that holds `dense` and `moe` parameters.
+def state_bytes(dense, moe, dp: int, edp: int, precision: Precision, zero: ZeroStage, copies: int = 1) -> StateBytes:
+    """Bytes of model states on one GPU that holds `dense` and `moe` parameters (`copies` times: DualPipe).
 
-    Sharding divides exactly when the group size divides the count; otherwise each rank holds the ceiling
-    (the largest shard), since memory is planned for the fullest rank.
+    Integers: a shard that does not divide evenly is the ceiling (memory is planned for the fullest rank).
+    Sympy expressions (`symmem check --quantity gpu.states`): the same formula with exact division.
     """
 
-    def share(n: int, group: int, sharded: bool) -> int:
-        return -(-n // group) if sharded else n
+    def share(n, group: int, sharded: bool):
+        if not sharded:
+            return n
+        return -(-n // group) if isinstance(n, int) else n / group
 
-    def part(nbytes: int, sharded: bool) -> int:
-        return nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
+    def part(nbytes: int, sharded: bool):
+        return copies * nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
 
     return StateBytes(
         weights=part(precision.weight_bytes, zero >= ZeroStage.OS_G_P),

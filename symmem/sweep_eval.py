@@ -131,18 +131,27 @@ def schedule_table(sched: Schedule, pp: int, m_values: tuple[int, ...], reps: tu
     return np.array(valid, dtype=np.int64), tuple(reasons), kn, den
 
 
+def _layout_reason(sched: Schedule, scn) -> str | None:
+    """Why the schedule cannot run on the scenario's pipeline layout (interleaving's chunks), or None."""
+    try:
+        sched.check_layout(tuple(len(st.layers) for st in scn.stages))
+    except SymmemError as e:
+        return str(e)
+    return None
+
+
 def state_arrays(dense: np.ndarray, moe: np.ndarray, dp: np.ndarray, edp: np.ndarray, precision: Precision,
                  zero: int, copies: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`states.state_bytes` (and DualPipe's weight copies) over arrays of arrangements."""
+    """`states.state_bytes` (with DualPipe's copies of every state) over arrays of arrangements."""
 
     def share(n, group, sharded):
         return -((-n) // group) if sharded else n
 
     def part(nbytes, sharded):
-        return nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
+        return copies * nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
 
     z = zero_stage(zero)
-    return (part(precision.weight_bytes, z >= 3) * copies, part(precision.grad_bytes, z >= 2),
+    return (part(precision.weight_bytes, z >= 3), part(precision.grad_bytes, z >= 2),
             part(precision.master_bytes + precision.optimizer_bytes, z >= 1))
 
 
@@ -237,11 +246,19 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                         counts.append((per["dense"], sum(per[grp] for grp in MOE_GROUPS)))
                     regions.append((s_part, b_part, case, tuple(c.index for c in case.classes), counts, {}))
                 for i_sch, sched in enumerate(space.schedule):
-                    _, reasons, _, _ = schedule_table(sched, pp, m_values, regions[0][3])
+                    valid_m, reasons, _, _ = schedule_table(sched, pp, m_values, regions[0][3])
                     for mi, reason in reasons:
                         reject("schedule", (("pp", pp), ("schedule", sched_label(sched)),
                                             ("microbatches", space.microbatches[mi])), reason,
                                n_par * len(space.zero) * n_sb)
+                    layout_reason = _layout_reason(sched, rep)
+                    if layout_reason is not None:
+                        # as Scenario checks it: after M, so only the valid M values are rejected here
+                        for mi in valid_m:
+                            reject("schedule", (("pp", pp), ("schedule", sched_label(sched)),
+                                                ("microbatches", space.microbatches[int(mi)])), layout_reason,
+                                   n_par * len(space.zero) * n_sb)
+                        continue
                     bases = par["base"] + i_rc * st[4] + i_sch * st[5]
                     for s_part, b_part, case, reps, counts, acts_cache in regions:
                         valid, _, kn, kd = schedule_table(sched, pp, m_values, reps)

@@ -9,6 +9,7 @@ from .errors import SymmemError
 
 GIB = 2**30
 GB = 10**9
+MAX_BYTES = 10**18  # no device holds an exabyte: a larger size is a typo
 
 _UNITS = {
     "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -26,8 +27,8 @@ def parse_size(text: object, field: str = "size") -> int:
     if isinstance(text, str) and text.strip().lower() in GPUS:
         return GPUS[text.strip().lower()]
     if isinstance(text, int) and not isinstance(text, bool):
-        if text <= 0:
-            raise SymmemError(f"{field} = {text!r}: must be a positive number of bytes")
+        if not 0 < text <= MAX_BYTES:
+            raise SymmemError(f"{field} = {text!r}: must be a positive number of bytes up to 10^18")
         return text
     m = _SIZE.match(str(text))
     unit = m.group(2).lower() if m else None
@@ -36,8 +37,8 @@ def parse_size(text: object, field: str = "size") -> int:
             f"{field} = {text!r}: not a size; write e.g. 80GB (10^9 bytes), 80GiB (2^30 bytes), 80e9, "
             f"or a GPU name ({', '.join(g.upper() for g in GPUS)})")
     value = Fraction(m.group(1)) * _UNITS[unit]
-    if value <= 0:
-        raise SymmemError(f"{field} = {text!r}: must be a positive size")
+    if not 0 < value <= MAX_BYTES:
+        raise SymmemError(f"{field} = {text!r}: must be a positive size up to 10^18 bytes")
     return int(value)
 
 

@@ -166,6 +166,28 @@ def test_schedule_multipliers():
     assert Schedule("dualpipe").weight_copies == 2
 
 
+def test_interleaved_with_m_equal_pp_runs_every_forward_first():
+    # Megatron: num_microbatches == pipeline size -> all M·v chunks warm up, on every stage
+    assert [Schedule("interleaved", 2).in_flight(i, 4, 4) for i in range(4)] == [4, 4, 4, 4]
+
+
+def test_interleaved_needs_stages_divisible_into_chunks(paper):
+    with pytest.raises(SymmemError, match="stage 15 has 1 layers"):
+        paper.replace(schedule=Schedule("interleaved", 2))
+    Schedule("interleaved", 2).check_layout((4, 4, 2))  # divisible: no error
+    with pytest.raises(SymmemError, match="stage 1 has 3 layers"):
+        Schedule("interleaved", 2).check_layout((4, 3))
+
+
+def test_dualpipe_copies_every_state(paper):
+    from symmem.analysis import stage_params, stage_states
+
+    one = stage_states(paper, stage_params(paper, paper.stages[1]))
+    dual = paper.replace(schedule=Schedule("dualpipe"))
+    two = stage_states(dual, stage_params(dual, dual.stages[1]))
+    assert (two.weights, two.gradients, two.optimizer) == (2 * one.weights, 2 * one.gradients, 2 * one.optimizer)
+
+
 def test_paper_stage0_holds_all_microbatches(paper):
     mems = memory(paper)
     assert [m.in_flight for m in mems] == [16 - i for i in range(16)]

@@ -172,3 +172,48 @@ def test_unwritable_output_leaves_nothing(capsys, tmp_path):
 def test_module_entry_point():
     r = subprocess.run([sys.executable, "-m", "symmem", "states", "--tp", "3"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("body, words", [
+    ('mtp = "false"', "mtp = 'false': must be true or false"),
+    ('[parallel]\nsequence_parallel = "no"', "sequence_parallel = 'no': must be true or false"),
+    ('[parallel]\nmoe_sequence_parallel = "false"', "must be true or false"),
+    ('[gpu]\nfragmentation = 0.1', "fragmentation = 0.1: must be a list"),
+    ('[gpu]\ncomm_buffers = 5', "comm_buffers = 5: must be a list"),
+    ('[gpu]\nfragmentation = [true, true]', "must be [low, high] fractions"),
+    ('[training]\nrecompute = 1', "recompute = 1: must be a string"),
+    ('[training]\nactivation_dtype = [2]', "must be a string"),
+    ('[training]\nactivation_bytes = 3', "activation dtype bytes must be 1"),
+    ('[precision]\nrecipe = ["paper"]', "must be a string"),
+    ('[routing]\nkind = "capacity"\ncapacity_factor = "1e100000"', "out of range"),
+    ('name = {a = 1}', "name = {'a': 1}: must be a string"),
+    ('[parallel]\ntp = true', "tp = True: must be an integer"),
+])
+def test_toml_values_of_the_wrong_type(capsys, tmp_path, body, words):
+    toml = tmp_path / "s.toml"
+    toml.write_text('model = "deepseek-v3"\n' + body + "\n")
+    code, _, err = run(capsys, "memory", "--scenario", str(toml))
+    assert code == 2 and words in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["memory", "--recompute", "custom:nonexistent_op"], "is no op kind, tag or name"),
+    (["activations", "--chunks", "2"], "applies to --schedule interleaved only"),
+    (["memory", "--routing", "dispatch", "--capacity-factor", "2"], "applies to routing 'capacity' only"),
+    (["activations", "--attn-impl", "sdpa"], "only the hf dataflow follows"),
+    (["states", "--layers-per-stage", ""], "must be integers separated by commas"),
+    (["memory", "--rank-load", "1e300"], "out of range"),
+    (["memory", "--gpu-memory", "1e400"], "up to 10^18 bytes"),
+    (["memory", "--schedule", "interleaved", "--chunks", "2"], "cannot split into 2 chunks"),
+    (["memory", "--model", "deepseek-v2-lite"], "choose another PP (--pp)"),
+])
+def test_conflicting_or_out_of_range_flags(capsys, args, words):
+    code, _, err = run(capsys, *args)
+    assert code == 2 and words in err and err.count("\n") == 1, err
+
+
+def test_latex_and_plot_take_json(capsys, tmp_path):
+    code, out, _ = run(capsys, "plot", "--out", str(tmp_path), "--figures", "params_by_block", "--json")
+    assert code == 0 and json.loads(out)["files"] == ["params_by_block.pdf", "params_by_block.png"]
+    code, out, _ = run(capsys, "latex", "--out", str(tmp_path / "tex"), "--json")
+    assert code == 0 and "report.tex" in json.loads(out)["files"]

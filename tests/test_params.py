@@ -195,3 +195,36 @@ def test_scenario_is_frozen(paper):
     with pytest.raises(dataclasses.FrozenInstanceError):
         paper.b = 3  # type: ignore[misc]
     assert isinstance(paper, Scenario)
+
+
+def _tied(name: str):
+    import json
+    from importlib import resources
+
+    c = json.loads(resources.files("symmem.presets").joinpath(f"{name}.json").read_text())
+    c["tie_word_embeddings"] = True
+    return from_dict(c, f"{name}-tied")
+
+
+def test_tied_embeddings_keep_the_head_activated():
+    for name in ("deepseek-v3", "deepseek-v2-lite"):
+        untied, tied = model_totals(load_model(name)), model_totals(_tied(name))
+        assert tied.activated == untied.activated  # every token still passes through the head
+        v, h = load_model(name).value("V"), load_model(name).value("h")
+        assert untied.total - tied.total == v * h  # the head matrix is stored once
+
+
+def test_tied_embeddings_with_mtp_count_one_replica_on_the_last_stage(paper):
+    untied = paper.replace(mtp=True)
+    tied = paper.replace(mtp=True, model=_tied("deepseek-v3"))
+    a = stage_params(untied, untied.stages[15]).dense
+    b = stage_params(tied, tied.stages[15]).dense
+    # untied: own head + an embedding replica for MTP; tied: one matrix serves head, MTP embedding and MTP head
+    assert a - b == 129280 * 7168 // 2 == 463_339_520
+
+
+def test_megatron_splits_mtp_eh_proj(paper):
+    p = paper.replace(mtp=True)
+    m = p.replace(convention="megatron")
+    diff = stage_params(p, p.stages[15]).dense - stage_params(m, m.stages[15]).dense
+    assert diff == 7168 * 7168 + 2 * 6_291_456  # eh_proj (2h x h) halved, W_QR of layer 60 and of the MTP layer

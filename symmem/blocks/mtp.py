@@ -8,8 +8,12 @@ from ._dims import S_SP, B, H, seq
 from .embedding import embedding, head
 
 
-def mtp(fb: DataflowBuilder, h_main: str, ids: str, *, layer, index: int = 0) -> str:
-    """Append MTP module `index`: `layer(fb, x)` appends its transformer layer and returns the output name."""
+def mtp(fb: DataflowBuilder, h_main: str, ids: str, *, layer, index: int = 0,
+        head_shared_with: str = "lm_head.weight", convention: str = "paper") -> str:
+    """Append MTP module `index`: `layer(fb, x)` appends its transformer layer and returns the output name.
+
+    Its head is the main model's (`head_shared_with`: the embedding itself when the two are tied). Megatron-Core
+    builds eh_proj column-parallel (split over TP); the paper's convention keeps it whole."""
     p = f"mtp{index}."
     fb.block = "mtp"
     emb = embedding(fb, ids, name=f"{p}embed_tokens", shared_with="embed_tokens.weight")
@@ -19,7 +23,7 @@ def mtp(fb: DataflowBuilder, h_main: str, ids: str, *, layer, index: int = 0) ->
     (hn,) = fb.op("rmsnorm", f"{p}hnorm", [hh], [(f"{p}h_norm", (B, S_SP, H))], [Weight(f"{p}hnorm.weight", (H,))])
     (cat,) = fb.op("concat", f"{p}concat", [en, hn], [(f"{p}eh", (B, S_SP, D(2 * h)))])
     (x,) = fb.op("linear", f"{p}eh_proj", [cat], [(f"{p}x", (B, seq("sp_moe"), H))],
-                 [Weight(f"{p}eh_proj.weight", (D(2 * h), H))])
+                 [Weight(f"{p}eh_proj.weight", (D(2 * h), D(h, "tp") if convention == "megatron" else H))])
     y = layer(fb, x)
     fb.block = "mtp"
-    return head(fb, y, prefix=p, shared_with="lm_head.weight", norm_name="shared_head.norm")
+    return head(fb, y, prefix=p, shared_with=head_shared_with, norm_name="shared_head.norm")
