@@ -4,6 +4,7 @@ with Python integers and fractions. Sympy's `subs` is exact but slow; this is ex
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from functools import lru_cache
 
@@ -42,19 +43,39 @@ def compile_expr(expr: sympy.Expr) -> Compiled:
     return tuple(out)
 
 
+@lru_cache(maxsize=8192)
+def _integer_form(expr: sympy.Expr):
+    """(denominator, ((integer coefficient, powers), ...)) when no exponent is negative, else None: evaluating
+    with Python integers and one division is several times faster than with fractions."""
+    compiled = compile_expr(expr)
+    if any(e < 0 for _, powers in compiled for _, e in powers):
+        return None
+    den = math.lcm(*(c.denominator for c, _ in compiled)) if compiled else 1
+    return den, tuple((int(c * den), powers) for c, powers in compiled)
+
+
 def evaluate(expr: sympy.Expr, values: dict) -> Fraction:
     """The exact value of `expr` with every symbol given in `values`."""
-    total = Fraction(0)
-    for coeff, powers in compile_expr(as_expr(expr)):
-        term = coeff
-        for sym, e in powers:
-            try:
-                v = values[sym]
-            except KeyError:
-                raise ValueError(f"no value for symbol {sym}") from None
-            term *= Fraction(v) ** e
-        total += term
-    return total
+    expr = as_expr(expr)
+    try:
+        form = _integer_form(expr)
+        if form is not None:
+            den, terms = form
+            total = 0
+            for c, powers in terms:
+                for sym, e in powers:
+                    c *= values[sym] ** e
+                total += c
+            return Fraction(total, den)
+        total = Fraction(0)
+        for coeff, powers in compile_expr(expr):
+            term = coeff
+            for sym, e in powers:
+                term *= Fraction(values[sym]) ** e
+            total += term
+        return total
+    except KeyError as e:
+        raise ValueError(f"no value for symbol {e.args[0]}") from None
 
 
 def ceil_int(value: Fraction) -> int:

@@ -34,9 +34,10 @@ def _null():
 
 
 def _plain_log_ticks(ax) -> None:
-    """Label only the major ticks, as plain numbers (drawing minor-tick labels costs most of the time)."""
+    """Label only the major ticks, as plain numbers; no minor ticks (drawing them costs most of the time)."""
     from matplotlib.ticker import FuncFormatter
 
+    ax.minorticks_off()
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(_null())
@@ -73,7 +74,7 @@ def figure_stage_memory(scenarios: list[tuple[str, object]]):
         ax.text(len(rows) - 0.5, cap, f"capacity {scn.gpu_memory / 1e9:.0f} GB", ha="right", va="bottom")
         ax.set_xlabel("pipeline stage")
         ax.set_ylabel("memory per GPU (GiB)")
-        ax.set_title(f"{title}\n{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}", fontsize=9)
+        ax.set_title(f"{title}\n{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}", fontsize=9, y=1.0)
         ax.set_xticks(x)
     axes[0][0].legend(fontsize=7, loc="upper right")
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.84, wspace=0.2)
@@ -103,7 +104,7 @@ def figure_memory_sweep(scn, axis: str, values: list[int]):
     ax.set_ylabel("peak memory per GPU (GiB, log scale)")
     ax.set_title(f"{scn.model.name}, {scn.parallel.describe().split(' (')[0]}\nZeRO {int(scn.zero)}, "
                  f"{scn.schedule.label}, M = {scn.m}" + (f", s = {scn.s}" if axis == "b" else f", b = {scn.b}"),
-                 fontsize=9)
+                 fontsize=9, y=1.0)
     ax.legend(fontsize=7)
     _plain_log_ticks(ax)
     fig.subplots_adjust(left=0.13, right=0.97, bottom=0.13, top=0.86)
@@ -125,7 +126,7 @@ def params_by_block(model) -> dict[str, int]:
         key = {"router": "routers", "routed_expert": "routed experts", "shared_expert": "shared experts"}.get(
             g, names.get(use.block, use.block))
         if g == "dense" and use.block == "moe":
-            key = "FFN norms of MoE layers"
+            key = "FFN norms (MoE)"
         out[key] = out.get(key, 0) + use.count * int(global_size(use.weight.dims).subs(subs))
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
@@ -141,8 +142,8 @@ def figure_params_by_block(model):
     for y, v in enumerate(vals):
         ax.text(v, y, f" {v:,.2f}B" if v >= 0.01 else f" {v * 1000:,.2f}M", va="center", fontsize=7)
     ax.set_xlabel("parameters (billions, log scale)")
-    ax.set_title(f"{model.name}: {sum(data.values()):,} parameters by block", fontsize=9)
-    ax.xaxis.set_minor_formatter(_null())
+    ax.set_title(f"{model.name}: {sum(data.values()):,} parameters by block", fontsize=9, y=1.0)
+    ax.minorticks_off()
     from matplotlib.ticker import FuncFormatter
 
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
