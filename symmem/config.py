@@ -21,7 +21,7 @@ MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
 # Keys whose values the engine reads (besides the symbol table's config keys).
 _STRUCTURAL = (
     "model_type", "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers", "num_key_value_heads",
-    "scoring_func", "tie_word_embeddings", "n_group", "topk_group",
+    "scoring_func", "tie_word_embeddings", "n_group", "topk_group", "topk_method", "norm_topk_prob",
 )
 _REQUIRED = tuple(spec.config_key for spec in SYMBOLS.values() if spec.config_key) + (
     "model_type", "first_k_dense_replace",
@@ -41,6 +41,9 @@ class ModelConfig:
     scoring_func: str
     tie_word_embeddings: bool
     ignored_keys: tuple[str, ...]
+    # routing options Hugging Face's routers read (None: absent, transformers' default applies)
+    topk_method: str | None = None
+    norm_topk_prob: bool | None = None
 
     def value(self, name: str) -> int:
         return dict(self.values)[name]
@@ -125,6 +128,8 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
         scoring_func=scoring,
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         ignored_keys=ignored,
+        topk_method=raw.get("topk_method"),
+        norm_topk_prob=raw.get("norm_topk_prob"),
     )
 
 

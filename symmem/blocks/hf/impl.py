@@ -3,13 +3,10 @@ variant a config selects, and whether a flattening reshape of a strided view sta
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 
-from ...config import PRESETS, ModelConfig
+from ...config import ModelConfig
 from ...errors import SymmemError
 
 ATTN_IMPLS = ("eager", "sdpa")
@@ -70,14 +67,10 @@ def router_kind(raw: Mapping, where: str = "config") -> str:
 
 
 def router_kind_of(model: ModelConfig) -> str:
-    """`router_kind` of a loaded model, re-reading its config (ModelConfig keeps sizes, not routing options)."""
-    try:
-        if model.name in PRESETS:
-            text = resources.files("symmem.presets").joinpath(f"{model.name}.json").read_text()
-        else:
-            text = Path(model.name).read_text()
-        raw = json.loads(text)
-    except (OSError, ValueError):
-        raise SymmemError(f"model = {model.name!r}: cannot re-read its config for topk_method/norm_topk_prob; "
-                          "set hf_router") from None
+    """`router_kind` of a loaded model, from the routing options its config gave."""
+    raw = {"model_type": model.model_type}
+    if model.topk_method is not None:
+        raw["topk_method"] = model.topk_method
+    if model.norm_topk_prob is not None:
+        raw["norm_topk_prob"] = model.norm_topk_prob
     return router_kind(raw, model.name)
