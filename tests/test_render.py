@@ -39,9 +39,10 @@ def test_paper_notation():
 def test_repr_latex(paper):
     from symmem.paper import collect
 
-    f = Formula("x", parse := __import__("symmem").parse_formula("8bsh + 8bsN_r"))
+    from symmem import parse_formula
+
+    f = Formula("x", parse_formula("8bsh + 8bsN_r"))
     assert f._repr_latex_() == "$8bs(h+N_r)$"
-    del parse
     t = collect()[0]
     assert t._repr_latex_().startswith("% table1_hyperparameters")
 
