@@ -37,9 +37,8 @@ def test_paper_notation():
 
 
 def test_repr_latex(paper):
-    from symmem.paper import collect
-
     from symmem import parse_formula
+    from symmem.paper import collect
 
     f = Formula("x", parse_formula("8bsh + 8bsN_r"))
     assert f._repr_latex_() == "$8bs(h+N_r)$"
