@@ -12,13 +12,12 @@ from ._common import main
 def tables() -> list[Table]:
     models = [load_model(n) for n in ("deepseek-v2", "deepseek-v3", "deepseek-v2-lite")]
     rows = []
-    for spec in SYMBOLS.values():
-        if spec.kind != "model":
-            continue
+    for name, key in models[0].family.config_keys.items():
+        spec = SYMBOLS[name]
         vals = [dict(m.values).get(spec.name, "none") for m in models]
-        rows.append((Math(spec.latex, spec.name), spec.meaning, spec.config_key, *vals))
+        rows.append((Math(spec.latex, spec.name), spec.meaning, key, *vals))
     rows.append((Math("L_{dense}", "first_k_dense_replace"), "leading dense layers", "first_k_dense_replace",
-                 *[m.first_k_dense for m in models]))
+                 *[m.option("first_k_dense") for m in models]))
     rows.append((Math("L_{MTP}", "num_nextn_predict_layers"), "MTP modules", "num_nextn_predict_layers",
                  *[m.n_mtp for m in models]))
     return [Table("table1_hyperparameters", "Table 1: hyperparameters (from the HF config.json files)",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sympy
 
+from symmem.blocks.symbols import d_h, d_hr, d_v, n_h
 from symmem.graph import global_size, local_size
 from symmem.model import embedding_flow, head_flow, layer_flow
 from symmem.render.latex import latex
 from symmem.render.tables import Math, Table
-from symmem.symbols import d_h, d_hr, d_v, n_h
 
 from ._common import main, scenario
 

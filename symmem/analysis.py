@@ -20,7 +20,7 @@ from .model import model_parts, stage_parts
 from .params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
 from .scenario import Scenario
 from .states import StateBytes, state_bytes
-from .symbols import N, N_r, b, s
+from .symbols import b, s
 
 
 def to_int(expr: sympy.Expr, values: dict) -> int:
@@ -41,7 +41,7 @@ def model_totals(model: ModelConfig, convention: str = "paper") -> ModelTotals:
     uses = weight_uses(model_parts(model, convention), unique=True)
     subs = model.substitutions()
     total = to_int(sum(count_by_group(uses, None).values()), subs)
-    activated = to_int(activated_expr(model_parts(model, convention), N_r, N), subs)
+    activated = to_int(activated_expr(model_parts(model, convention), model.family.moe_fraction(model)), subs)
     with_mtp = weight_uses(model_parts(model, convention, with_mtp=True), unique=True)
     mtp = to_int(sum(count_by_group(with_mtp, None).values()), subs) - total
     return ModelTotals(total, activated, mtp)
@@ -106,9 +106,10 @@ def _activation_key(scn: Scenario) -> tuple:
 
 @lru_cache(maxsize=1024)
 def _terms(key: tuple, parts: tuple, symbolic_parallel: bool) -> tuple[Term, ...]:
-    _model, _conv, rules, policy, parallel, routing, act_bytes = key
+    model, _conv, rules, policy, parallel, routing, act_bytes = key
     axes = parallel.axis_sizes(symbolic_parallel)
-    e_tok = routing.tokens_per_expert(axes, parallel.ep)
+    fraction = model.family.moe_fraction(model)
+    e_tok = routing.tokens_per_expert(axes, fraction, parallel.ep) if fraction is not None else sympy.Integer(0)
     terms: list[Term] = []
     for part in parts:
         terms.extend(part_terms(part, rules, policy, axes, act_bytes, e_tok))

@@ -15,6 +15,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("formula", nargs="?", help="the formula, in LaTeX (10bsh + 8bs(d_{cq}+d_c)) or plain (10*b*s*h)")
     p.add_argument("--quantity", default="stage.activations", help="what to compare with (see --list)")
     p.add_argument("--stage", type=int, default=1, help="pipeline stage (default 1, the paper's worst case)")
+    p.add_argument("--layer", type=int, default=None,
+                   help="decoder layer of a layer.* quantity (default: the stage's first layer)")
     p.add_argument("--list", action="store_true", help="list the quantities")
     p.add_argument("--strict", action="store_true", help="'equal at this scenario only' counts as different")
     p.add_argument("--json", action="store_true")
@@ -23,15 +25,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def _claimed(text: str, scn) -> sympy.Expr:
     from .check import parse_formula
-    from .symbols import d_h, d_v, sym
+    from .symbols import sym
 
     expr = parse_formula(text)
-    # Parallel sizes take the scenario's values; d_v is the paper's d_h where the model has them equal.
+    # Parallel sizes take the scenario's values; the family says which symbols stand for one another in this
+    # model (DeepSeek: d_v is the paper's d_h where the two are equal).
     par = scn.parallel
     subs = {sym("t"): par.tp, sym("pp"): par.pp, sym("ep"): par.ep, sym("etp"): par.etp, sym("dp"): par.dp,
             sym("edp"): par.expert_dp}
-    if scn.model.d_v == d_h:
-        subs[d_v] = d_h
+    subs.update(scn.model.family.formula_aliases(scn.model))
     return sympy.expand(expr.subs(subs))
 
 
@@ -39,23 +41,24 @@ def run(args) -> int:
     from .analysis import values
     from .check.compare import DIFFERENT, EQUAL, compare
     from .errors import SymmemError
-    from .quantities import QUANTITIES, derive, quantity
+    from .quantities import available, derive, quantity
     from .render.latex import latex, plain
 
     if args.list:
+        listed = available(scenario_from_args(args))
         if args.json:
             print(json.dumps({q.name: {"unit": q.unit, "description": q.description}
-                              for q in QUANTITIES.values()}, indent=2, sort_keys=True))
+                              for q in listed.values()}, indent=2, sort_keys=True))
         else:
-            for q in QUANTITIES.values():
+            for q in listed.values():
                 print(f"{q.name:<28} {q.unit:<10} {q.description}")
         return 0
     if args.formula is None:
         raise SymmemError("formula: missing; give the formula to check, or --list")
     scn = scenario_from_args(args)
-    q = quantity(args.quantity)
+    q = quantity(args.quantity, scn)
     claimed = _claimed(args.formula, scn)
-    derived, sources = derive(q.name, scn, args.stage)
+    derived, sources = derive(q.name, scn, args.stage, args.layer)
     vals = values(scn)
     cmp = compare(derived, claimed, vals, sources)
     code = 0 if cmp.verdict == EQUAL else 1 if (cmp.verdict == DIFFERENT or args.strict) else 0

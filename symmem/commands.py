@@ -22,13 +22,14 @@ def _params_run(args) -> int:
     from .config import load_model
     from .errors import SymmemError
     from .graph import global_size
-    from .model import CONVENTIONS, model_parts
+    from .model import model_parts
     from .params import GROUPS, count_by_group, weight_uses
     from .render.latex import plain
 
-    if args.convention not in CONVENTIONS:
-        raise SymmemError(f"--convention = {args.convention!r}: unknown; known: {', '.join(CONVENTIONS)}")
     model = load_model(args.model)
+    if args.convention not in model.family.conventions:
+        raise SymmemError(f"--convention = {args.convention!r}: unknown for {model.family.name} models; known: "
+                          f"{', '.join(model.family.conventions)}")
     subs = model.substitutions()
     parts = model_parts(model, args.convention, with_mtp=True)
     totals = model_totals(model, args.convention)

@@ -8,7 +8,8 @@ tensors and weights alike. Which axes are active (is the MoE block sequence-shar
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import sympy
@@ -76,7 +77,7 @@ class Op:
 
     kind: str
     name: str
-    block: str  # the block it belongs to ("mla", "moe", "mlp", "embedding", "head", "mtp")
+    block: str  # the block it belongs to (the block file names it: "mla", "moe", "mlp", "embedding", ...)
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     weights: tuple[Weight, ...] = ()
@@ -115,6 +116,17 @@ class DataflowBuilder:
     inputs: list[str] = field(default_factory=list)
     block: str = ""
     prefix: str = ""
+    scope_tags: frozenset[str] = frozenset()  # added to every op appended inside `tagged(...)`
+
+    @contextmanager
+    def tagged(self, *tags: str) -> Iterator[None]:
+        """Every op appended inside the `with` block carries `tags` too (e.g. the engine's `decoder_layer`)."""
+        before = self.scope_tags
+        self.scope_tags = before | frozenset(tags)
+        try:
+            yield
+        finally:
+            self.scope_tags = before
 
     def input(self, name: str, dims: Iterable[Dim], dtype: DType = ACT) -> str:
         name = self._add(Tensor(self.prefix + name, tuple(dims), dtype))
@@ -140,7 +152,8 @@ class DataflowBuilder:
             dtype = spec[2] if len(spec) > 2 else ACT
             outs.append(self._add(Tensor(self.prefix + tname, tuple(dims), dtype)))
         ws = tuple(Weight(self.prefix + w.name, w.dims, w.group, w.shared_with) for w in weights)
-        self.ops.append(Op(kind, self.prefix + name, self.block, inputs, tuple(outs), ws, frozenset(tags)))
+        self.ops.append(Op(kind, self.prefix + name, self.block, inputs, tuple(outs), ws,
+                           frozenset(tags) | self.scope_tags))
         return tuple(outs)
 
     def alias(self, name: str, *, view_of: str | None = None, cast_of: str | None = None) -> str:
@@ -190,16 +203,4 @@ def global_size(dims: Iterable[Dim]) -> sympy.Expr:
     total = sympy.Integer(1)
     for d in dims:
         total *= d.size
-    return total
-
-
-def shard_count(dims: Iterable[Dim], axes: AxisSizes) -> sympy.Expr:
-    """Into how many distinct pieces the dimensions are split (replicas of one piece count once)."""
-    seen: dict[str, sympy.Expr] = {}
-    for d in dims:
-        for a in d.axes:
-            seen[a] = axes.of(a)
-    total = sympy.Integer(1)
-    for v in seen.values():
-        total *= v
     return total

@@ -34,7 +34,6 @@ class Prediction:
 
 def scenario_for(raw: dict, b: int, s: int, dtype: str, attn: str, experts: str, name: str = "config"):
     """The one-GPU scenario that predicts a layer measured with these settings."""
-    from .blocks.hf import router_kind
     from .config import from_dict
     from .parallel import Parallel
     from .scenario import ACT_DTYPES, Scenario
@@ -49,8 +48,7 @@ def scenario_for(raw: dict, b: int, s: int, dtype: str, attn: str, experts: str,
                           "attention_dropout = 0 (HF's DeepSeek configs)")
     model = from_dict(raw, name)
     return Scenario(name="measure", model=model, parallel=Parallel(), mtp=False, b=b, s=s, rules_name="torch-eager",
-                    act_bytes=ACT_DTYPES[dtype], dataflow="hf", attn_impl=attn, experts_impl=experts,
-                    hf_router=router_kind(raw, name))
+                    act_bytes=ACT_DTYPES[dtype], dataflow="hf", attn_impl=attn, experts_impl=experts)
 
 
 def predict(raw: dict, layer: int, b: int, s: int, dtype: str = "fp32", attn: str = "eager",
@@ -59,15 +57,17 @@ def predict(raw: dict, layer: int, b: int, s: int, dtype: str = "fp32", attn: st
     from .analysis import stage_terms, to_int, values
     from .graph import global_size
     from .layout import Stage
-    from .model import layer_flow
+    from .model import layer_flow, stage_parts
 
     scn = scenario_for(raw, b, s, dtype, attn, experts, name)
     kinds = scn.model.layer_kinds()
     if not (isinstance(layer, int) and 0 <= layer < len(kinds)):
         raise SymmemError(f"--layer = {layer!r}: must be in [0, {len(kinds)})")
-    terms = stage_terms(scn, Stage(0, (layer,), False, False, 0))
-    expr = sympy.expand(sum((t.total for t in terms if t.part != "rope tables"), sympy.Integer(0)))
-    shared = sympy.expand(sum((t.total for t in terms if t.part == "rope tables"), sympy.Integer(0)))
+    stage = Stage(0, (layer,), False, False, 0)
+    terms = stage_terms(scn, stage)
+    shared_parts = {p.name for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl) if p.kind == "shared"}
+    expr = sympy.expand(sum((t.total for t in terms if t.part not in shared_parts), sympy.Integer(0)))
+    shared = sympy.expand(sum((t.total for t in terms if t.part in shared_parts), sympy.Integer(0)))
     vals = values(scn)
     subs = scn.model.substitutions()
     params: dict[str, int] = {}
@@ -84,7 +84,7 @@ def _layer_flow(scn, layer: int):
     from .model import stage_parts
 
     parts = stage_parts(scn.model, Stage(0, (layer,), False, False, 0), scn.convention, scn.flow_impl)
-    return next(part.flow for part in parts if part.kind in ("dense", "moe"))
+    return next(part.flow for part in parts if part.is_layers)
 
 
 def _require_torch() -> None:

@@ -92,24 +92,16 @@ class Parallel:
             "etp": ETP_SYM if symbolic else sympy.Integer(self.etp),
         })
 
-    def numbers(self) -> dict[sympy.Symbol, int]:
-        return {TP_SYM: self.tp, EP_SYM: self.ep, ETP_SYM: self.etp}
-
     def validate_for(self, model: ModelConfig) -> None:
         """Divisibility rules between this arrangement and a model's sizes."""
-        v = dict(model.values)
-        rules = (
-            ("tp", self.tp, "n_h", "num_attention_heads"),
-            ("tp", self.tp, "h_F", "intermediate_size"),
-            ("tp", self.tp, "V", "vocab_size"),
-            ("ep", self.ep, "N", "n_routed_experts"),
-            ("etp", self.etp, "h_E", "moe_intermediate_size"),
-        )
-        for field, size, name, key in rules:
-            if v[name] % size:
-                raise SymmemError(f"{field} = {size}: must divide {key} = {v[name]}")
-        if self.sequence_parallel and self.tp == 1:
-            return
+        fam = model.family
+        for field, name in fam.divisibility:
+            size = getattr(self, field)
+            if model.has(name) and model.value(name) % size:
+                raise SymmemError(f"{field} = {size}: must divide {fam.config_keys[name]} = {model.value(name)}")
+        if fam.routed_experts is None and (self.ep, self.etp) != (1, 1):
+            raise SymmemError(f"ep = {self.ep}, etp = {self.etp}: {model.name} has no routed experts; expert "
+                              "parallel sizes must be 1")
 
     def describe(self) -> str:
         sp = "SP on" if self.sequence_parallel else "SP off"

@@ -61,10 +61,6 @@ def total(groups: dict[str, sympy.Expr]) -> sympy.Expr:
     return sum(groups.values(), sympy.Integer(0))
 
 
-def moe_part(groups: dict[str, sympy.Expr]) -> sympy.Expr:
-    return sum((groups[g] for g in MOE_GROUPS), sympy.Integer(0))
-
-
 @dataclass(frozen=True)
 class ModelTotals:
     """Whole-model counts, by DeepSeek's published conventions."""
@@ -74,14 +70,15 @@ class ModelTotals:
     mtp: int  # the MTP modules' own parameters (embedding and head shared, not counted again)
 
 
-def activated_expr(parts: Iterable[Part], n_r: sympy.Expr, n: sympy.Expr) -> sympy.Expr:
-    """Parameters one token passes through: routed experts at N_r/N, the input embedding left out, the output
-    head counted (also when it is tied to the embedding: every token still passes through it as the head)."""
+def activated_expr(parts: Iterable[Part], fraction: sympy.Expr | None) -> sympy.Expr:
+    """Parameters one token passes through: routed experts at `fraction` (N_r/N), the input embedding left out,
+    the output head counted (also when it is tied to the embedding: every token still passes through it as the
+    head)."""
     expr = sympy.Integer(0)
     for part in parts:
         for op, w in part.flow.weights():
-            if op.block == "embedding" or (w.shared_with is not None and op.block != "head"):
+            if op.kind == "embedding" or (w.shared_with is not None and part.kind != "head"):
                 continue
             size = part.count * global_size(w.dims)
-            expr += size * n_r / n if w.group == "routed_expert" else size
+            expr += size * fraction if w.group == "routed_expert" else size
     return expr

@@ -1,7 +1,10 @@
-"""Named derived quantities (`stage.activations.mla`, `gpu.params`, ...): what `symmem check` compares against.
+"""Named derived quantities (`stage.activations.mla`, `layer.activations`, `gpu.params`, ...): what `symmem check`
+compares against.
 
 Each quantity is an expression in b, s and the model's sizes (the scenario's parallel sizes substituted), with
-provenance: for every monomial, the ops and tensors (or weights) that produce it.
+provenance: for every monomial, the ops and tensors (or weights) that produce it. Per-block quantities
+(`stage.activations.<block>`, `layer.activations.<block>`) take their block names from the blocks the scenario's
+dataflows contain: the engine knows no block by name.
 """
 
 from __future__ import annotations
@@ -15,11 +18,10 @@ from .analysis import stage_activation_expr, stage_params, stage_terms
 from .check.compare import monomials, term_sources
 from .errors import SymmemError
 from .graph import local_size
+from .layout import Stage
 from .model import stage_parts
 from .params import MOE_GROUPS, weight_uses
 from .scenario import Scenario
-
-BLOCKS = ("mla", "moe", "mlp", "embedding", "head", "mtp")
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,11 @@ class Quantity:
     name: str
     description: str
     unit: str  # "bytes" or "parameters"
-    derive: Callable[[Scenario, int], tuple[sympy.Expr, dict[sympy.Expr, list[str]]]]
+    derive: Callable[[Scenario, int, int | None], tuple[sympy.Expr, dict[sympy.Expr, list[str]]]]
 
 
 def _activations(block: str | None):
-    def derive(scn: Scenario, stage: int):
+    def derive(scn: Scenario, stage: int, layer: int | None):
         st = scn.stages[stage]
         terms = [t for t in stage_terms(scn, st) if block is None or t.block == block]
         return stage_activation_expr(scn, st, block), term_sources(terms)
@@ -39,8 +41,31 @@ def _activations(block: str | None):
     return derive
 
 
+def _layer_activations(block: str | None):
+    def derive(scn: Scenario, stage: int, layer: int | None):
+        one = Stage(stage, (_layer_of(scn, stage, layer),), False, False, 0)
+        terms = [t for t in stage_terms(scn, one) if (block is None or t.block == block) and t.part != "rope tables"]
+        expr = sympy.expand(sympy.Add(*[t.total for t in terms]))
+        return expr, term_sources(terms)
+
+    return derive
+
+
+def _layer_of(scn: Scenario, stage: int, layer: int | None) -> int:
+    """The decoder layer a `layer.*` quantity is of: the given one, or the stage's first."""
+    st = scn.stages[stage]
+    if layer is None:
+        if not st.layers:
+            raise SymmemError(f"stage = {stage}: holds no decoder layer; give --layer")
+        return st.layers[0]
+    n = scn.model.value("L")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n:
+        raise SymmemError(f"layer = {layer!r}: the model has decoder layers 0..{n - 1}")
+    return layer
+
+
 def _params(groups: tuple[str, ...]):
-    def derive(scn: Scenario, stage: int):
+    def derive(scn: Scenario, stage: int, layer: int | None):
         st = scn.stages[stage]
         axes = scn.parallel.axis_sizes()
         expr = sympy.Integer(0)
@@ -57,7 +82,7 @@ def _params(groups: tuple[str, ...]):
     return derive
 
 
-def _states(scn: Scenario, stage: int):
+def _states(scn: Scenario, stage: int, layer: int | None):
     """Model-state bytes per GPU: `states.state_bytes` over the per-GPU parameter expressions (exact shards)."""
     from .states import state_bytes
 
@@ -80,9 +105,8 @@ def _register(q: Quantity) -> None:
 
 _register(Quantity("stage.activations", "bytes one GPU of the stage keeps for one micro-batch (recomputation "
                    "from --recompute)", "bytes", _activations(None)))
-for _blk in BLOCKS:
-    _register(Quantity(f"stage.activations.{_blk}", f"the {_blk} blocks' part of stage.activations", "bytes",
-                       _activations(_blk)))
+_register(Quantity("layer.activations", "bytes one GPU keeps for one decoder layer and one micro-batch (--layer; "
+                   "default the stage's first layer)", "bytes", _layer_activations(None)))
 _register(Quantity("gpu.params", "parameters one GPU of the stage holds", "parameters",
                    _params(("dense", "router", "routed_expert", "shared_expert"))))
 _register(Quantity("gpu.params.dense", "its non-MoE parameters (sharded over DP under ZeRO)", "parameters",
@@ -95,14 +119,47 @@ _register(Quantity("gpu.states", "model-state bytes per GPU: weights, gradients,
                    "bytes", _states))
 
 
-def quantity(name: str) -> Quantity:
-    try:
+PER_BLOCK = {"stage.activations": _activations, "layer.activations": _layer_activations}
+
+
+def blocks_of(scn: Scenario) -> tuple[str, ...]:
+    """The blocks the scenario's dataflows contain, in the order they first appear."""
+    seen: dict[str, None] = {}
+    for st in scn.stages:
+        for part in stage_parts(scn.model, st, scn.convention, scn.flow_impl):
+            for op in part.flow.ops:
+                seen.setdefault(op.block, None)
+    return tuple(b for b in seen if b)
+
+
+def available(scn: Scenario) -> dict[str, Quantity]:
+    """Every quantity of `scn`: the fixed ones and one per block for each per-block family."""
+    out = dict(QUANTITIES)
+    for base, make in PER_BLOCK.items():
+        for blk in blocks_of(scn):
+            out[f"{base}.{blk}"] = Quantity(f"{base}.{blk}", f"the {blk} blocks' part of {base}", "bytes",
+                                            make(blk))
+    return out
+
+
+def quantity(name: str, scn: Scenario | None = None) -> Quantity:
+    if name in QUANTITIES:
         return QUANTITIES[name]
-    except KeyError:
-        raise SymmemError(f"quantity = {name!r}: unknown; known: {', '.join(QUANTITIES)}") from None
+    base, _, blk = name.rpartition(".")
+    if base in PER_BLOCK and blk:
+        if scn is None:
+            return Quantity(name, f"the {blk} blocks' part of {base}", "bytes", PER_BLOCK[base](blk))
+        known = available(scn)
+        if name in known:
+            return known[name]
+        raise SymmemError(f"quantity = {name!r}: no block {blk!r} in {scn.model.name}'s dataflows; blocks: "
+                          f"{', '.join(blocks_of(scn))}")
+    raise SymmemError(f"quantity = {name!r}: unknown; known: {', '.join(QUANTITIES)}, and "
+                      f"{', '.join(b + '.<block>' for b in PER_BLOCK)}")
 
 
-def derive(name: str, scn: Scenario, stage: int) -> tuple[sympy.Expr, dict[sympy.Expr, list[str]]]:
+def derive(name: str, scn: Scenario, stage: int, layer: int | None = None
+           ) -> tuple[sympy.Expr, dict[sympy.Expr, list[str]]]:
     if not 0 <= stage < len(scn.stages):
         raise SymmemError(f"stage = {stage}: the scenario has stages 0..{len(scn.stages) - 1}")
-    return quantity(name).derive(scn, stage)
+    return quantity(name, scn).derive(scn, stage, layer)

@@ -13,7 +13,8 @@ from enum import Enum
 from .errors import SymmemError
 from .graph import Op
 
-LAYER_BLOCKS = frozenset({"mla", "moe", "mlp"})
+# The tag the model assembly (`symmem.model`) puts on every op of a decoder layer, whatever its blocks.
+LAYER_TAG = "decoder_layer"
 
 
 class Recompute(Enum):
@@ -38,7 +39,7 @@ class Policy:
         if self.kind is Recompute.NONE:
             return False
         if self.kind is Recompute.FULL:
-            return op.block in LAYER_BLOCKS
+            return LAYER_TAG in op.tags
         if self.kind is Recompute.SELECTIVE:
             return "core_attention" in op.tags
         if self.kind is Recompute.DEEPSEEK:

@@ -16,7 +16,7 @@ import sympy
 
 from .errors import SymmemError
 from .graph import AxisSizes
-from .symbols import N, N_r, b, s
+from .symbols import b, s
 
 ROUTING_KINDS = ("paper", "dispatch", "capacity", "dynamic", "histogram")
 MAX_FACTOR = 10_000  # a capacity factor or load ratio beyond this is a typo, not a plan
@@ -70,7 +70,17 @@ class Routing:
             if sum(loads) == 0:
                 raise SymmemError("histogram: all loads are zero")
 
-    def check_model(self, n_experts: int, ep: int) -> None:
+    def check_model(self, model, ep: int) -> None:
+        """The routing model against a model's routed experts (a model without them routes nothing)."""
+        experts = model.family.routed_experts
+        if experts is None:
+            if self.kind != "paper":
+                raise SymmemError(f"routing = {self.kind!r}: {model.name} has no routed experts")
+            if ep != 1:
+                raise SymmemError(f"ep = {ep}: {model.name} has no routed experts to split; expert parallelism "
+                                  "needs an MoE model")
+            return
+        n_experts = model.value(experts[0])
         if self.kind == "histogram" and len(self.histogram) != n_experts:
             raise SymmemError(
                 f"histogram has {len(self.histogram)} loads: must have one per routed expert, N = {n_experts}")
@@ -82,10 +92,11 @@ class Routing:
         shares = [sum(loads[r * per:(r + 1) * per]) for r in range(ep)]
         return max(shares) / sum(loads)
 
-    def tokens_per_expert(self, axes: AxisSizes, ep_number: int | None = None) -> sympy.Expr:
-        """E_tok: the tokens one local expert is charged for."""
+    def tokens_per_expert(self, axes: AxisSizes, fraction: sympy.Expr, ep_number: int | None = None) -> sympy.Expr:
+        """E_tok: the tokens one local expert is charged for; `fraction` is the share of experts a token goes to
+        (N_r/N, from the model's family)."""
         s_moe = s / axes.of("sp_moe")  # tokens per rank entering the MoE block
-        own = b * s_moe * N_r / N  # the paper's: an expert's share of its own GPU's tokens
+        own = b * s_moe * fraction  # the paper's: an expert's share of its own GPU's tokens
         if self.kind == "paper":
             return own
         dispatched = axes.of("ep") * own  # an expert receives from every EP rank

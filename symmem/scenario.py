@@ -12,11 +12,10 @@ from functools import cached_property
 from pathlib import Path
 
 from ._files import read_named_or_path
-from .blocks.hf import ATTN_IMPLS, EXPERTS_IMPLS, HFImpl, router_kind_of
 from .config import ModelConfig, load_model
 from .errors import SymmemError
+from .implementations import ATTN_IMPLS, EXPERTS_IMPLS
 from .layout import LayoutSpec, Stage, build_stages
-from .model import CONVENTIONS
 from .parallel import Parallel
 from .recompute import Policy, policy
 from .routing import Routing
@@ -62,8 +61,9 @@ class Scenario:
     hf_router: str | None = None  # hf dataflow: router variant; None: from the config (topk_method, norm_topk_prob)
 
     def __post_init__(self) -> None:
-        if self.convention not in CONVENTIONS:
-            raise SymmemError(f"convention = {self.convention!r}: unknown; known: {', '.join(CONVENTIONS)}")
+        if self.convention not in self.model.family.conventions:
+            raise SymmemError(f"convention = {self.convention!r}: unknown for {self.model.family.name} models; "
+                              f"known: {', '.join(self.model.family.conventions)}")
         if self.dataflow not in (None,) + DATAFLOWS:
             raise SymmemError(f"dataflow = {self.dataflow!r}: unknown; known: {', '.join(DATAFLOWS)}")
         for f, known in (("attn_impl", ATTN_IMPLS), ("experts_impl", EXPERTS_IMPLS)):
@@ -79,7 +79,7 @@ class Scenario:
         if not isinstance(self.mtp, bool):
             raise SymmemError(f"mtp = {self.mtp!r}: must be true or false")
         self.parallel.validate_for(self.model)
-        self.routing.check_model(self.model.value("N"), self.parallel.ep)
+        self.routing.check_model(self.model, self.parallel.ep)
         self.rules  # noqa: B018 - validates the names now, not at first use
         self.policy  # noqa: B018
         self.flow_impl  # noqa: B018
@@ -97,18 +97,19 @@ class Scenario:
         from .model import stage_parts
 
         known: set[str] = set()
+        kinds: set[str] = set()
+        tags: set[str] = set()
         for st in self.stages:
             for part in stage_parts(self.model, st, self.convention, self.flow_impl):
                 for op in part.flow.ops:
                     known |= {op.kind, op.name, *op.tags}
+                    kinds.add(op.kind)
+                    tags |= op.tags
         unknown = sorted(self.policy.ops - known)
         if unknown:
-            kinds = sorted({op.kind for st in self.stages[:1]
-                            for part in stage_parts(self.model, st, self.convention, self.flow_impl)
-                            for op in part.flow.ops})
             raise SymmemError(f"recompute = {self.policy.label!r}: {unknown[0]!r} is no op kind, tag or name of "
-                              f"this scenario's dataflows; op kinds: {', '.join(kinds)}; tags: core_attention, "
-                              "up_projection, attention_prep, routing")
+                              f"this scenario's dataflows; op kinds: {', '.join(sorted(kinds))}; tags: "
+                              f"{', '.join(sorted(tags))}")
 
     @property
     def m(self) -> int:
@@ -119,7 +120,7 @@ class Scenario:
         return rule_set(self.rules_name)
 
     @cached_property
-    def flow_impl(self) -> HFImpl | None:
+    def flow_impl(self) -> object | None:
         """The HF implementation the activation dataflows follow, or None for the paper's dataflows.
 
         It depends on b and s: at b = 1 or s = 1 some reshapes stay views (HFImpl.flat_view, output_view), so a
@@ -128,8 +129,8 @@ class Scenario:
         dataflow = self.dataflow or ("hf" if self.rules_name == "torch-eager" else "paper")
         if dataflow == "paper":
             return None
-        return HFImpl(self.attn_impl, self.experts_impl, self.hf_router or router_kind_of(self.model),
-                      unit_batch=self.b == 1, unit_seq=self.s == 1)
+        return self.model.family.hf_impl(self.model, self.attn_impl, self.experts_impl, self.hf_router,
+                                          unit_batch=self.b == 1, unit_seq=self.s == 1)
 
     @cached_property
     def policy(self) -> Policy:

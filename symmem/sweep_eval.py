@@ -197,7 +197,7 @@ def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
         try:
             par = make_parallel(base, gpus, tp, pp, ep, etp)
             par.validate_for(base.model)
-            base.routing.check_model(base.model.value("N"), ep)
+            base.routing.check_model(base.model, ep)
         except SymmemError as e:
             reject("parallel", (("tp", tp), ("pp", pp), ("ep", ep), ("etp", etp)), str(e), per_combo)
             continue

@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 
 from symmem import SymmemError, parse_formula, stage_activation_expr
 from symmem.analysis import memory, stage_terms, to_int, values
+from symmem.blocks.symbols import N, N_s
 from symmem.check.compare import DIFFERENT, EQUAL, EQUAL_AT_SCENARIO, compare
 from symmem.parallel import Parallel
 from symmem.routing import Routing
 from symmem.schedule import Schedule
-from symmem.symbols import N, N_s, b, s, sym
+from symmem.symbols import b, s, sym
 
 # The paper's Section 5 formulas as typed in the paper (per four-layer stage, per micro-batch, bytes).
 PAPER_MLA = r"10bsh + 8bs(d_{cq}+d_c) + 16bsd_hn_h + 8bsd_{hr}n_h + 10bn_hs^2"

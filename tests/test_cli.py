@@ -119,7 +119,7 @@ def test_unknown_toml_key(capsys, tmp_path):
     ("{not json", "not JSON"),
     ("[1, 2]", "must hold a JSON object"),
     ('{"model_type": "deepseek_v3"}', "missing key"),
-    ('{"model_type": "llama"}', "missing key"),
+    ('{"model_type": "gpt_neox"}', "symmem models"),
 ])
 def test_bad_configs(capsys, tmp_path, content, words):
     cfg = tmp_path / "config.json"

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 import symmem.check.lexer as lexer_module
 import symmem.check.parse as parse_module
+from symmem.blocks.symbols import L, N, N_r, V, d_c, d_cq, d_h, d_hr, h, h_E, n_h
 from symmem.check import parse_formula
 from symmem.errors import SymmemError
-from symmem.symbols import SYMBOLS, L, N, N_r, V, b, d_c, d_cq, d_h, d_hr, h, h_E, n_h, pp, s, t
+from symmem.symbols import SYMBOLS, b, pp, s, t
 
 
 def same(a: sympy.Expr, b_: sympy.Expr) -> bool:

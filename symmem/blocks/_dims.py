@@ -1,7 +1,8 @@
 """Dimension shorthands shared by the block definitions (so that each block reads like the paper)."""
 
 from ..graph import D
-from ..symbols import b, h, s
+from ..symbols import b, s
+from .symbols import h
 
 B = D(b)
 H = D(h)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..graph import FP32, INT64, D, DataflowBuilder, Dim, Weight
-from ..symbols import V
 from ._dims import S_FULL, S_SP, B, H, seq
+from .symbols import V
 
 
 def embedding(fb: DataflowBuilder, ids: str, *, name: str = "embed_tokens",

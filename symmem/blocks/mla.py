@@ -7,9 +7,21 @@ be found. Without a query latent (DeepSeek-V2-Lite) the query comes from one pro
 
 from __future__ import annotations
 
+import sympy
+
 from ..graph import D, DataflowBuilder, Weight
-from ..symbols import d_c, d_cq, d_h, d_hr, n_h
 from ._dims import S_FULL, S_SP, B, H, seq
+from .symbols import d_c, d_cq, d_h, d_hr, d_v, n_h
+
+
+def q_latent(model) -> bool:
+    """Whether the query comes through a latent (q_lora_rank); DeepSeek-V2-Lite has none (q_lora_rank null)."""
+    return model.has("d_cq")
+
+
+def d_v_symbol(model) -> sympy.Symbol:
+    """The symbol for the value head dimension: the paper's d_h where v_head_dim equals qk_nope_head_dim."""
+    return d_h if model.value("d_v") == model.value("d_h") else d_v
 
 
 def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, convention: str, d_v) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..graph import D, DataflowBuilder, Dim, Weight
-from ..symbols import h_F
 from ._dims import S_FULL, S_SP, B, H, seq
+from .symbols import h_F
 
 
 def swiglu(

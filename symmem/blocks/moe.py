@@ -9,9 +9,10 @@ appear here.
 from __future__ import annotations
 
 from ..graph import INT64, D, DataflowBuilder, Weight
-from ..symbols import E_tok, N, N_r, N_s, h_E
+from ..symbols import E_tok
 from ._dims import S_MOE, B, H
 from .mlp import swiglu
+from .symbols import N, N_r, N_s, h_E
 
 
 def moe(fb: DataflowBuilder, x_in: str) -> str:

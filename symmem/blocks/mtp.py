@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ..graph import D, DataflowBuilder, Weight
-from ..symbols import h
 from ._dims import S_SP, B, H, seq
 from .embedding import embedding, head
+from .symbols import h
 
 
 def mtp(fb: DataflowBuilder, h_main: str, ids: str, *, layer, index: int = 0,

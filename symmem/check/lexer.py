@@ -25,7 +25,8 @@ from functools import lru_cache
 import sympy
 
 from symmem.errors import SymmemError
-from symmem.symbols import SYMBOLS
+from symmem.family import registry
+from symmem.symbols import SYMBOLS, print_rank
 
 MAX_CHARS = 10_000  # longer inputs are refused outright: no formula in a paper is this long
 MAX_DEPTH = 200  # bracket nesting; keeps the recursive-descent parser far from Python's stack limit
@@ -128,7 +129,8 @@ def _add(table: NameTable, key: str, symbol: sympy.Symbol) -> None:
 
 @lru_cache(maxsize=1)
 def _default_table() -> NameTable:
-    table = NameTable({}, {}, tuple(SYMBOLS))
+    registry()  # every family's blocks have declared their symbols
+    table = NameTable({}, {}, tuple(sorted(SYMBOLS, key=lambda n: print_rank(SYMBOLS[n].symbol))))
     for spec in SYMBOLS.values():
         _add(table, spec.name, spec.symbol)
         _add(table, spec.latex, spec.symbol)

@@ -9,16 +9,13 @@ from __future__ import annotations
 import sympy
 
 from ..evaluate import as_expr, compile_expr
-from ..symbols import SYMBOLS, latex_names
-
-# The paper's order inside a monomial (b s h d_{cq} d_c d_h d_{hr} n_h N N_r h_E ...).
-_PRINT_ORDER = ("b", "s", "h", "d_cq", "d_c", "d_h", "d_v", "d_hr", "n_h", "N", "N_r", "h_E", "h_F", "N_s", "V",
-                "L", "E_tok", "t", "pp", "ep", "etp", "dp", "edp")
-_ORDER = {SYMBOLS[n].symbol: i for i, n in enumerate(_PRINT_ORDER)}
+from ..symbols import SYMBOLS, latex_names, print_rank
 
 
-def _key(sym: sympy.Symbol) -> int:
-    return _ORDER.get(sym, len(_ORDER))
+def _key(sym: sympy.Symbol) -> tuple[int, int]:
+    # The paper's order inside a monomial (b s h d_{cq} d_c d_h d_{hr} n_h N N_r h_E ...): run sizes, model sizes
+    # in the order the blocks declare them, then routing and parallel sizes.
+    return print_rank(sym)
 
 
 def _name(sym: sympy.Symbol) -> str:

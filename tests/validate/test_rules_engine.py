@@ -8,10 +8,11 @@ import sympy
 
 from symmem.activations import storage_of
 from symmem.analysis import stage_activation_expr, stage_terms, to_int, values
+from symmem.blocks.symbols import N_r, h
 from symmem.errors import SymmemError
 from symmem.graph import ACT, FP32, D, DataflowBuilder
 from symmem.scenario import from_toml_dict
-from symmem.symbols import N_r, b, h, s
+from symmem.symbols import b, s
 
 
 def _flow():

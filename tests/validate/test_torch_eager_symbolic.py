@@ -9,22 +9,25 @@ import pytest
 import sympy
 from _cases import ATTNS, DTYPES, FAMILIES, combos, config
 
+from symmem.blocks.mla import d_v_symbol
+from symmem.blocks.mla import q_latent as has_q_latent
+from symmem.blocks.symbols import N, N_r, N_s, d_c, d_cq, d_h, d_hr, h, h_E, h_F, n_h
 from symmem.config import from_dict
 from symmem.measure_cli import predict
-from symmem.symbols import N, N_r, N_s, b, d_c, d_cq, d_h, d_hr, h, h_E, h_F, n_h, s
+from symmem.symbols import b, s
 
 
 def catalogue(cfg: dict, kind: str, dtype: str, attn: str, experts: str, unit_b: bool, unit_s: bool) -> sympy.Expr:
     """Section 5 of the catalogue, written out: the measured closed form of one layer's bytes (shared tables apart)."""
     model = from_dict(cfg)
-    d_v = model.d_v
+    d_v = d_v_symbol(model)
     p, bf = (4, 0) if dtype == "fp32" else (2, 1)
     t, d_qk = b * s, d_h + d_hr
     T = t * N_r
     v1 = unit_b or unit_s
     flash = attn == "sdpa" and cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"] == cfg["v_head_dim"]
     norms = 2 * (4 * t * h + 4 * t + 2 * p * t * h)
-    q_latent = 4 * t * d_cq + 4 * t + 2 * p * t * d_cq if model.q_latent else 0
+    q_latent = 4 * t * d_cq + 4 * t + 2 * p * t * d_cq if has_q_latent(model) else 0
     kv_latent = 4 * t * (d_c + d_hr * (1 - bf)) + 4 * t + 2 * p * t * d_c
     o_proj_in = p * t * n_h * d_v
     if attn == "eager":

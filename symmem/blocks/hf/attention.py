@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from ...config import ModelConfig
 from ...graph import ACT, FP32, D, DataflowBuilder
-from ...symbols import d_c, d_cq, d_h, d_hr, n_h
 from .._dims import S_FULL, S_SP, B, H, seq
+from ..mla import d_v_symbol, q_latent
+from ..symbols import d_c, d_cq, d_h, d_hr, n_h
 from ._ops import cast, linear, rmsnorm, views
 from .impl import HFImpl, sdpa_backend
 
@@ -20,11 +21,11 @@ CORE = ("core_attention",)
 
 def mla(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: HFImpl, resid_axis: str) -> str:
     fb.block = "mla"
-    heads, S, d_v = D(n_h, "tp"), S_FULL, model.d_v
+    heads, S, d_v = D(n_h, "tp"), S_FULL, d_v_symbol(model)
     d_qk = d_h + d_hr
     (x,) = fb.op("region", "attn_enter", [x_in], [("attn.x", (B, S_SP, H))])
     xn = rmsnorm(fb, "input_layernorm", x, "attn.x_norm", (B, S_SP, H))
-    if model.q_latent:
+    if q_latent(model):
         cq = linear(fb, "self_attn.q_a_proj", xn, ("attn.q_a", (B, S_SP, D(d_cq))), (H, D(d_cq)))
         cqn = rmsnorm(fb, "self_attn.q_a_layernorm", cq, "attn.q_a_norm", (B, S_SP, D(d_cq)))
         q = linear(fb, "self_attn.q_b_proj", cqn, ("attn.q", (B, S, heads, D(d_qk))), (D(d_cq), heads, D(d_qk)),
@@ -62,7 +63,7 @@ def mla(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: HFImpl, res
 
 def core(fb: DataflowBuilder, query: str, key: str, value: str, *, model: ModelConfig, impl: HFImpl) -> str:
     """softmax(q kᵀ · scale + mask) v: returns the (b, n_h, s, d_v) output (dropout is 0 in HF's configs)."""
-    heads, S, d_v = D(n_h, "tp"), S_FULL, model.d_v
+    heads, S, d_v = D(n_h, "tp"), S_FULL, d_v_symbol(model)
     scores_dims, ctx_dims = (B, heads, S, S), (B, heads, S, D(d_v))
     if impl.attn == "sdpa" and sdpa_backend(model) == "flash":
         # flash-attention-for-CPU keeps q, k, v (a view of kv_b's output), its output and an FP32 logsumexp.

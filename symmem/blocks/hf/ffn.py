@@ -9,8 +9,9 @@ experts keep is a sum over experts of terms linear in each expert's token count,
 from __future__ import annotations
 
 from ...graph import BOOL, FP32, INT32, INT64, D, DataflowBuilder, Dim, Weight
-from ...symbols import E_tok, N, N_r, N_s, h_E, h_F
+from ...symbols import E_tok
 from .._dims import S_FULL, S_MOE, S_SP, B, H, seq
+from ..symbols import N, N_r, N_s, h_E, h_F
 from ._ops import cast, linear, rmsnorm, views
 from .impl import HFImpl
 

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 from ...config import ModelConfig
 from ...errors import SymmemError
+from ...implementations import ATTN_IMPLS, EXPERTS_IMPLS
 
-ATTN_IMPLS = ("eager", "sdpa")
-EXPERTS_IMPLS = ("eager", "grouped_mm")
 # v3: sigmoid scores, gather of the top-k (norm: divided by their sum, norm_topk_prob); v2: softmax scores,
 # top-k directly (greedy) or after masking the experts of the groups not chosen (group_limited_greedy).
 ROUTERS = ("v3-norm", "v3", "v2-greedy", "v2-group")
@@ -69,8 +68,7 @@ def router_kind(raw: Mapping, where: str = "config") -> str:
 def router_kind_of(model: ModelConfig) -> str:
     """`router_kind` of a loaded model, from the routing options its config gave."""
     raw = {"model_type": model.model_type}
-    if model.topk_method is not None:
-        raw["topk_method"] = model.topk_method
-    if model.norm_topk_prob is not None:
-        raw["norm_topk_prob"] = model.norm_topk_prob
+    for key in ("topk_method", "norm_topk_prob"):
+        if model.option(key) is not None:
+            raw[key] = model.option(key)
     return router_kind(raw, model.name)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ...config import ModelConfig
 from ...graph import COMPLEX64, INT64, D, DataflowBuilder
-from ...symbols import d_hr
 from .._dims import S_FULL
+from ..symbols import d_hr
 from .attention import mla
 from .ffn import dense_mlp, moe
 from .impl import HFImpl

@@ -1,0 +1,152 @@
+"""Model families as plug-ins: what the engine asks of an architecture, and the registry that finds them.
+
+A family (one module in `symmem.families`, exposing `FAMILY`) declares its Hugging Face `model_type`s, its config
+schema (which config key gives which size symbol, which keys are optional, the consistency rules), how a layer
+index maps to a layer kind, the dataflows of its layers, embedding, head and extra modules, its parallel
+divisibility rules and its presets. The engine (graph, rules, accounting, parallel, scenario, check, render, CLI)
+asks only through this interface: adding an architecture adds files under `symmem/blocks/` and
+`symmem/families/`, and touches no engine module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import sympy
+
+from .errors import SymmemError
+from .graph import DataflowBuilder, Dim
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
+
+
+class Family:
+    """Base class of a model family. Subclasses set the class attributes and implement the `build_*` methods."""
+
+    name: str = ""
+    model_types: tuple[str, ...] = ()
+    presets: tuple[str, ...] = ()  # preset names: files `symmem/presets/<name>.json`
+    #: symbol name -> config key, in the order a table of hyperparameters lists them
+    config_keys: Mapping[str, str] = {}
+    #: config keys of `config_keys` that may be absent or null (the family's `parse` decides what that means)
+    optional_keys: tuple[str, ...] = ()
+    #: other keys the family reads (structure, options)
+    structural_keys: tuple[str, ...] = ()
+    #: (experts symbol, experts-per-token symbol) of a routed MoE, or None for a model without routed experts
+    routed_experts: tuple[str, str] | None = None
+    #: (parallel field, symbol name): the parallel size must divide the model size
+    divisibility: tuple[tuple[str, str], ...] = ()
+    #: how a TP convention may split weights ("paper" always exists)
+    conventions: tuple[str, ...] = ("paper",)
+    #: the layer kinds in the order a stage lists them
+    layer_kind_order: tuple[str, ...] = ()
+    #: Hugging Face dataflows (symmem.blocks.hf...): None where the family has none
+    hf_dataflow: bool = False
+
+    # ---------------------------------------------------------------------------------------- schema
+    def parse(self, raw: Mapping, source: str) -> ModelConfig:
+        """Check a config.json's contents against the schema and build a `ModelConfig`."""
+        raise NotImplementedError
+
+    def layer_kinds(self, model: ModelConfig) -> tuple[str, ...]:
+        """The kind of each decoder layer (one of `layer_kind_order`)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------------------------------- dataflows
+    def residual_dims(self, model: ModelConfig, kind: str) -> tuple[Dim, ...]:
+        """The shape of the residual stream entering a layer of `kind` (and leaving it)."""
+        raise NotImplementedError
+
+    def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
+                    impl: object | None) -> str:
+        """Append one decoder layer of `kind` to `fb`; return its output. `impl` selects a Hugging Face dataflow."""
+        raise NotImplementedError
+
+    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
+        raise NotImplementedError
+
+    def build_head(self, fb: DataflowBuilder, model: ModelConfig) -> str:
+        raise NotImplementedError
+
+    def build_mtp(self, fb: DataflowBuilder, model: ModelConfig, index: int, convention: str, impl: object | None,
+                  layer: Callable[[DataflowBuilder, str], str]) -> str:
+        """Append multi-token-prediction module `index`; `layer(fb, x)` appends its decoder layer."""
+        raise SymmemError(f"model family {self.name!r}: has no multi-token-prediction modules")
+
+    def build_shared(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None) -> str | None:
+        """Tensors all layers of a stage share (the rotary tables of a Hugging Face model), or None."""
+        return None
+
+    # ---------------------------------------------------------------------------------------- options
+    def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
+                unit_seq: bool) -> object:
+        """The Hugging Face implementation a torch-eager dataflow follows."""
+        raise SymmemError(f"model family {self.name!r}: has no Hugging Face dataflow; use rules = 'paper'")
+
+    def formula_aliases(self, model: ModelConfig) -> dict[sympy.Symbol, sympy.Symbol]:
+        """Symbols a person's formula may use for another one in this model (replaced before comparing)."""
+        return {}
+
+    def moe_fraction(self, model: ModelConfig) -> sympy.Expr | None:
+        """The fraction of routed experts a token passes through (N_r/N), or None without routed experts."""
+        if self.routed_experts is None:
+            return None
+        from .symbols import sym
+
+        n, k = self.routed_experts
+        return sym(k) / sym(n)
+
+
+def _discover() -> dict[str, Family]:
+    from . import families
+
+    found: dict[str, Family] = {}
+    for info in pkgutil.iter_modules(families.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{families.__name__}.{info.name}")
+        fam = getattr(module, "FAMILY", None)
+        if not isinstance(fam, Family):
+            raise SymmemError(f"symmem.families.{info.name}: defines no FAMILY (a symmem.family.Family)")
+        if fam.name in found:
+            raise SymmemError(f"model family {fam.name!r} is defined twice")
+        found[fam.name] = fam
+    return found
+
+
+@lru_cache(maxsize=1)
+def registry() -> dict[str, Family]:
+    """Every family under `symmem.families`, by name (imported once, on first use)."""
+    fams = _discover()
+    types: dict[str, str] = {}
+    for fam in fams.values():
+        for mt in fam.model_types:
+            if mt in types:
+                raise SymmemError(f"model_type {mt!r} claimed by families {types[mt]!r} and {fam.name!r}")
+            types[mt] = fam.name
+    return fams
+
+
+def family(name: str) -> Family:
+    try:
+        return registry()[name]
+    except KeyError:
+        raise SymmemError(f"model family = {name!r}: unknown; known: {', '.join(registry())}") from None
+
+
+def family_of_type(model_type: object, source: str) -> Family:
+    for fam in registry().values():
+        if model_type in fam.model_types:
+            return fam
+    known = sorted(mt for fam in registry().values() for mt in fam.model_types)
+    raise SymmemError(f"{source}: model_type = {model_type!r}: symmem models {', '.join(known)}")
+
+
+def all_presets() -> dict[str, Family]:
+    """Preset name -> its family."""
+    return {p: fam for fam in registry().values() for p in fam.presets}
