@@ -136,7 +136,7 @@ def test_config_non_integer_and_inconsistent(capsys, tmp_path):
     for key, value, words in (("hidden_size", 7168.5, "positive integer"), ("num_attention_heads", 0, "positive"),
                               ("num_experts_per_tok", 300, "more than n_routed_experts"),
                               ("num_key_value_heads", 1, "must equal num_attention_heads"),
-                              ("model_type", "llama", "symmem models")):
+                              ("model_type", "gpt_neox", "symmem models")):
         cfg = tmp_path / f"{key}.json"
         cfg.write_text(j.dumps({**base, key: value}))
         code, _, err = run(capsys, "params", "--model", str(cfg))

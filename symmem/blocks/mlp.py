@@ -17,8 +17,9 @@ def swiglu(
     width: Dim,
     lead: tuple[Dim, ...] = (),
     group: str = "dense",
+    dropout: bool = True,
 ) -> str:
-    """down(silu(gate(x)) * up(x)), then the hidden dropout; return the dropout's output.
+    """down(silu(gate(x)) * up(x)), then the hidden dropout (unless `dropout` is False); return the output.
 
     `rows` are the token dimensions of the intermediate tensors (after any sequence all-gather), `out_rows` those
     of the output (after any reduce-scatter); `lead` are leading weight dimensions (the local experts).
@@ -31,17 +32,20 @@ def swiglu(
     (p,) = fb.op("mul", f"{name}.mul", [a, u], [(f"{name}.prod", rows + (width,))])
     (o,) = fb.op("linear", f"{name}.down_proj", [p], [(f"{name}.out", out_rows + (H,))],
                  [Weight(f"{name}.down_proj", lead + (width, H), group)])
+    if not dropout:
+        return o
     (od,) = fb.op("dropout", f"{name}.dropout", [o], [(f"{name}.out_dropped", out_rows + (H,))])
     return od
 
 
-def dense_mlp(fb: DataflowBuilder, x_in: str, *, resid_axis: str = "sp") -> str:
-    """The dense FFN block (DeepSeek's first `first_k_dense_replace` layers): norm, SwiGLU of width h_F, residual."""
+def dense_mlp(fb: DataflowBuilder, x_in: str, *, resid_axis: str = "sp", dropout: bool = True) -> str:
+    """The dense FFN block (DeepSeek's first `first_k_dense_replace` layers, Llama's every layer): norm, SwiGLU of
+    width h_F, residual."""
     fb.block = "mlp"
     (x,) = fb.op("region", "mlp_enter", [x_in], [("mlp.x", (B, S_SP, H))])
     (xn,) = fb.op("rmsnorm", "post_attention_layernorm", [x], [("mlp.x_norm", (B, S_SP, H))],
                   [Weight("post_attention_layernorm.weight", (H,))])
-    out = swiglu(fb, "mlp", xn, rows=(B, S_FULL), out_rows=(B, S_SP), width=D(h_F, "tp"))
+    out = swiglu(fb, "mlp", xn, rows=(B, S_FULL), out_rows=(B, S_SP), width=D(h_F, "tp"), dropout=dropout)
     (oe,) = fb.op("region", "mlp_exit", [out], [("mlp.out_resid", (B, seq(resid_axis), H))])
     (y,) = fb.op("add", "mlp_residual", [x_in, oe], [("mlp.y", (B, seq(resid_axis), H))])
     return y
