@@ -33,10 +33,10 @@ def _one_core() -> None:
 
 
 def _base():
-    from symmem.layout import LayoutSpec
-    from symmem.parallel import Parallel
+    from symmem.parallel.layout import LayoutSpec
+    from symmem.parallel.schedule import Schedule
+    from symmem.parallel.sizes import Parallel
     from symmem.scenario import load_scenario
-    from symmem.schedule import Schedule
 
     scn = load_scenario("paper")
     return scn.replace(parallel=Parallel(sequence_parallel=True, moe_sequence_parallel=False), layout=LayoutSpec(),
@@ -46,8 +46,8 @@ def _base():
 def realistic_space():
     """What `symmem sweep --gpus 1024` enumerates for DeepSeek-V3 (TP 1-8, PP | 1024 up to 61, EP 1-256, b 1-8,
     recompute none/full, ZeRO 0-3)."""
-    from symmem.schedule import Schedule
-    from symmem.sweep import Space
+    from symmem.parallel.schedule import Schedule
+    from symmem.sweep.space import Space
 
     return Space(_base(), 1024, tp=(1, 2, 4, 8), pp=(1, 2, 4, 8, 16, 32), ep=tuple(2**i for i in range(9)),
                  etp=(1,), recompute=("none", "full"), schedule=(Schedule("1f1b"),), zero=(0, 1, 2, 3),
@@ -56,8 +56,8 @@ def realistic_space():
 
 def wide_space():
     """More than 10 million configurations: b 1-64, s 256-32768 by 256, on top of the realistic axes."""
-    from symmem.schedule import Schedule
-    from symmem.sweep import Space
+    from symmem.parallel.schedule import Schedule
+    from symmem.sweep.space import Space
 
     return Space(_base(), 1024, tp=(1, 2, 4, 8), pp=(1, 2, 4, 8, 16), ep=tuple(2**i for i in range(9)),
                  etp=(1,), recompute=("none", "full"), schedule=(Schedule("1f1b"),), zero=(0, 1, 2, 3),
@@ -68,8 +68,8 @@ def child_rates(repeat: int) -> dict:
     """Compiled and loop rates on the realistic space, in this (pinned) process."""
     import random
 
-    from symmem.sweep import compiled_records, reference_records, sweep
-    from symmem.sweep_compile import clear_cache
+    from symmem.sweep.compile import clear_cache
+    from symmem.sweep.space import compiled_records, reference_records, sweep
 
     space = realistic_space()
     clear_cache()
@@ -100,7 +100,7 @@ def child_rates(repeat: int) -> dict:
 def child_wide(repeat: int) -> dict:
     import resource
 
-    from symmem.sweep import sweep
+    from symmem.sweep.space import sweep
 
     space = wide_space()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -35,7 +35,7 @@ def bench_paper(repeat: int) -> None:
 _DERIVE = """
 import time
 from symmem.scenario import load_scenario
-import symmem.analysis as A
+import symmem.accounting.analysis as A
 scn = load_scenario("paper").replace(mtp=True)
 t0 = time.perf_counter()
 for st in scn.stages:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from symmem.analysis import memory
+from symmem.accounting.analysis import memory
 from symmem.render.tables import Table
 from symmem.units import fmt_gib
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from symmem.analysis import stage_params
+from symmem.accounting.analysis import stage_params
 from symmem.graph import local_size
 from symmem.model import layer_flow
 from symmem.render.latex import latex

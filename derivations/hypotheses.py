@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sympy
 
-from symmem.analysis import stage_terms, to_int, values
-from symmem.parallel import Parallel
+from symmem.accounting.analysis import stage_terms, to_int, values
+from symmem.parallel.routing import Routing
+from symmem.parallel.sizes import Parallel
 from symmem.render.latex import latex, plain
 from symmem.render.tables import Math, Table
-from symmem.routing import Routing
 from symmem.units import fmt_gib
 
 from ._common import main, scenario

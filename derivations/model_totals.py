@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from symmem.analysis import model_totals
+from symmem.accounting.analysis import model_totals
 from symmem.config import load_model
 from symmem.render.tables import Table
 

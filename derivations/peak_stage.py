@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from symmem.analysis import memory, peak, verdict
+from symmem.accounting.analysis import memory, peak, verdict
+from symmem.accounting.states import ZeroStage
 from symmem.render.tables import Table
-from symmem.states import ZeroStage
 from symmem.units import fmt_gib
 
 from ._common import main, scenario

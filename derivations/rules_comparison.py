@@ -8,7 +8,7 @@ d_v = 128). Only torch-eager on the hf dataflow is measured (exact on tiny confi
 
 from __future__ import annotations
 
-from symmem.analysis import stage_activation_expr, to_int, values
+from symmem.accounting.analysis import stage_activation_expr, to_int, values
 from symmem.render.latex import latex, plain
 from symmem.render.tables import Math, Table
 from symmem.units import fmt_gib

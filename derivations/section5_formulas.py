@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from symmem.analysis import stage_activation_expr, stage_terms, values
+from symmem.accounting.analysis import stage_activation_expr, stage_terms, values
 from symmem.check import parse_formula
 from symmem.check.compare import compare, term_sources
 from symmem.render.latex import latex, plain

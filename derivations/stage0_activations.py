@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from symmem.analysis import stage_terms, to_int, values
+from symmem.accounting.analysis import stage_terms, to_int, values
 from symmem.render.latex import latex, plain
 from symmem.render.tables import Math, Table
 from symmem.units import fmt_gib

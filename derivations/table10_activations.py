@@ -3,7 +3,7 @@ recomputation, in bytes, GiB and GB (the paper's units are unclear)."""
 
 from __future__ import annotations
 
-from symmem.analysis import stage_activation_expr, to_int, values
+from symmem.accounting.analysis import stage_activation_expr, to_int, values
 from symmem.render.tables import Table
 from symmem.units import fmt_gb, fmt_gib
 

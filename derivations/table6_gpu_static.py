@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from symmem.analysis import stage_params
+from symmem.accounting.analysis import stage_params
 from symmem.render.tables import Table
 from symmem.units import fmt_gib
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from symmem.analysis import stage_params
+from symmem.accounting.analysis import stage_params
+from symmem.accounting.states import ZeroStage, state_bytes
 from symmem.render.tables import Table
-from symmem.states import ZeroStage, state_bytes
 from symmem.units import fmt_gib
 
 from ._common import main, scenario

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from .errors import SymmemError
+from symmem.errors import SymmemError
 
 
 def read_named_or_path(field: str, name: str, package: str, suffix: str, builtin: tuple[str, ...],

@@ -15,10 +15,10 @@ from functools import cached_property
 
 import sympy
 
-from ._files import read_named_or_path
-from .errors import SymmemError
-from .family import Family, all_presets, family, family_of_type
-from .symbols import sym
+from symmem._files import read_named_or_path
+from symmem.errors import SymmemError
+from symmem.family import Family, all_presets, family, family_of_type
+from symmem.symbols import sym
 
 
 @dataclass(frozen=True)

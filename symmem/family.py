@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 import sympy
 
-from .errors import SymmemError
-from .graph import DataflowBuilder, Dim
+from symmem.errors import SymmemError
+from symmem.graph import DataflowBuilder, Dim
 
 if TYPE_CHECKING:
-    from .config import ModelConfig
+    from symmem.config import ModelConfig
 
 
 class Family:
@@ -96,14 +96,14 @@ class Family:
         """The fraction of routed experts a token passes through (N_r/N), or None without routed experts."""
         if self.routed_experts is None:
             return None
-        from .symbols import sym
+        from symmem.symbols import sym
 
         n, k = self.routed_experts
         return sym(k) / sym(n)
 
 
 def _discover() -> dict[str, Family]:
-    from . import families
+    from symmem import families
 
     found: dict[str, Family] = {}
     for info in pkgutil.iter_modules(families.__path__):

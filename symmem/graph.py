@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from .errors import SymmemError
+from symmem.errors import SymmemError
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .config import ModelConfig
-from .errors import SymmemError
-from .graph import Dataflow, DataflowBuilder
-from .layout import Stage
-from .recompute import LAYER_TAG
+from symmem.accounting.recompute import LAYER_TAG
+from symmem.config import ModelConfig
+from symmem.errors import SymmemError
+from symmem.graph import Dataflow, DataflowBuilder
+from symmem.parallel.layout import Stage
 
 
 def _check_convention(model: ModelConfig, convention: str) -> None:

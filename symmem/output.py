@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import SymmemError
+from symmem.errors import SymmemError
 
 
 def write_tree(out: str | Path, files: dict[str, bytes | str]) -> list[Path]:

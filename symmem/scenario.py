@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from ._files import read_named_or_path
-from .config import ModelConfig, load_model
-from .errors import SymmemError
-from .implementations import ATTN_IMPLS, EXPERTS_IMPLS
-from .layout import LayoutSpec, Stage, build_stages
-from .parallel import Parallel
-from .recompute import Policy, policy
-from .routing import Routing
-from .rules import RuleSet, rule_set
-from .schedule import Schedule
-from .states import Precision, ZeroStage, recipe, zero_stage
-from .units import parse_size
+from symmem._files import read_named_or_path
+from symmem.accounting.recompute import Policy, policy
+from symmem.accounting.states import Precision, ZeroStage, recipe, zero_stage
+from symmem.config import ModelConfig, load_model
+from symmem.errors import SymmemError
+from symmem.implementations import ATTN_IMPLS, EXPERTS_IMPLS
+from symmem.parallel.layout import LayoutSpec, Stage, build_stages
+from symmem.parallel.routing import Routing
+from symmem.parallel.schedule import Schedule
+from symmem.parallel.sizes import Parallel
+from symmem.rules import RuleSet, rule_set
+from symmem.units import parse_size
 
 BUILTIN = ("paper", "paper-megatron")
 DATAFLOWS = ("paper", "hf")
@@ -94,7 +94,7 @@ class Scenario:
 
     def _check_custom_recompute(self) -> None:
         """A custom recomputation set must name op kinds, tags or names that exist in this scenario's dataflows."""
-        from .model import stage_parts
+        from symmem.model import stage_parts
 
         known: set[str] = set()
         kinds: set[str] = set()

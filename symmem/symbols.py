@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from .errors import SymmemError
+from symmem.errors import SymmemError
 
 KINDS = ("run", "model", "routing", "parallel")  # printed in this order inside a monomial
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from .errors import SymmemError
+from symmem.errors import SymmemError
 
 GIB = 2**30
 GB = 10**9

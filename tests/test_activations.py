@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from symmem import SymmemError, parse_formula, stage_activation_expr
-from symmem.analysis import memory, stage_terms, to_int, values
+from symmem.accounting.analysis import memory, stage_terms, to_int, values
 from symmem.blocks.symbols import N, N_s
 from symmem.check.compare import DIFFERENT, EQUAL, EQUAL_AT_SCENARIO, compare
-from symmem.parallel import Parallel
-from symmem.routing import Routing
-from symmem.schedule import Schedule
+from symmem.parallel.routing import Routing
+from symmem.parallel.schedule import Schedule
+from symmem.parallel.sizes import Parallel
 from symmem.symbols import b, s, sym
 
 # The paper's Section 5 formulas as typed in the paper (per four-layer stage, per micro-batch, bytes).
@@ -181,7 +181,7 @@ def test_interleaved_needs_stages_divisible_into_chunks(paper):
 
 
 def test_dualpipe_copies_every_state(paper):
-    from symmem.analysis import stage_params, stage_states
+    from symmem.accounting.analysis import stage_params, stage_states
 
     one = stage_states(paper, stage_params(paper, paper.stages[1]))
     dual = paper.replace(schedule=Schedule("dualpipe"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from symmem.cli import main
+from symmem.cli.main import main
 
 MLA = r"10bsh + 8bs(d_{cq}+d_c) + 16bsd_hn_h + 8bsd_{hr}n_h + 10bn_hs^2"
 MOE = r"20bsh + 16bsN + 8bsN_r + 4bs(N_r/N)(96h+256h_E) + 32bsh_E"

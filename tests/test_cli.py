@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from symmem.cli import main
+from symmem.cli.main import main
 
 
 def run(capsys, *args):

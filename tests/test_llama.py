@@ -77,7 +77,7 @@ def test_bad_llama_configs(change, words):
 
 
 def test_cli_params_json(capsys):
-    from symmem.cli import main
+    from symmem.cli.main import main
 
     assert main(["params", "--model", "llama-3-70b", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["total"] == 70_553_706_496
@@ -87,8 +87,8 @@ def test_full_recomputation_keeps_only_the_layer_input():
     """Under full recomputation a Llama layer keeps its input, b s h in BF16 (2 bytes), whatever its blocks are
     called: the policy acts on the decoder_layer tag, not on block names."""
     from symmem.blocks.symbols import h
-    from symmem.parallel import Parallel
-    from symmem.quantities import derive
+    from symmem.check.quantities import derive
+    from symmem.parallel.sizes import Parallel
     from symmem.scenario import Scenario
     from symmem.symbols import b, s
 

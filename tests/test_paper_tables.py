@@ -3,8 +3,8 @@
 import re
 from pathlib import Path
 
-from symmem.cli import main
-from symmem.paper import generate
+from symmem.cli.main import main
+from symmem.render.paper import generate
 
 GOLDEN = Path(__file__).resolve().parent.parent / "paper_tables"
 

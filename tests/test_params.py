@@ -9,14 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from symmem import load_model, model_totals, stage_params, stage_states
+from symmem.accounting.params import weight_uses
+from symmem.accounting.states import ZeroStage, state_bytes
 from symmem.config import from_dict
 from symmem.graph import local_size
-from symmem.layout import LayoutSpec
 from symmem.model import stage_parts
-from symmem.parallel import Parallel
-from symmem.params import weight_uses
+from symmem.parallel.layout import LayoutSpec
+from symmem.parallel.sizes import Parallel
 from symmem.scenario import Scenario
-from symmem.states import ZeroStage, state_bytes
 from symmem.units import fmt_gib
 
 
@@ -60,7 +60,7 @@ def test_megatron_convention_difference(paper):
 
 
 def test_megatron_precision_recipe(paper):
-    from symmem.states import recipe
+    from symmem.accounting.states import recipe
 
     scn = paper.replace(precision=recipe("megatron"))
     st = stage_states(scn, stage_params(scn, scn.stages[1]))
@@ -146,7 +146,7 @@ def test_real_configs_match_numeric_recount(name):
 # ---- per-rank counts summed over ranks (replicas once) equal the total
 def rank_sum(model, par: Parallel, layout: LayoutSpec) -> int:
     """Enumerate every (stage, tp, ep, etp) rank, collect the distinct shards each holds, and add them up."""
-    from symmem.layout import build_stages
+    from symmem.parallel.layout import build_stages
 
     subs = model.substitutions()
     axes = par.axis_sizes()

@@ -38,7 +38,7 @@ def test_paper_notation():
 
 def test_repr_latex(paper):
     from symmem import parse_formula
-    from symmem.paper import collect
+    from symmem.render.paper import collect
 
     f = Formula("x", parse_formula("8bsh + 8bsN_r"))
     assert f._repr_latex_() == "$8bs(h+N_r)$"
@@ -68,7 +68,7 @@ def test_report_compiles(tmp_path):
 
 @pytest.mark.latex
 def test_scenario_latex_export_compiles(tmp_path):
-    from symmem.cli import main
+    from symmem.cli.main import main
 
     exe = _pdflatex()
     assert main(["latex", "--scenario", "paper-megatron", "--recompute", "full", "--out", str(tmp_path)]) == 0
@@ -96,7 +96,7 @@ def test_golden_png_is_not_blank(name):
 
 
 def test_stage_figure_draws_the_memory_numbers(paper):
-    from symmem.analysis import memory
+    from symmem.accounting.analysis import memory
     from symmem.render.plots import figure_stage_memory
 
     fig, data = figure_stage_memory([("paper", paper)])
@@ -111,7 +111,7 @@ def test_stage_figure_draws_the_memory_numbers(paper):
 
 
 def test_params_figure_sums_to_total(paper):
-    from symmem.analysis import model_totals
+    from symmem.accounting.analysis import model_totals
     from symmem.render.plots import figure_params_by_block
 
     _, data = figure_params_by_block(paper.model)
@@ -136,7 +136,7 @@ def test_figures_are_deterministic(paper):
 
 
 def test_plot_command(tmp_path):
-    from symmem.cli import main
+    from symmem.cli.main import main
 
     assert main(["plot", "--out", str(tmp_path), "--figures", "params_by_block"]) == 0
     assert (tmp_path / "params_by_block.png").stat().st_size > 10_000
@@ -144,7 +144,7 @@ def test_plot_command(tmp_path):
 
 def test_comparison_repr_latex(paper):
     from symmem import compare, parse_formula, stage_activation_expr
-    from symmem.analysis import values
+    from symmem.accounting.analysis import values
 
     e = stage_activation_expr(paper, paper.stages[1], "mla")
     assert compare(e, e, values(paper))._repr_latex_() == r"$\text{EQUAL}$"

@@ -8,17 +8,18 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from symmem import commands, sweep_cli
-from symmem.cli import _Parser, main
+from symmem.cli import commands
+from symmem.cli import sweep as sweep_cli
+from symmem.cli.main import _Parser, main
 from symmem.config import load_model
 from symmem.errors import SymmemError
-from symmem.layout import LayoutSpec
-from symmem.parallel import Parallel
-from symmem.routing import Routing
+from symmem.parallel.layout import LayoutSpec
+from symmem.parallel.routing import Routing
+from symmem.parallel.schedule import SCHEDULES, Schedule
+from symmem.parallel.sizes import Parallel
 from symmem.scenario import load_scenario
-from symmem.schedule import SCHEDULES, Schedule
-from symmem.sweep import RULES, Space, compiled_records, reference_records, sweep
-from symmem.sweep_compile import Poly, compile_case
+from symmem.sweep.compile import Poly, compile_case
+from symmem.sweep.space import RULES, Space, compiled_records, reference_records, sweep
 from symmem.symbols import sym
 
 
@@ -126,8 +127,8 @@ def test_chunk_size_does_not_change_results():
 
 
 def test_derived_once_per_structural_case(monkeypatch):
-    import symmem.analysis as A
-    from symmem import sweep_compile
+    import symmem.accounting.analysis as A
+    from symmem.sweep import compile as sweep_compile
 
     calls = []
     real = A.stage_activation_expr

@@ -6,10 +6,10 @@ regions), `"sp_moe"` (sequence parallel inside the MoE block: the paper does not
 `"ep"` (experts over expert parallelism), `"etp"` (expert width over expert tensor parallelism).
 """
 
-from .embedding import embedding, head
-from .mla import mla
-from .mlp import dense_mlp, swiglu
-from .moe import moe
-from .mtp import mtp
+from symmem.blocks.embedding import embedding, head
+from symmem.blocks.mla import mla
+from symmem.blocks.mlp import dense_mlp, swiglu
+from symmem.blocks.moe import moe
+from symmem.blocks.mtp import mtp
 
 __all__ = ["dense_mlp", "embedding", "head", "mla", "moe", "mtp", "swiglu"]

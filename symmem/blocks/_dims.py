@@ -1,8 +1,8 @@
 """Dimension shorthands shared by the block definitions (so that each block reads like the paper)."""
 
-from ..graph import D
-from ..symbols import b, s
-from .symbols import h
+from symmem.blocks.symbols import h
+from symmem.graph import D
+from symmem.symbols import b, s
 
 B = D(b)
 H = D(h)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..graph import FP32, INT64, D, DataflowBuilder, Dim, Weight
-from ._dims import S_FULL, S_SP, B, H, seq
-from .symbols import V
+from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks.symbols import V
+from symmem.graph import FP32, INT64, D, DataflowBuilder, Dim, Weight
 
 
 def embedding(fb: DataflowBuilder, ids: str, *, name: str = "embed_tokens",

@@ -9,10 +9,10 @@ num_query_groups_per_partition, dim=2)`), then QKᵀ, softmax, optional dropout,
 
 from __future__ import annotations
 
-from ..graph import D, DataflowBuilder, Weight
-from ..symbols import declare
-from ._dims import S_FULL, S_SP, B, H, seq
-from .symbols import d_h, n_h
+from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks.symbols import d_h, n_h
+from symmem.graph import D, DataflowBuilder, Weight
+from symmem.symbols import declare
 
 n_kv = declare("n_kv", "n_{kv}", "key/value heads (grouped-query attention)")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sympy
 
-from ..graph import D, DataflowBuilder, Weight
-from ._dims import S_FULL, S_SP, B, H, seq
-from .symbols import d_c, d_cq, d_h, d_hr, d_v, n_h
+from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks.symbols import d_c, d_cq, d_h, d_hr, d_v, n_h
+from symmem.graph import D, DataflowBuilder, Weight
 
 
 def q_latent(model) -> bool:

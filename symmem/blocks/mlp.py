@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..graph import D, DataflowBuilder, Dim, Weight
-from ._dims import S_FULL, S_SP, B, H, seq
-from .symbols import h_F
+from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks.symbols import h_F
+from symmem.graph import D, DataflowBuilder, Dim, Weight
 
 
 def swiglu(

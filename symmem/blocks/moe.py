@@ -1,18 +1,18 @@
 """DeepSeekMoE: a router, N routed experts (top-N_r per token), N_s shared experts, as a dataflow.
 
 The routed experts' token dimension is the symbol E_tok (tokens one expert processes); a routing model
-(`symmem.routing`) gives its value: the paper's E_tok = b s N_r / N, real expert-parallel dispatch, a capacity
+(`symmem.parallel.routing`) gives its value: the paper's E_tok = b s N_r / N, real expert-parallel dispatch, a capacity
 factor, or a measured load histogram. V3's `e_score_correction_bias` is a buffer, not a parameter: it does not
 appear here.
 """
 
 from __future__ import annotations
 
-from ..graph import INT64, D, DataflowBuilder, Weight
-from ..symbols import E_tok
-from ._dims import S_MOE, B, H
-from .mlp import swiglu
-from .symbols import N, N_r, N_s, h_E
+from symmem.blocks._dims import S_MOE, B, H
+from symmem.blocks.mlp import swiglu
+from symmem.blocks.symbols import N, N_r, N_s, h_E
+from symmem.graph import INT64, D, DataflowBuilder, Weight
+from symmem.symbols import E_tok
 
 
 def moe(fb: DataflowBuilder, x_in: str) -> str:

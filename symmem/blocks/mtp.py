@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..graph import D, DataflowBuilder, Weight
-from ._dims import S_SP, B, H, seq
-from .embedding import embedding, head
-from .symbols import h
+from symmem.blocks._dims import S_SP, B, H, seq
+from symmem.blocks.embedding import embedding, head
+from symmem.blocks.symbols import h
+from symmem.graph import D, DataflowBuilder, Weight
 
 
 def mtp(fb: DataflowBuilder, h_main: str, ids: str, *, layer, index: int = 0,

@@ -3,7 +3,7 @@ them. A model family says which config key gives each (`symmem.families`); a blo
 declares it with `symmem.symbols.declare`. Declaration order is the order inside a printed monomial.
 """
 
-from ..symbols import declare
+from symmem.symbols import declare
 
 h = declare("h", "h", "hidden size")
 d_cq = declare("d_cq", "d_{cq}", "query latent (LoRA) rank")

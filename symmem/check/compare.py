@@ -13,9 +13,9 @@ from itertools import combinations
 
 import sympy
 
-from ..evaluate import as_expr
-from ..symbols import b as B_SYM
-from ..symbols import s as S_SYM
+from symmem.accounting.evaluate import as_expr
+from symmem.symbols import b as B_SYM
+from symmem.symbols import s as S_SYM
 
 EQUAL = "EQUAL"
 EQUAL_AT_SCENARIO = "EQUAL AT THIS SCENARIO, NOT IN GENERAL"
@@ -57,7 +57,7 @@ class Comparison:
         return tuple(r for r in self.rows if r.differs)
 
     def _repr_latex_(self) -> str:
-        from ..render.latex import latex
+        from symmem.render.latex import latex
 
         if self.verdict == EQUAL:
             return r"$\text{EQUAL}$"

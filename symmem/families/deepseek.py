@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import blocks
-from ..blocks import hf
-from ..blocks._dims import B, H, seq
-from ..blocks.embedding import token_ids
-from ..blocks.mla import d_v_symbol, q_latent
-from ..blocks.symbols import d_h, d_v
-from ..config import ModelConfig, boolean, ignored, non_negative_int, one_of, positive_int, read_sizes, require
-from ..errors import SymmemError
-from ..family import Family
-from ..graph import DataflowBuilder
+from symmem import blocks
+from symmem.blocks import hf
+from symmem.blocks._dims import B, H, seq
+from symmem.blocks.embedding import token_ids
+from symmem.blocks.mla import d_v_symbol, q_latent
+from symmem.blocks.symbols import d_h, d_v
+from symmem.config import ModelConfig, boolean, ignored, non_negative_int, one_of, positive_int, read_sizes, require
+from symmem.errors import SymmemError
+from symmem.family import Family
+from symmem.graph import DataflowBuilder
 
 
 def _resid_axis(kind: str) -> str:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import blocks
-from ..blocks._dims import B, H, seq
-from ..blocks.embedding import token_ids
-from ..blocks.gqa import gqa
-from ..config import ModelConfig, boolean, ignored, positive_int, read_sizes, require
-from ..errors import SymmemError
-from ..family import Family
-from ..graph import DataflowBuilder
+from symmem import blocks
+from symmem.blocks._dims import B, H, seq
+from symmem.blocks.embedding import token_ids
+from symmem.blocks.gqa import gqa
+from symmem.config import ModelConfig, boolean, ignored, positive_int, read_sizes, require
+from symmem.errors import SymmemError
+from symmem.family import Family
+from symmem.graph import DataflowBuilder
 
 
 class Llama(Family):

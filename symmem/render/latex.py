@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sympy
 
-from ..evaluate import as_expr, compile_expr
-from ..symbols import SYMBOLS, latex_names, print_rank
+from symmem.accounting.evaluate import as_expr, compile_expr
+from symmem.symbols import SYMBOLS, latex_names, print_rank
 
 
 def _key(sym: sympy.Symbol) -> tuple[int, int]:

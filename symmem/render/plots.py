@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 
-from ..units import GIB
+from symmem.units import GIB
 
 _PNG_META = {"Software": None}
 _PDF_META = {"CreationDate": None, "Producer": None, "Creator": None}
@@ -45,7 +45,7 @@ def _plain_log_ticks(ax) -> None:
 
 
 def stage_components(scn) -> list[dict]:
-    from ..analysis import memory
+    from symmem.accounting.analysis import memory
 
     rows = []
     for m in memory(scn):
@@ -82,7 +82,7 @@ def figure_stage_memory(scenarios: list[tuple[str, object]]):
 
 
 def _peak_allocated(scn) -> int:
-    from ..analysis import memory, peak
+    from symmem.accounting.analysis import memory, peak
 
     return peak(memory(scn)).allocated
 
@@ -112,14 +112,14 @@ def figure_memory_sweep(scn, axis: str, values: list[int]):
 
 
 def params_by_block(model) -> dict[str, int]:
-    from ..model import model_parts
-    from ..params import weight_uses
+    from symmem.accounting.params import weight_uses
+    from symmem.model import model_parts
 
     names = {"embedding": "embedding", "head": "head + final norm", "mla": "attention (MLA)",
              "mlp": "dense FFN"}
     out: dict[str, int] = {}
     subs = model.substitutions()
-    from ..graph import global_size
+    from symmem.graph import global_size
 
     for use in weight_uses(model_parts(model, "paper"), unique=True):
         g = use.weight.group
@@ -164,7 +164,7 @@ PAPER_FIGURES = ("stage_memory", "memory_vs_microbatch", "memory_vs_seqlen", "pa
 
 def paper_figures(scn, names: tuple[str, ...] = PAPER_FIGURES) -> dict[str, tuple[bytes, bytes, object]]:
     """The figures `symmem paper` writes (all, or those named): name -> (png, pdf, data)."""
-    from ..states import ZeroStage
+    from symmem.accounting.states import ZeroStage
 
     zero3 = scn.replace(zero=ZeroStage.OS_G_P)
     makers = {

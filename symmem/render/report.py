@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from .latex import latex
-from .tables import _env, tex_escape
+from symmem.render.latex import latex
+from symmem.render.tables import _env, tex_escape
 
 POLICIES = ("none", "selective", "deepseek", "full")
 
@@ -30,9 +30,9 @@ class Formula:
 
 def scenario_formulas(scn) -> list[tuple[str, list[Formula]]]:
     """Sections of formulas for one scenario: activations per block and policy, parameters and states per GPU."""
-    from ..analysis import stage_activation_expr, stage_terms
-    from ..model import stage_parts
-    from ..quantities import derive
+    from symmem.accounting.analysis import stage_activation_expr, stage_terms
+    from symmem.check.quantities import derive
+    from symmem.model import stage_parts
 
     distinct = []
     seen = set()

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..errors import SymmemError
-from ..graph import Dataflow, DType, Op, Tensor
+from symmem.errors import SymmemError
+from symmem.graph import Dataflow, DType, Op, Tensor
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def combine(*rules: Rule) -> Rule:
 
 def _registry() -> dict[str, RuleSet]:
     # imported here: the rule modules build their tables from the helpers above
-    from . import paper, torch_eager
+    from symmem.rules import paper, torch_eager
 
     return {paper.RULES.name: paper.RULES, torch_eager.RULES.name: torch_eager.RULES}
 

@@ -5,8 +5,8 @@ Activations are kept in the run's activation dtype (BF16, 2 bytes); a dropout ma
 
 from __future__ import annotations
 
-from ..graph import FP32, MASK, Dataflow, Op
-from . import RuleSet, Saved, as_dtype, combine, inputs, nothing, outputs
+from symmem.graph import FP32, MASK, Dataflow, Op
+from symmem.rules import RuleSet, Saved, as_dtype, combine, inputs, nothing, outputs
 
 
 def _dropout_mask(op: Op, flow: Dataflow) -> list[Saved]:

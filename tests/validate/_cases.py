@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from symmem.measure_cli import predict
 from symmem.validate import tiny_config
+from symmem.validate.predict import predict
 
 FAMILIES = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
 DTYPES = ("fp32", "bf16")

@@ -8,9 +8,9 @@ import sys
 import pytest
 from _cases import config
 
-from symmem.cli import _Parser
+from symmem.cli.main import _Parser
+from symmem.cli.measure import COMMAND
 from symmem.errors import SymmemError
-from symmem.measure_cli import COMMAND
 
 
 def _run(argv: list[str]) -> int:
@@ -72,7 +72,7 @@ def test_bad_input(v3_path, argv, match):
 
 @pytest.mark.parametrize("key,value", [("attention_dropout", 0.1), ("attention_bias", True)])
 def test_unmodelled_config_keys(key, value):
-    from symmem.measure_cli import predict
+    from symmem.validate.predict import predict
 
     with pytest.raises(SymmemError, match=key):
         predict(config("deepseek-v3", **{key: value}), 0, 2, 5)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from symmem.activations import storage_of
-from symmem.analysis import stage_activation_expr, stage_terms, to_int, values
+from symmem.accounting.activations import storage_of
+from symmem.accounting.analysis import stage_activation_expr, stage_terms, to_int, values
 from symmem.blocks.symbols import N_r, h
 from symmem.errors import SymmemError
 from symmem.graph import ACT, FP32, D, DataflowBuilder
@@ -118,7 +118,7 @@ def test_toml_settings():
 def test_cli_rules_flag(capsys):
     import json
 
-    from symmem.cli import main
+    from symmem.cli.main import main
 
     assert main(["activations", "--rules", "torch-eager", "--stage", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

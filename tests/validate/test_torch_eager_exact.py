@@ -59,7 +59,7 @@ def test_one_size_at_a_time(measure, family, change):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_whole_model_parameters(family):
-    from symmem.analysis import model_totals
+    from symmem.accounting.analysis import model_totals
     from symmem.config import from_dict
     from symmem.validate import measure_model_params
 

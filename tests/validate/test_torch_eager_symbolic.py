@@ -13,8 +13,8 @@ from symmem.blocks.mla import d_v_symbol
 from symmem.blocks.mla import q_latent as has_q_latent
 from symmem.blocks.symbols import N, N_r, N_s, d_c, d_cq, d_h, d_hr, h, h_E, h_F, n_h
 from symmem.config import from_dict
-from symmem.measure_cli import predict
 from symmem.symbols import b, s
+from symmem.validate.predict import predict
 
 
 def catalogue(cfg: dict, kind: str, dtype: str, attn: str, experts: str, unit_b: bool, unit_s: bool) -> sympy.Expr:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...graph import ACT, DataflowBuilder, Dim, DType, Weight
+from symmem.graph import ACT, DataflowBuilder, Dim, DType, Weight
 
 
 def views(fb: DataflowBuilder, kind: str, name: str, src: str, outs: Iterable[tuple], tags=()) -> tuple[str, ...]:

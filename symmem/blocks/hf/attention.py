@@ -7,13 +7,13 @@ head's k_nope and value together; the splits of their outputs are views.
 
 from __future__ import annotations
 
-from ...config import ModelConfig
-from ...graph import ACT, FP32, D, DataflowBuilder
-from .._dims import S_FULL, S_SP, B, H, seq
-from ..mla import d_v_symbol, q_latent
-from ..symbols import d_c, d_cq, d_h, d_hr, n_h
-from ._ops import cast, linear, rmsnorm, views
-from .impl import HFImpl, sdpa_backend
+from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks.hf._ops import cast, linear, rmsnorm, views
+from symmem.blocks.hf.impl import HFImpl, sdpa_backend
+from symmem.blocks.mla import d_v_symbol, q_latent
+from symmem.blocks.symbols import d_c, d_cq, d_h, d_hr, n_h
+from symmem.config import ModelConfig
+from symmem.graph import ACT, FP32, D, DataflowBuilder
 
 PREP = ("attention_prep",)  # rope, concatenation: what DeepSeek-V3's recomputation redoes with the up-projections
 CORE = ("core_attention",)

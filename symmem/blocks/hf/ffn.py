@@ -8,12 +8,12 @@ experts keep is a sum over experts of terms linear in each expert's token count,
 
 from __future__ import annotations
 
-from ...graph import BOOL, FP32, INT32, INT64, D, DataflowBuilder, Dim, Weight
-from ...symbols import E_tok
-from .._dims import S_FULL, S_MOE, S_SP, B, H, seq
-from ..symbols import N, N_r, N_s, h_E, h_F
-from ._ops import cast, linear, rmsnorm, views
-from .impl import HFImpl
+from symmem.blocks._dims import S_FULL, S_MOE, S_SP, B, H, seq
+from symmem.blocks.hf._ops import cast, linear, rmsnorm, views
+from symmem.blocks.hf.impl import HFImpl
+from symmem.blocks.symbols import N, N_r, N_s, h_E, h_F
+from symmem.graph import BOOL, FP32, INT32, INT64, D, DataflowBuilder, Dim, Weight
+from symmem.symbols import E_tok
 
 ROUTING = ("routing",)
 

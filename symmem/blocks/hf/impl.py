@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ...config import ModelConfig
-from ...errors import SymmemError
-from ...implementations import ATTN_IMPLS, EXPERTS_IMPLS
+from symmem.config import ModelConfig
+from symmem.errors import SymmemError
+from symmem.implementations import ATTN_IMPLS, EXPERTS_IMPLS
 
 # v3: sigmoid scores, gather of the top-k (norm: divided by their sum, norm_topk_prob); v2: softmax scores,
 # top-k directly (greedy) or after masking the experts of the groups not chosen (group_limited_greedy).

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ...config import ModelConfig
-from ...graph import COMPLEX64, INT64, D, DataflowBuilder
-from .._dims import S_FULL
-from ..symbols import d_hr
-from .attention import mla
-from .ffn import dense_mlp, moe
-from .impl import HFImpl
+from symmem.blocks._dims import S_FULL
+from symmem.blocks.hf.attention import mla
+from symmem.blocks.hf.ffn import dense_mlp, moe
+from symmem.blocks.hf.impl import HFImpl
+from symmem.blocks.symbols import d_hr
+from symmem.config import ModelConfig
+from symmem.graph import COMPLEX64, INT64, D, DataflowBuilder
 
 
 def layer(fb: DataflowBuilder, x: str, kind: str, *, model: ModelConfig, impl: HFImpl, resid_axis: str) -> str:

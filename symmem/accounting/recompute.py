@@ -1,6 +1,6 @@
 """Activation recomputation policies: which ops are recomputed in backward instead of keeping what they save.
 
-One mechanism serves every policy (see `symmem.activations.kept_tensors`): with R the set of recomputed ops,
+One mechanism serves every policy (see `symmem.accounting.activations.kept_tensors`): with R the set of recomputed ops,
 what R produces is dropped, the inputs of R that come from outside R are kept as the checkpoint, and the
 top-k routing decision is pinned so that recomputation routes the same way.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .errors import SymmemError
-from .graph import Op
+from symmem.errors import SymmemError
+from symmem.graph import Op
 
 # The tag the model assembly (`symmem.model`) puts on every op of a decoder layer, whatever its blocks.
 LAYER_TAG = "decoder_layer"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .errors import SymmemError
+from symmem.errors import SymmemError
 
 SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from .graph import AxisSizes, Weight, global_size, local_size
-from .model import Part
+from symmem.graph import AxisSizes, Weight, global_size, local_size
+from symmem.model import Part
 
 GROUPS = ("dense", "router", "routed_expert", "shared_expert")
 MOE_GROUPS = ("router", "routed_expert", "shared_expert")

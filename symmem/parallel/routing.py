@@ -14,9 +14,9 @@ from fractions import Fraction
 
 import sympy
 
-from .errors import SymmemError
-from .graph import AxisSizes
-from .symbols import b, s
+from symmem.errors import SymmemError
+from symmem.graph import AxisSizes
+from symmem.symbols import b, s
 
 ROUTING_KINDS = ("paper", "dispatch", "capacity", "dynamic", "histogram")
 MAX_FACTOR = 10_000  # a capacity factor or load ratio beyond this is a typo, not a plan

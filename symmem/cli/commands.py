@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .cli import _print_json, add_scenario_args, scenario_from_args
-from .units import fmt_gb, fmt_gib
+from symmem.cli.args import _print_json, add_scenario_args, scenario_from_args
+from symmem.units import fmt_gb, fmt_gib
 
 
 # ------------------------------------------------------------------------------------------------ params
@@ -18,13 +18,13 @@ def _params_args(p: argparse.ArgumentParser) -> None:
 
 
 def _params_run(args) -> int:
-    from .analysis import model_totals
-    from .config import load_model
-    from .errors import SymmemError
-    from .graph import global_size
-    from .model import model_parts
-    from .params import GROUPS, count_by_group, weight_uses
-    from .render.latex import plain
+    from symmem.accounting.analysis import model_totals
+    from symmem.accounting.params import GROUPS, count_by_group, weight_uses
+    from symmem.config import load_model
+    from symmem.errors import SymmemError
+    from symmem.graph import global_size
+    from symmem.model import model_parts
+    from symmem.render.latex import plain
 
     model = load_model(args.model)
     if args.convention not in model.family.conventions:
@@ -83,7 +83,7 @@ def _states_args(p: argparse.ArgumentParser) -> None:
 
 
 def _stage_filter(scn, stage):
-    from .errors import SymmemError
+    from symmem.errors import SymmemError
 
     if stage is None:
         return scn.stages
@@ -93,9 +93,9 @@ def _stage_filter(scn, stage):
 
 
 def _states_run(args) -> int:
-    from .analysis import stage_params, stage_states
-    from .params import MOE_GROUPS
-    from .render.latex import plain
+    from symmem.accounting.analysis import stage_params, stage_states
+    from symmem.accounting.params import MOE_GROUPS
+    from symmem.render.latex import plain
 
     scn = scenario_from_args(args)
     rows = []
@@ -151,8 +151,8 @@ def _settings(scn) -> dict:
 def _act_run(args) -> int:
     import sympy
 
-    from .analysis import stage_terms, to_int, values
-    from .render.latex import plain
+    from symmem.accounting.analysis import stage_terms, to_int, values
+    from symmem.render.latex import plain
 
     scn = scenario_from_args(args)
     vals = values(scn)
@@ -204,7 +204,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 
 def memory_rows(scn):
-    from .analysis import memory, peak, verdict
+    from symmem.accounting.analysis import memory, peak, verdict
 
     mems = memory(scn)
     top = peak(mems)
@@ -255,8 +255,8 @@ def _paper_args(p: argparse.ArgumentParser) -> None:
 
 
 def _paper_run(args) -> int:
-    from .output import write_tree
-    from .paper import generate
+    from symmem.output import write_tree
+    from symmem.render.paper import generate
 
     files = generate()
     written = write_tree(args.out, files)
@@ -271,7 +271,7 @@ def _optional(module: str, name: str = "COMMAND"):
     """A command defined in its own module as NAME = (help, add_args, run)."""
     import importlib
 
-    return getattr(importlib.import_module(f"symmem.{module}"), name)
+    return getattr(importlib.import_module(f"symmem.cli.{module}"), name)
 
 
 COMMANDS = {
@@ -281,9 +281,9 @@ COMMANDS = {
     "activations": ("activation memory per block, layer, stage, micro-batch and GPU", _act_args, _act_run),
     "memory": ("the whole per-GPU memory breakdown of every stage, with a verdict", _memory_args, _memory_run),
     "paper": ("regenerate the paper's tables (and the ones it misses) into a folder", _paper_args, _paper_run),
-    "check": _optional("check_cli"),
-    "latex": _optional("export_cli", "LATEX"),
-    "plot": _optional("export_cli", "PLOT"),
-    "sweep": _optional("sweep_cli"),
-    "measure": _optional("measure_cli"),
+    "check": _optional("check"),
+    "latex": _optional("export", "LATEX"),
+    "plot": _optional("export", "PLOT"),
+    "sweep": _optional("sweep"),
+    "measure": _optional("measure"),
 }

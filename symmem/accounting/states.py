@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from .errors import SymmemError
+from symmem.errors import SymmemError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import SymmemError
+from symmem.errors import SymmemError
 
 LAYOUT_KINDS = ("paper", "even", "explicit", "megatron")
 

@@ -1,18 +1,12 @@
-"""The `symmem` command line. Bad input: one line on stderr, exit code 2, nothing half-written."""
+"""The one mapping from command-line flags to a Scenario, shared by every command: `--scenario` gives the defaults,
+each flag (Megatron's argument names where it has one) overrides one field."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from collections.abc import Callable
 
-from .errors import SymmemError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, as every other bad input
-        raise SymmemError(f"{self.prog}: {message}")
+from symmem.errors import SymmemError
 
 
 def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:
@@ -60,14 +54,14 @@ def scenario_from_args(args: argparse.Namespace):
     import dataclasses
     from pathlib import Path
 
-    from .config import load_model
-    from .layout import LayoutSpec
-    from .parallel import Parallel
-    from .routing import Routing
-    from .scenario import load_scenario
-    from .schedule import Schedule
-    from .states import recipe, zero_stage
-    from .units import parse_size
+    from symmem.accounting.states import recipe, zero_stage
+    from symmem.config import load_model
+    from symmem.parallel.layout import LayoutSpec
+    from symmem.parallel.routing import Routing
+    from symmem.parallel.schedule import Schedule
+    from symmem.parallel.sizes import Parallel
+    from symmem.scenario import load_scenario
+    from symmem.units import parse_size
 
     scn = load_scenario(args.scenario)
     ch: dict = {}
@@ -135,7 +129,7 @@ def scenario_from_args(args: argparse.Namespace):
             if getattr(args, flag):
                 ch[flag] = getattr(args, flag)
         if args.activation_dtype:
-            from .scenario import ACT_DTYPES as dtypes
+            from symmem.scenario import ACT_DTYPES as dtypes
 
             if args.activation_dtype not in dtypes:
                 raise SymmemError(f"--activation-dtype = {args.activation_dtype!r}: must be one of "
@@ -146,37 +140,3 @@ def scenario_from_args(args: argparse.Namespace):
 
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=True))
-
-
-def _commands() -> dict[str, tuple[str, Callable, Callable]]:
-    from . import commands
-
-    return commands.COMMANDS
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="symmem", description="Closed-form GPU memory of DeepSeek MoE training, derived from "
-                                                "layer dataflows.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, (help_text, add_args, _run) in _commands().items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        add_args(p)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if not args.command:
-            parser.print_help()
-            return 2
-        return _commands()[args.command][2](args) or 0
-    except SymmemError as e:
-        print(f"symmem: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("symmem: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0

@@ -24,11 +24,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import SymmemError
-from .params import GROUPS, MOE_GROUPS
-from .schedule import Schedule
-from .states import Precision, zero_stage
-from .sweep_compile import INT64_SAFE, compile_case
+from symmem.accounting.params import GROUPS, MOE_GROUPS
+from symmem.accounting.states import Precision, zero_stage
+from symmem.errors import SymmemError
+from symmem.parallel.schedule import Schedule
+from symmem.sweep.compile import INT64_SAFE, compile_case
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations")
 CHUNK = 1 << 18  # configurations per evaluated tile
@@ -68,7 +68,7 @@ class Block:
                 + self.b_idx[bi] * st[9])
 
     def record(self, flat: int) -> dict:
-        from .analysis import verdict
+        from symmem.accounting.analysis import verdict
 
         pi, zi, mi, si, bi = (int(x) for x in np.unravel_index(flat, self.high.shape))
         c = int(self.cls.flat[flat])
@@ -172,7 +172,7 @@ def _clip(x: np.ndarray) -> np.ndarray:
 def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
     """The valid (TP, EP, ETP) arrangements for PP, grouped by what the derivation depends on beyond PP (EP, for
     histogram routing); rejections reported in the order the rules are checked."""
-    from .sweep import check_world, make_parallel, pipeline_layout
+    from symmem.sweep.space import check_world, make_parallel, pipeline_layout
 
     base, gpus, st = space.base, space.gpus, space.strides
     per_combo = len(space.recompute) * len(space.schedule) * len(space.zero) * len(space.microbatches) * \

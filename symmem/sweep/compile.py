@@ -21,10 +21,10 @@ from fractions import Fraction
 import numpy as np
 import sympy
 
-from .errors import SymmemError
-from .evaluate import as_expr, compile_expr
-from .params import GROUPS
-from .scenario import Scenario
+from symmem.accounting.evaluate import as_expr, compile_expr
+from symmem.accounting.params import GROUPS
+from symmem.errors import SymmemError
+from symmem.scenario import Scenario
 
 VARIABLES = ("b", "s", "t", "ep", "etp")
 INT64_SAFE = 2**62  # every intermediate is kept below this bound on the int64 path (int64 holds 2^63 - 1)
@@ -183,7 +183,7 @@ _CASES: dict[tuple, CompiledCase] = {}
 
 def compile_case(scn: Scenario) -> CompiledCase:
     """Derive `scn`'s stage expressions once (symbolic in t, ep, etp) and compile them; cached per structure."""
-    from .analysis import stage_activation_expr, stage_params
+    from symmem.accounting.analysis import stage_activation_expr, stage_params
 
     key = structural_key(scn)
     hit = _CASES.get(key)

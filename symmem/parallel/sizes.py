@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import sympy
 
-from .config import ModelConfig
-from .errors import SymmemError
-from .graph import AxisSizes
-from .symbols import ep as EP_SYM
-from .symbols import etp as ETP_SYM
-from .symbols import t as TP_SYM
+from symmem.config import ModelConfig
+from symmem.errors import SymmemError
+from symmem.graph import AxisSizes
+from symmem.symbols import ep as EP_SYM
+from symmem.symbols import etp as ETP_SYM
+from symmem.symbols import t as TP_SYM
 
 
 def _check_size(field: str, value: object) -> int:

@@ -1,6 +1,6 @@
 """`symmem sweep`: enumerate parallel configurations on G GPUs, evaluate them by the compiled path, list what fits.
 
-Registered as `"sweep": sweep_cli.COMMAND` in `symmem.commands.COMMANDS`.
+Registered as `"sweep"` in `symmem.cli.commands.COMMANDS`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import re
 import sys
 import time
 
-from .cli import _bool_flag
-from .errors import SymmemError
-from .units import GB, GIB, fmt_gb, fmt_gib
+from symmem.cli.args import _bool_flag
+from symmem.errors import SymmemError
+from symmem.units import GB, GIB, fmt_gb, fmt_gib
 
 MAX_VALUES = 10**7  # values one axis may list
 _ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(x?)(\d+))?)?$")
@@ -70,7 +70,7 @@ def parse_microbatches(text: str) -> tuple[int | None, ...]:
 
 def parse_recompute(text: str) -> tuple[str, ...]:
     """`none,full,custom:rmsnorm,core_attention,selective`: names after `custom:` that are not policies join it."""
-    from .recompute import Recompute, policy
+    from symmem.accounting.recompute import Recompute, policy
 
     named = {r.value for r in Recompute if r is not Recompute.CUSTOM}
     out: list[str] = []
@@ -91,7 +91,7 @@ def parse_recompute(text: str) -> tuple[str, ...]:
 
 
 def parse_schedules(text: str, chunks: int):
-    from .schedule import Schedule
+    from symmem.parallel.schedule import Schedule
 
     out = []
     for item in (x.strip() for x in str(text).split(",")):
@@ -178,15 +178,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def space_from_args(args: argparse.Namespace):
     import dataclasses
 
-    from .config import load_model
-    from .layout import LayoutSpec
-    from .parallel import Parallel
-    from .routing import Routing
-    from .scenario import load_scenario
-    from .schedule import Schedule
-    from .states import recipe
-    from .sweep import Space
-    from .units import parse_size
+    from symmem.accounting.states import recipe
+    from symmem.config import load_model
+    from symmem.parallel.layout import LayoutSpec
+    from symmem.parallel.routing import Routing
+    from symmem.parallel.schedule import Schedule
+    from symmem.parallel.sizes import Parallel
+    from symmem.scenario import load_scenario
+    from symmem.sweep.space import Space
+    from symmem.units import parse_size
 
     gpus = _positive(args.gpus, "--gpus")
     scn = load_scenario(args.scenario)
@@ -365,8 +365,8 @@ def _text(summary, top: int, rejected: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .sweep import sweep
-    from .sweep_plot import plot_format, write_region
+    from symmem.sweep.plot import plot_format, write_region
+    from symmem.sweep.space import sweep
 
     space = space_from_args(args)
     top = _positive(args.top, "--top") if str(args.top).strip() != "0" else 0

@@ -12,15 +12,15 @@ from functools import lru_cache
 
 import sympy
 
-from .activations import Term, part_terms
-from .config import ModelConfig
-from .evaluate import ceil_int, evaluate
-from .layout import Stage
-from .model import model_parts, stage_parts
-from .params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
-from .scenario import Scenario
-from .states import StateBytes, state_bytes
-from .symbols import b, s
+from symmem.accounting.activations import Term, part_terms
+from symmem.accounting.evaluate import ceil_int, evaluate
+from symmem.accounting.params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
+from symmem.accounting.states import StateBytes, state_bytes
+from symmem.config import ModelConfig
+from symmem.model import model_parts, stage_parts
+from symmem.parallel.layout import Stage
+from symmem.scenario import Scenario
+from symmem.symbols import b, s
 
 
 def to_int(expr: sympy.Expr, values: dict) -> int:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-import sympy
-
-from .cli import add_scenario_args, scenario_from_args
-from .units import fmt_gib
+from symmem.cli.args import add_scenario_args, scenario_from_args
+from symmem.units import fmt_gib
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -23,9 +21,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     add_scenario_args(p)
 
 
-def _claimed(text: str, scn) -> sympy.Expr:
-    from .check import parse_formula
-    from .symbols import sym
+def _claimed(text: str, scn):
+    import sympy
+
+    from symmem.check import parse_formula
+    from symmem.symbols import sym
 
     expr = parse_formula(text)
     # Parallel sizes take the scenario's values; the family says which symbols stand for one another in this
@@ -38,11 +38,11 @@ def _claimed(text: str, scn) -> sympy.Expr:
 
 
 def run(args) -> int:
-    from .analysis import values
-    from .check.compare import DIFFERENT, EQUAL, compare
-    from .errors import SymmemError
-    from .quantities import available, derive, quantity
-    from .render.latex import latex, plain
+    from symmem.accounting.analysis import values
+    from symmem.check.compare import DIFFERENT, EQUAL, compare
+    from symmem.check.quantities import available, derive, quantity
+    from symmem.errors import SymmemError
+    from symmem.render.latex import latex, plain
 
     if args.list:
         listed = available(scenario_from_args(args))

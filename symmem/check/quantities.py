@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import sympy
 
-from .analysis import stage_activation_expr, stage_params, stage_terms
-from .check.compare import monomials, term_sources
-from .errors import SymmemError
-from .graph import local_size
-from .layout import Stage
-from .model import stage_parts
-from .params import MOE_GROUPS, weight_uses
-from .scenario import Scenario
+from symmem.accounting.analysis import stage_activation_expr, stage_params, stage_terms
+from symmem.accounting.params import MOE_GROUPS, weight_uses
+from symmem.check.compare import monomials, term_sources
+from symmem.errors import SymmemError
+from symmem.graph import local_size
+from symmem.model import stage_parts
+from symmem.parallel.layout import Stage
+from symmem.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def _params(groups: tuple[str, ...]):
 
 def _states(scn: Scenario, stage: int, layer: int | None):
     """Model-state bytes per GPU: `states.state_bytes` over the per-GPU parameter expressions (exact shards)."""
-    from .states import state_bytes
+    from symmem.accounting.states import state_bytes
 
     sp = stage_params(scn, scn.stages[stage])
     dense = sp.per_gpu_expr["dense"]

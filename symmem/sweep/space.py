@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import SymmemError
-from .layout import LayoutSpec, layers_per_stage
-from .parallel import Parallel
-from .recompute import policy
-from .scenario import Scenario
-from .schedule import Schedule
-from .states import zero_stage
-from .sweep_eval import CHUNK, COMPONENTS, Block, iter_blocks
-from .sweep_eval import sched_label as schedule_name
+from symmem.accounting.recompute import policy
+from symmem.accounting.states import zero_stage
+from symmem.errors import SymmemError
+from symmem.parallel.layout import LayoutSpec, layers_per_stage
+from symmem.parallel.schedule import Schedule
+from symmem.parallel.sizes import Parallel
+from symmem.scenario import Scenario
+from symmem.sweep.evaluate import CHUNK, COMPONENTS, Block, iter_blocks
+from symmem.sweep.evaluate import sched_label as schedule_name
 
 AXES = ("tp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
 __all__ = ["AXES", "CHUNK", "COMPONENTS", "RULES", "Block", "Rejection", "Space", "Summary", "compiled_records",
@@ -257,7 +257,7 @@ def compiled_records(space: Space, chunk: int = CHUNK) -> tuple[dict[int, dict],
 def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dict[int, str]]:
     """The per-configuration loop: a `Scenario` per configuration through `analysis.memory`, `peak`, `verdict`.
     Returns records of valid configurations and the reason of every rejected one, keyed by ordinal."""
-    from .analysis import memory, peak, verdict
+    from symmem.accounting.analysis import memory, peak, verdict
 
     base, cap = space.base, space.capacity
     records: dict[int, dict] = {}

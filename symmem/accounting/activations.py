@@ -12,12 +12,12 @@ from functools import lru_cache
 
 import sympy
 
-from .errors import SymmemError
-from .graph import AxisSizes, Dataflow, DType, Tensor, local_size
-from .model import Part
-from .recompute import Policy
-from .rules import RuleSet
-from .symbols import E_tok
+from symmem.accounting.recompute import Policy
+from symmem.errors import SymmemError
+from symmem.graph import AxisSizes, Dataflow, DType, Tensor, local_size
+from symmem.model import Part
+from symmem.rules import RuleSet
+from symmem.symbols import E_tok
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SymmemError
-from .units import GB, GIB
+from symmem.errors import SymmemError
+from symmem.units import GB, GIB
 
 FORMATS = {"png": {"Software": None}, "pdf": {"CreationDate": None}, "svg": {"Date": None}}
 STATUS = ("no valid configuration", "does not fit", "fits only at the low end of overheads", "fits")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from .cli import add_scenario_args, scenario_from_args
+from symmem.cli.args import add_scenario_args, scenario_from_args
 
 
 def scenario_tables(scn):
     """Per-stage parameters, states and memory of one scenario, as tables."""
-    from .analysis import memory, peak, verdict
-    from .render.tables import Table
-    from .units import fmt_gib
+    from symmem.accounting.analysis import memory, peak, verdict
+    from symmem.render.tables import Table
+    from symmem.units import fmt_gib
 
     mems = memory(scn)
     top = peak(mems)
@@ -49,9 +49,9 @@ def _latex_args(p: argparse.ArgumentParser) -> None:
 
 
 def _latex_run(args) -> int:
-    from .output import write_tree
-    from .render.report import formulas_tex, report_tex, scenario_formulas
-    from .render.tables import render_all
+    from symmem.output import write_tree
+    from symmem.render.report import formulas_tex, report_tex, scenario_formulas
+    from symmem.render.tables import render_all
 
     scn = scenario_from_args(args)
     tables = scenario_tables(scn)
@@ -84,9 +84,9 @@ def _plot_args(p: argparse.ArgumentParser) -> None:
 
 
 def _plot_run(args) -> int:
-    from .errors import SymmemError
-    from .output import write_tree
-    from .render import plots
+    from symmem.errors import SymmemError
+    from symmem.output import write_tree
+    from symmem.render import plots
 
     scn = scenario_from_args(args)
     wanted = [f.strip() for f in args.figures.split(",") if f.strip()]

@@ -1,0 +1,2 @@
+"""The planner sweep: enumerate parallel configurations, derive their expressions once per structure, evaluate
+them exactly and vectorised, rank them by headroom."""
