@@ -8,20 +8,11 @@ from functools import lru_cache
 
 from symmem.render.tables import Table, render_all
 from symmem.scenario import Scenario, load_scenario
-from symmem.units import fmt_gb, fmt_gib
 
 
 @lru_cache(maxsize=8)
 def scenario(name: str = "paper") -> Scenario:
     return load_scenario(name)
-
-
-def gib(n: int) -> str:
-    return fmt_gib(n)
-
-
-def gb(n: int) -> str:
-    return fmt_gb(n)
 
 
 def match(derived: int | str, stated: int | str) -> str:

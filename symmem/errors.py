@@ -12,8 +12,3 @@ class SymmemError(ValueError):
     def __init__(self, message: str) -> None:
         # One line, always: the CLI prints str(error) as it is.
         super().__init__(" ".join(str(message).split()))
-
-
-def fail(field: str, value: object, rule: str) -> SymmemError:
-    """Build the canonical message: which field, which value, which rule."""
-    return SymmemError(f"{field} = {value!r}: {rule}")

@@ -256,14 +256,3 @@ def load_scenario(name_or_path: str) -> Scenario:
     except tomllib.TOMLDecodeError as e:
         raise SymmemError(f"scenario = {name_or_path!r}: not TOML: {e}") from None
     return from_toml_dict(raw, source)
-
-
-def with_parallel(scn: Scenario, **changes) -> Scenario:
-    """A copy with some parallel sizes changed (EDP re-derived unless given)."""
-    fields = dataclasses.asdict(scn.parallel)
-    fields.update(changes)
-    if "edp" not in changes:
-        fields["edp"] = None
-    if "world" not in changes and any(k in changes for k in ("dp", "tp", "pp")):
-        fields["world"] = None
-    return scn.replace(parallel=Parallel(**fields))

@@ -42,21 +42,9 @@ def parse_size(text: object, field: str = "size") -> int:
     return int(value)
 
 
-def gib(nbytes: int | float) -> float:
-    return nbytes / GIB
-
-
-def gb(nbytes: int | float) -> float:
-    return nbytes / GB
-
-
 def fmt_gib(nbytes: int | float, digits: int = 2) -> str:
     return f"{nbytes / GIB:.{digits}f}"
 
 
 def fmt_gb(nbytes: int | float, digits: int = 2) -> str:
     return f"{nbytes / GB:.{digits}f}"
-
-
-def fmt_int(n: int) -> str:
-    return f"{int(n):,}"

@@ -7,7 +7,7 @@ accounting does not model, and this rule set does:
 * dtypes: RMSNorm computes in FP32 and keeps an FP32 copy of its input and an FP32 rsqrt; softmax with
   dtype=float32, the router and sdpa's math backend are FP32 in a BF16 model; indices are int64;
 * storage: a saved view keeps its whole base alive, a conversion to the dtype a tensor already has is that
-  tensor (the dataflow declares views and conversions; `symmem.accounting.activations.storage_of` resolves them, after the
+  tensor (the dataflow declares views and conversions; `accounting.activations.storage_of` resolves them, after the
   activation dtype is known);
 * what is not kept: no dropout at p = 0, nothing for additions, scalings, concatenations, index bookkeeping,
   and nothing from branches whose outputs are dropped (V3's group-limited expert choice).
