@@ -79,6 +79,12 @@ class Scenario:
         if not isinstance(self.mtp, bool):
             raise SymmemError(f"mtp = {self.mtp!r}: must be true or false")
         self.parallel.validate_for(self.model)
+        if self.s % self.parallel.cp:
+            raise SymmemError(f"cp = {self.parallel.cp}: must divide the sequence length s = {self.s} (each rank "
+                              "holds s/CP tokens)")
+        if self.parallel.cp > 1 and not self.rules.context_parallel:
+            raise SymmemError(f"cp = {self.parallel.cp}: the {self.rules.name!r} rule set has no context-parallel "
+                              "rule (it models one device); use rules = 'paper' or a profile with CP")
         self.routing.check_model(self.model, self.parallel.ep)
         self.rules  # noqa: B018 - validates the names now, not at first use
         self.policy  # noqa: B018
@@ -174,7 +180,8 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
     if not Path(str(model_ref)).is_absolute() and ("/" in str(model_ref) or str(model_ref).endswith(".json")):
         model_ref = str(Path(source).parent / model_ref) if Path(source).exists() else model_ref
     model = load_model(str(model_ref))
-    par = _take(top.get("parallel", {}), {**{k: int for k in ("dp", "tp", "pp", "ep", "etp", "edp", "world")},
+    par = _take(top.get("parallel", {}), {**{k: int for k in ("dp", "tp", "pp", "ep", "etp", "edp", "world", "cp")},
+                                          "cp_comm_type": str,
                                           "sequence_parallel": bool, "moe_sequence_parallel": bool},
                 f"{source} [parallel]")
     parallel = Parallel(**par)

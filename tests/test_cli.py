@@ -105,7 +105,7 @@ def test_world_inconsistent(capsys, tmp_path):
     toml = tmp_path / "w.toml"
     toml.write_text('model = "deepseek-v3"\n[parallel]\ntp = 2\npp = 16\nep = 8\ndp = 32\nworld = 1000\n')
     code, _, err = run(capsys, "states", "--scenario", str(toml))
-    assert code == 2 and "must equal DP·TP·PP" in err
+    assert code == 2 and "must equal DP·TP·CP·PP" in err
 
 
 def test_unknown_toml_key(capsys, tmp_path):

@@ -88,7 +88,7 @@ def _stage_counts(model: ModelConfig, parallel, parts: tuple, symbolic_parallel:
 
 
 def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
-    return state_bytes(sp.dense, sp.moe, scn.parallel.dp, scn.parallel.expert_dp, scn.precision, scn.zero,
+    return state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero,
                        scn.schedule.weight_copies)
 
 

@@ -1,6 +1,7 @@
 """Model states: weights, gradients and optimizer states in bytes, under a precision recipe and a ZeRO stage.
 
-Dense parameters shard over DP, the MoE ones (routers and experts, as the paper counts them) over EDP.
+Dense parameters shard over DP (× CP under context parallelism), the MoE ones (routers and experts, as the paper
+counts them) over EDP.
 """
 
 from __future__ import annotations

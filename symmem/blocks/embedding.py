@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
 from symmem.blocks.symbols import V
-from symmem.graph import FP32, INT64, D, DataflowBuilder, Dim, Weight
+from symmem.graph import FP32, INT64, D, DataflowBuilder, Weight
 
 
 def embedding(fb: DataflowBuilder, ids: str, *, name: str = "embed_tokens",
@@ -31,4 +31,4 @@ def head(fb: DataflowBuilder, x_in: str, *, prefix: str = "", shared_with: str |
 
 
 def token_ids(fb: DataflowBuilder, name: str = "input_ids") -> str:
-    return fb.input(name, (B, Dim(S_FULL.size)), INT64)
+    return fb.input(name, (B, D(S_FULL.size, "cp")), INT64)

@@ -9,7 +9,7 @@ num_query_groups_per_partition, dim=2)`), then QKᵀ, softmax, optional dropout,
 
 from __future__ import annotations
 
-from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks._dims import S_FULL, S_KV, S_SP, B, H, seq
 from symmem.blocks.symbols import d_h, n_h
 from symmem.graph import D, DataflowBuilder, Weight
 from symmem.symbols import declare
@@ -36,10 +36,10 @@ def gqa(fb: DataflowBuilder, x_in: str, *, resid_axis: str = "sp", attention_dro
     core = ["core_attention"]
     (ke,) = fb.op("expand", "repeat_kv.key", [kr], [("attn.key_heads", (B, S_FULL, heads, D(d_h)))], tags=core)
     (ve,) = fb.op("expand", "repeat_kv.value", [v], [("attn.value_heads", (B, S_FULL, heads, D(d_h)))], tags=core)
-    (sc,) = fb.op("matmul", "qk", [qr, ke], [("attn.scores", (B, heads, S_FULL, S_FULL))], tags=core)
-    (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", (B, heads, S_FULL, S_FULL))], tags=core)
+    (sc,) = fb.op("matmul", "qk", [qr, ke], [("attn.scores", (B, heads, S_FULL, S_KV))], tags=core)
+    (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", (B, heads, S_FULL, S_KV))], tags=core)
     if attention_dropout:
-        (p,) = fb.op("dropout", "attn_dropout", [p], [("attn.probs_dropped", (B, heads, S_FULL, S_FULL))],
+        (p,) = fb.op("dropout", "attn_dropout", [p], [("attn.probs_dropped", (B, heads, S_FULL, S_KV))],
                      tags=core)
     (ctx,) = fb.op("matmul", "pv", [p, ve], [("attn.context", (B, S_FULL, heads, D(d_h)))], tags=core)
     # o_proj is row-parallel: its output is reduce-scattered back to the sequence-sharded region.

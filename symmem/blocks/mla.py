@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sympy
 
-from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks._dims import S_FULL, S_KV, S_SP, B, H, seq
 from symmem.blocks.symbols import d_c, d_cq, d_h, d_hr, d_v, n_h
 from symmem.graph import D, DataflowBuilder, Weight
 
@@ -72,9 +72,9 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
     (q,) = fb.op("concat", "q_cat", [q_nope, q_pe_r], [("attn.query", (B, S_FULL, heads, D(d_h + d_hr)))], tags=prep)
     (k,) = fb.op("concat", "k_cat", [k_nope, k_pe_h], [("attn.key", (B, S_FULL, heads, D(d_h + d_hr)))], tags=prep)
     core = ["core_attention"]
-    (sc,) = fb.op("matmul", "qk", [q, k], [("attn.scores", (B, heads, S_FULL, S_FULL))], tags=core)
-    (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", (B, heads, S_FULL, S_FULL))], tags=core)
-    (pd,) = fb.op("dropout", "attn_dropout", [p], [("attn.probs_dropped", (B, heads, S_FULL, S_FULL))], tags=core)
+    (sc,) = fb.op("matmul", "qk", [q, k], [("attn.scores", (B, heads, S_FULL, S_KV))], tags=core)
+    (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", (B, heads, S_FULL, S_KV))], tags=core)
+    (pd,) = fb.op("dropout", "attn_dropout", [p], [("attn.probs_dropped", (B, heads, S_FULL, S_KV))], tags=core)
     (ctx,) = fb.op("matmul", "pv", [pd, v], [("attn.context", (B, S_FULL, heads, D(d_v)))], tags=core)
     # W_O is row-parallel: its output is reduce-scattered back to the sequence-sharded region.
     (o,) = fb.op("linear", "o_proj", [ctx], [("attn.out", (B, S_SP, H))], [Weight("W_O", (heads, D(d_v), H))])

@@ -90,7 +90,7 @@ def _states(scn: Scenario, stage: int, layer: int | None):
     dense = sp.per_gpu_expr["dense"]
     moe = sum((sp.per_gpu_expr[g] for g in MOE_GROUPS), sympy.Integer(0))
     p, z = scn.precision, scn.zero
-    sb = state_bytes(dense, moe, scn.parallel.dp, scn.parallel.expert_dp, p, z, scn.schedule.weight_copies)
+    sb = state_bytes(dense, moe, scn.parallel.dense_shard, scn.parallel.expert_dp, p, z, scn.schedule.weight_copies)
     expr = sympy.expand(sb.weights + sb.gradients + sb.optimizer)
     sources = {m: [f"model states ({p.name} recipe, ZeRO {int(z)})"] for m in monomials(expr)}
     return expr, sources

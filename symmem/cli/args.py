@@ -20,8 +20,10 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
     g.add_argument("--model", help="preset (deepseek-v3, deepseek-v2, deepseek-v2-lite) or config.json path")
     for short, long in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
                         ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
-                        ("dp", "data-parallel-size"), ("edp", "expert-data-parallel-size")):
+                        ("dp", "data-parallel-size"), ("edp", "expert-data-parallel-size"),
+                        ("cp", "context-parallel-size")):
         g.add_argument(f"--{short}", f"--{long}", dest=short, type=int)
+    g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a (all-to-all)")
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
     g.add_argument("--convention", help="TP split of W_QR: paper (replicated) or megatron (with W_UQ)")
@@ -68,13 +70,16 @@ def scenario_from_args(args: argparse.Namespace):
     if args.model:
         ch["model"] = load_model(args.model)
     par = dataclasses.asdict(scn.parallel)
-    par_changes = {k: getattr(args, k) for k in ("tp", "pp", "ep", "etp", "dp", "edp", "sequence_parallel",
-                                                 "moe_sequence_parallel") if getattr(args, k) is not None}
+    if "model" in ch and ch["model"].family.routed_experts is None and args.ep is None and args.etp is None:
+        par.update(ep=1, etp=1, edp=None)  # a model without routed experts has no expert parallelism to keep
+    par_changes = {k: getattr(args, k) for k in ("tp", "pp", "ep", "etp", "dp", "edp", "cp", "cp_comm_type",
+                                                 "sequence_parallel", "moe_sequence_parallel")
+                   if getattr(args, k) is not None}
     if par_changes:
         par.update(par_changes)
         if "edp" not in par_changes:
             par["edp"] = None
-        if any(k in par_changes for k in ("tp", "pp", "dp")):
+        if any(k in par_changes for k in ("tp", "pp", "dp", "cp")):
             par["world"] = None
         if par.get("moe_sequence_parallel") and not par.get("sequence_parallel"):
             par["moe_sequence_parallel"] = None if "moe_sequence_parallel" not in par_changes else True

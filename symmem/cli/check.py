@@ -32,7 +32,7 @@ def _claimed(text: str, scn):
     # model (DeepSeek: d_v is the paper's d_h where the two are equal).
     par = scn.parallel
     subs = {sym("t"): par.tp, sym("pp"): par.pp, sym("ep"): par.ep, sym("etp"): par.etp, sym("dp"): par.dp,
-            sym("edp"): par.expert_dp}
+            sym("edp"): par.expert_dp, sym("cp"): par.cp}
     subs.update(scn.model.family.formula_aliases(scn.model))
     return sympy.expand(expr.subs(subs))
 

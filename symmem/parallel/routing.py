@@ -95,7 +95,7 @@ class Routing:
     def tokens_per_expert(self, axes: AxisSizes, fraction: sympy.Expr, ep_number: int | None = None) -> sympy.Expr:
         """E_tok: the tokens one local expert is charged for; `fraction` is the share of experts a token goes to
         (N_r/N, from the model's family)."""
-        s_moe = s / axes.of("sp_moe")  # tokens per rank entering the MoE block
+        s_moe = s / (axes.of("cp") * axes.of("sp_moe"))  # tokens per rank entering the MoE block
         own = b * s_moe * fraction  # the paper's: an expert's share of its own GPU's tokens
         if self.kind == "paper":
             return own

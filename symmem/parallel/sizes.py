@@ -17,6 +17,8 @@ from symmem.symbols import ep as EP_SYM
 from symmem.symbols import etp as ETP_SYM
 from symmem.symbols import t as TP_SYM
 
+CP_COMM_TYPES = ("p2p", "a2a")
+
 
 def _check_size(field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -28,8 +30,8 @@ def _check_size(field: str, value: object) -> int:
 
 @dataclass(frozen=True)
 class Parallel:
-    """How the GPUs are arranged. World size = DP × TP × PP; the expert layers regroup the same GPUs as
-    EDP × EP × ETP × PP."""
+    """How the GPUs are arranged. World size = DP × TP × CP × PP (Megatron's order tp-cp-ep-dp-pp); the expert
+    layers regroup the DP × TP × CP GPUs of a stage as EDP × EP × ETP."""
 
     tp: int = 1  # tensor-parallel size (--tensor-model-parallel-size)
     pp: int = 1  # pipeline-parallel size (--pipeline-model-parallel-size)
@@ -39,11 +41,15 @@ class Parallel:
     edp: int | None = None  # expert data-parallel size; derived when None
     sequence_parallel: bool = False  # --sequence-parallel: activations outside TP regions split over s
     moe_sequence_parallel: bool | None = None  # is the MoE block sequence-sharded too? None: as sequence_parallel
-    world: int | None = None  # total GPUs, checked against DP·TP·PP when given
+    world: int | None = None  # total GPUs, checked against DP·TP·CP·PP when given
+    cp: int = 1  # context-parallel size (--context-parallel-size): every activation split over the sequence
+    cp_comm_type: str = "p2p"  # --cp-comm-type: p2p (ring exchange of K/V) or a2a (all-to-all over heads)
 
     def __post_init__(self) -> None:
-        for f in ("tp", "pp", "ep", "etp", "dp"):
+        for f in ("tp", "pp", "ep", "etp", "dp", "cp"):
             _check_size(f, getattr(self, f))
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise SymmemError(f"cp_comm_type = {self.cp_comm_type!r}: must be one of {', '.join(CP_COMM_TYPES)}")
         if self.edp is not None:
             _check_size("edp", self.edp)
         if not isinstance(self.sequence_parallel, bool):
@@ -52,29 +58,35 @@ class Parallel:
             raise SymmemError(f"moe_sequence_parallel = {self.moe_sequence_parallel!r}: must be true or false")
         if self.world is not None:
             _check_size("world", self.world)
-            if self.world != self.dp * self.tp * self.pp:
+            if self.world != self.world_size:
                 raise SymmemError(
-                    f"world = {self.world}: must equal DP·TP·PP = {self.dp}·{self.tp}·{self.pp} = "
-                    f"{self.dp * self.tp * self.pp}")
+                    f"world = {self.world}: must equal DP·TP·CP·PP = {self.dp}·{self.tp}·{self.cp}·{self.pp} = "
+                    f"{self.world_size}")
         if self.moe_sequence_parallel and not self.sequence_parallel:
             raise SymmemError("moe_sequence_parallel = True: needs sequence_parallel = True")
-        if (self.dp * self.tp) % (self.ep * self.etp):
+        stage_gpus = self.dp * self.tp * self.cp
+        if stage_gpus % (self.ep * self.etp):
             raise SymmemError(
-                f"ep·etp = {self.ep}·{self.etp}: must divide DP·TP = {self.dp * self.tp} (the expert layers "
-                f"regroup the DP·TP GPUs of a stage as EDP·EP·ETP)")
-        derived = self.dp * self.tp // (self.ep * self.etp)
-        if self.edp is not None and self.edp != derived:
+                f"ep·etp = {self.ep}·{self.etp}: must divide DP·TP·CP = {stage_gpus} (the expert layers "
+                f"regroup the DP·TP·CP GPUs of a stage as EDP·EP·ETP)")
+        if self.edp is not None and self.edp != self.expert_dp:
             raise SymmemError(
-                f"edp = {self.edp}: inconsistent with DP·TP/(EP·ETP) = {self.dp}·{self.tp}/({self.ep}·{self.etp}) "
-                f"= {derived}")
+                f"edp = {self.edp}: inconsistent with DP·TP·CP/(EP·ETP) = {self.dp}·{self.tp}·{self.cp}/"
+                f"({self.ep}·{self.etp}) = {self.expert_dp}")
 
     @property
     def expert_dp(self) -> int:
-        return self.dp * self.tp // (self.ep * self.etp)
+        return self.dp * self.tp * self.cp // (self.ep * self.etp)
+
+    @property
+    def dense_shard(self) -> int:
+        """The group dense optimizer states (and ZeRO shards) split over: DP × CP (Megatron's distributed
+        optimizer shards over the data-parallel-with-context-parallel group)."""
+        return self.dp * self.cp
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.cp * self.pp
 
     @property
     def moe_sp(self) -> bool:
@@ -90,6 +102,7 @@ class Parallel:
             "sp_moe": tp if self.moe_sp else one,
             "ep": EP_SYM if symbolic else sympy.Integer(self.ep),
             "etp": ETP_SYM if symbolic else sympy.Integer(self.etp),
+            "cp": sympy.Integer(self.cp),
         })
 
     def validate_for(self, model: ModelConfig) -> None:
@@ -107,5 +120,6 @@ class Parallel:
         sp = "SP on" if self.sequence_parallel else "SP off"
         if self.sequence_parallel:
             sp += ", MoE sequence-sharded" if self.moe_sp else ", MoE not sequence-sharded"
-        return (f"DP {self.dp}, TP {self.tp}, PP {self.pp}, EP {self.ep}, ETP {self.etp}, EDP {self.expert_dp} "
+        cp = f", CP {self.cp} ({self.cp_comm_type})" if self.cp > 1 else ""
+        return (f"DP {self.dp}, TP {self.tp}{cp}, PP {self.pp}, EP {self.ep}, ETP {self.etp}, EDP {self.expert_dp} "
                 f"({self.world_size} GPUs; {sp})")

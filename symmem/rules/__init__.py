@@ -29,6 +29,7 @@ class RuleSet:
     name: str
     description: str
     rules: Mapping[str, Rule]
+    context_parallel: bool = True  # whether its dataflows' sequence split under CP is what the framework keeps
 
     def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
         try:

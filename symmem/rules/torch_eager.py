@@ -110,4 +110,5 @@ RULES = RuleSet(
         "dispatch": inputs(1),  # gathering tokens by expert keeps the int64 indices
         "combine": combine(inputs(0), _fp32("input", 1, "FP32 routing weights")),  # weighting keeps both operands
     },
+    context_parallel=False,  # transformers runs one device: its HF dataflows have no CP split
 )
