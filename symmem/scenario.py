@@ -24,7 +24,7 @@ from .schedule import Schedule
 from .states import Precision, ZeroStage, recipe, zero_stage
 from .units import parse_size
 
-BUILTIN = ("paper", "paper-megatron")
+BUILTIN = ("paper", "paper-megatron", "korthikanti")
 DATAFLOWS = ("paper", "hf")
 ACT_DTYPES = {"fp32": 4, "bf16": 2}
 
