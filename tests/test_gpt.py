@@ -195,3 +195,9 @@ def test_bad_config_is_one_line_on_the_cli(tmp_path, capsys):
 def test_tp_must_divide_heads(capsys):
     assert main(["check", "--scenario", "korthikanti", "--quantity", "layer.activations", "--tp", "5", "2sbh"]) == 2
     assert "tp = 5: must divide n_head = 96" in capsys.readouterr().err
+
+
+def test_sweep_runs_on_a_model_without_routed_experts(capsys):
+    """`symmem sweep` read the routed-expert count N of every model (a KeyError traceback for GPT and Llama)."""
+    assert main(["sweep", "--model", "gpt3-175b", "--gpus", "64", "--tp", "8", "--pp", "8", "-b", "1"]) == 0
+    assert "gpt3-175b on 64 GPUs" in capsys.readouterr().out
