@@ -24,7 +24,7 @@ from symmem.parallel.sizes import Parallel
 from symmem.rules import RuleSet, rule_set
 from symmem.units import parse_size
 
-BUILTIN = ("paper", "paper-megatron")
+BUILTIN = ("paper", "paper-megatron", "korthikanti")
 DATAFLOWS = ("paper", "hf")
 ACT_DTYPES = {"fp32": 4, "bf16": 2}
 

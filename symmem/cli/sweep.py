@@ -211,7 +211,8 @@ def space_from_args(args: argparse.Namespace):
         kind = args.routing or ("capacity" if args.capacity_factor else "dynamic")
         ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load)
     base = scn.replace(**ch)
-    n_layers, n_experts = model.value("L"), model.value("N")
+    routed = model.family.routed_experts  # a model without routed experts sweeps EP 1 only
+    n_layers, n_experts = model.value("L"), (model.value(routed[0]) if routed else 1)
     chunks = _positive(args.chunks, "--chunks")
     sched = args.schedule or (f"interleaved:{scn.schedule.chunks}" if scn.schedule.name == "interleaved"
                               else scn.schedule.name)

@@ -1,6 +1,11 @@
 """The paper's accounting (Korthikanti et al. 2022, as arXiv 2502.07846 applies it to MLA and MoE).
 
 Activations are kept in the run's activation dtype (BF16, 2 bytes); a dropout mask costs 1 byte per element.
+Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv 2205.05198), Section 4.1
+("Activations Memory Per Transformer Layer") is the source of the rules for the ops of its GPT layer: a linear keeps
+its input (QKV 2sbh, output projection 2sbh, MLP 2sbh and 8sbh), QKᵀ keeps q and k (4sbh), softmax its output
+(2as²b), dropout a 1-byte mask (as²b, sbh), softmax·V both operands (2as²b + 2sbh), GeLU its input (8sbh), each
+LayerNorm its input (2sbh); in all sbh(34 + 5as/h) per layer, the first row of its Table 2.
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ RULES = RuleSet(
     {
         "linear": inputs(0),  # the weight gradient needs the input
         "rmsnorm": inputs(0),  # the paper counts the norm input
+        # Korthikanti Section 4.1, LayerNorm: each layer norm stores its input, 2sbh (the per-row mean and
+        # variance, O(sb), are not counted).
+        "layernorm": inputs(0),
+        # Korthikanti Section 4.1, MLP: the GeLU non-linearity keeps its input, 8sbh (its output is kept by the
+        # second linear, as that linear's input, another 8sbh).
+        "gelu": inputs(0),
         "matmul": inputs(0, 1),  # both operands (QK^T, and softmax·V)
         "softmax": outputs(0),  # softmax's backward needs its output
         "dropout": _dropout_mask,

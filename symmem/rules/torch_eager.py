@@ -33,6 +33,18 @@ def _rmsnorm(op: Op, flow: Dataflow) -> list[Saved]:
             Saved(Tensor(f"{y.name}.normed", y.dims), f"normalized input (model dtype) of rmsnorm {op.name}")]
 
 
+def _layernorm(op: Op, flow: Dataflow) -> list[Saved]:
+    """F.layer_norm (NativeLayerNormBackward0): the input, and the per-row mean and rstd of shape (..., 1); its
+    weight and bias are parameters. On the CPU (torch 2.13, measured) mean and rstd have the input's dtype; on CUDA
+    they are FP32 (the accumulation type): O(sb) bytes either way. Reached only by the GPT family's paper dataflow
+    (`--rules torch-eager --dataflow paper`): not validated against a Hugging Face layer."""
+    x, y = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    rows = y.dims[:-1] + (Dim(1),)
+    return [Saved(x, f"input of layernorm {op.name}"),
+            Saved(Tensor(f"{y.name}.mean", rows), f"per-row mean of layernorm {op.name}"),
+            Saved(Tensor(f"{y.name}.rstd", rows), f"per-row rstd of layernorm {op.name}")]
+
+
 def _indices(op: Op, flow: Dataflow) -> list[Saved]:
     # IndexBackward0 keeps the index tensors (not the indexed tensor: only its shape)
     return [Saved(flow.tensors[t], f"index of {op.kind} {op.name}") for t in op.inputs[1:]]
@@ -76,6 +88,10 @@ RULES = RuleSet(
         "softmax": outputs(0),  # SoftmaxBackward0 / SafeSoftmaxBackward0: the output
         "sigmoid": outputs(0),  # SigmoidBackward0: the output
         "silu": inputs(0),
+        "layernorm": _layernorm,
+        # F.gelu, exact or tanh (GeluBackward0 keeps its input; measured). Hugging Face's GPT-2 "gelu_new" is a
+        # Python composition of tanh and products that keeps more; GPT has no Hugging Face dataflow here.
+        "gelu": inputs(0),
         "mul": inputs(0, 1),  # MulBackward0 of two tensors that need grad (or one needs the other)
         "div": inputs(0, 1),  # DivBackward0: numerator and denominator
         "gather": inputs(1),  # GatherBackward0: the int64 index
