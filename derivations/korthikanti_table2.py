@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import sympy
 
-from symmem.analysis import stage_terms, to_int, values
+from symmem.accounting.analysis import stage_terms, to_int, values
 from symmem.check import parse_formula
 from symmem.check.compare import EQUAL, compare, term_sources
-from symmem.layout import Stage
-from symmem.quantities import derive
+from symmem.check.quantities import derive
+from symmem.parallel.layout import Stage
 from symmem.render.latex import latex, plain
 from symmem.render.tables import Math, Table
 from symmem.symbols import t as T_SYM
@@ -30,8 +30,9 @@ STAGE = 1  # `symmem check`'s default stage; the korthikanti scenario has PP 8 (
 
 def _scenario(flags: tuple[str, ...], formula: str):
     """The scenario `symmem check --scenario korthikanti --quantity layer.activations FLAGS FORMULA` runs on."""
-    from symmem.check_cli import _claimed
-    from symmem.cli import build_parser, scenario_from_args
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.check import _claimed
+    from symmem.cli.main import build_parser
 
     args = build_parser().parse_args(["check", "--scenario", "korthikanti", "--quantity", QUANTITY, *flags, formula])
     scn = scenario_from_args(args)

@@ -18,7 +18,7 @@ import pytest
 
 from derivations import _korthikanti
 from symmem import load_model, model_totals
-from symmem.cli import main
+from symmem.cli.main import main
 from symmem.config import from_dict
 from symmem.errors import SymmemError
 

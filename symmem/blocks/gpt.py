@@ -19,10 +19,10 @@ here without the `transformer.h.N.` prefix).
 
 from __future__ import annotations
 
-from ..graph import FP32, INT64, D, DataflowBuilder, Dim, Weight
-from ..symbols import declare
-from ._dims import S_FULL, S_SP, B, H, seq
-from .symbols import V, h
+from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks.symbols import V, h
+from symmem.graph import FP32, INT64, D, DataflowBuilder, Dim, Weight
+from symmem.symbols import declare
 
 #: attention heads, as Korthikanti et al. write them (the heads dimension of the attention scores)
 a = declare("a", "a", "attention heads (Korthikanti)")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..blocks import gpt
-from ..blocks._dims import B, H, seq
-from ..blocks.symbols import h, h_F, n_h
-from ..config import ModelConfig, boolean, ignored, read_sizes, require
-from ..errors import SymmemError
-from ..family import Family
-from ..graph import D, DataflowBuilder
+from symmem.blocks import gpt
+from symmem.blocks._dims import B, H, seq
+from symmem.blocks.symbols import h, h_F, n_h
+from symmem.config import ModelConfig, boolean, ignored, read_sizes, require
+from symmem.errors import SymmemError
+from symmem.family import Family
+from symmem.graph import D, DataflowBuilder
 
 GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate")
 DROPOUTS = ("attn_pdrop", "resid_pdrop", "embd_pdrop")
