@@ -181,6 +181,9 @@ class AxisSizes:
 
     sizes: Mapping[str, sympy.Expr]
 
+    def __hash__(self) -> int:  # a cache key of the derivations that depend on it
+        return hash(tuple(sorted(self.sizes.items())))
+
     def of(self, axis: str) -> sympy.Expr:
         try:
             return self.sizes[axis]

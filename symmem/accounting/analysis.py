@@ -16,6 +16,7 @@ from symmem.accounting.activations import Term, part_terms
 from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.accounting.params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
 from symmem.accounting.states import StateBytes, state_bytes
+from symmem.accounting.timeline import Event, StagePeak, stage_events, stage_peak
 from symmem.config import ModelConfig
 from symmem.model import model_parts, stage_parts
 from symmem.parallel.layout import Stage
@@ -104,12 +105,17 @@ def _activation_key(scn: Scenario) -> tuple:
     return (scn.model, scn.convention, scn.rules, scn.policy, scn.parallel, scn.routing, scn.act_bytes)
 
 
+def _tokens_per_expert(key: tuple, axes) -> sympy.Expr:
+    model, _conv, _rules, _policy, parallel, routing, _act_bytes = key
+    fraction = model.family.moe_fraction(model)
+    return routing.tokens_per_expert(axes, fraction, parallel.ep) if fraction is not None else sympy.Integer(0)
+
+
 @lru_cache(maxsize=1024)
 def _terms(key: tuple, parts: tuple, symbolic_parallel: bool) -> tuple[Term, ...]:
     model, _conv, rules, policy, parallel, routing, act_bytes = key
     axes = parallel.axis_sizes(symbolic_parallel)
-    fraction = model.family.moe_fraction(model)
-    e_tok = routing.tokens_per_expert(axes, fraction, parallel.ep) if fraction is not None else sympy.Integer(0)
+    e_tok = _tokens_per_expert(key, axes)
     terms: list[Term] = []
     for part in parts:
         terms.extend(part_terms(part, rules, policy, axes, act_bytes, e_tok))
@@ -131,7 +137,11 @@ def stage_activation_expr(scn: Scenario, stage: Stage, block: str | None = None,
 
 @dataclass(frozen=True)
 class StageMemory:
-    """One GPU of one stage: the per-GPU breakdown under the scenario's schedule."""
+    """One GPU of one stage: the per-GPU breakdown under the scenario's schedule.
+
+    `allocated` is the sum of model states and the saved tensors of the micro-batches in flight (what the paper
+    adds up); `peak.peak_allocated` is what the GPU holds at its busiest moment (`symmem.accounting.timeline`),
+    with the framework's buffers, transient tensors, activation gradients and workspaces."""
 
     stage: Stage
     params: StageParams
@@ -141,10 +151,24 @@ class StageMemory:
     activations: int  # per micro-batch × in flight
     fragmentation: tuple[int, int]
     comm_buffers: tuple[int, int]
+    peak: StagePeak | None = None
 
     @property
     def allocated(self) -> int:
+        """Model states plus saved activations of the micro-batches in flight: the sum, not the peak."""
         return self.states.total + self.activations
+
+    @property
+    def peak_allocated(self) -> int:
+        return self.peak.peak_allocated if self.peak is not None else self.allocated
+
+    @property
+    def reserved(self) -> tuple[int, int]:
+        """The allocator's reserved memory at the peak: [low, high]."""
+        return (math.ceil(self.peak_allocated * (1 + self.fragmentation_fractions[0])) + self.comm_buffers[0],
+                math.ceil(self.peak_allocated * (1 + self.fragmentation_fractions[1])) + self.comm_buffers[1])
+
+    fragmentation_fractions: tuple[float, float] = (0.05, 0.30)
 
     @property
     def low(self) -> int:
@@ -171,7 +195,29 @@ def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
     acts = math.ceil(act * k)
     alloc = st.total + acts
     frag = (math.ceil(alloc * scn.fragmentation[0]), math.ceil(alloc * scn.fragmentation[1]))
-    return StageMemory(stage, sp, st, act, k, acts, frag, scn.comm_buffers)
+    return StageMemory(stage, sp, st, act, k, acts, frag, scn.comm_buffers, stage_peak_of(scn, stage, st, k),
+                       scn.fragmentation)
+
+
+def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
+    """The candidate peak events of one GPU of `stage` (dynamic amounts, closed forms)."""
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    key = _activation_key(scn)
+    axes = scn.parallel.axis_sizes()
+    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
+    return _events(key, parts, k, int(scn.zero), scn.precision.weight_bytes, scn.precision.grad_bytes, axes)
+
+
+@lru_cache(maxsize=256)
+def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes) -> list[Event]:
+    _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
+    return stage_events(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), k, zero,
+                        weight_bytes, grad_bytes)
+
+
+def stage_peak_of(scn: Scenario, stage: Stage, states: StateBytes, k: Fraction) -> StagePeak:
+    static = {"weights": states.weights, "gradients": states.gradients, "optimizer states": states.optimizer}
+    return stage_peak(stage_timeline_events(scn, stage), static, values(scn), k)
 
 
 def memory(scn: Scenario) -> list[StageMemory]:

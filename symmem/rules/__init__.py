@@ -7,7 +7,7 @@ same dataflows: choosing one is choosing a table, never a code path.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from symmem.errors import SymmemError
 from symmem.graph import Dataflow, DType, Op, Tensor
@@ -30,6 +30,11 @@ class RuleSet:
     description: str
     rules: Mapping[str, Rule]
     context_parallel: bool = True  # whether its dataflows' sequence split under CP is what the framework keeps
+    # Transient tensors an op kind allocates while it runs (phase "forward" or "backward"), beside its inputs,
+    # outputs and gradients: e.g. a sequence-parallel all-gather buffer. Used by the timeline (the peak).
+    workspaces: Mapping[str, Callable[[Op, Dataflow, str], list[Saved]]] = field(default_factory=dict)
+    # Op kinds whose backward writes their input's gradient into a tensor they saved (no new allocation).
+    grad_in_place: frozenset[str] = frozenset()
 
     def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
         try:
@@ -38,6 +43,10 @@ class RuleSet:
             raise SymmemError(
                 f"op kind = {op.kind!r} ({op.name}): rule set {self.name!r} has no rule for it") from None
         return rule(op, flow)
+
+    def workspace(self, op: Op, flow: Dataflow, phase: str) -> list[Saved]:
+        rule = self.workspaces.get(op.kind)
+        return rule(op, flow, phase) if rule is not None else []
 
 
 # Building blocks for rules.

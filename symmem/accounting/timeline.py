@@ -1,0 +1,240 @@
+"""The peak, not the sum: what one GPU of a stage holds over one training step, derived from the dataflows.
+
+A GPU runs out of memory at its peak, which holds more than the saved tensors: outputs that live only until their
+consumer has run, gradients of activations during the backward, workspaces, and parameters gathered for one layer.
+This module follows one micro-batch through each part of a stage, op by op, with the rule set's saved tensors:
+
+* forward, op i: every storage produced so far that is kept for backward, plus those not kept whose last consumer
+  has not run yet (an op's inputs and outputs are alive while it runs), plus the op's workspace;
+* backward, op j (reverse order): the kept storages whose first saver is at or before j (a saved tensor is released
+  once the backward of the first op that saved it has run), plus the gradients of activations alive then (the
+  gradient of a tensor lives from the backward of its last consumer to the backward of its producer), plus the
+  op's workspace. A recomputed op's own saves are alive again from its recomputation on.
+
+A stage then adds, at every event: the model states and the framework's buffers (static), the saved tensors of the
+other micro-batches the schedule holds in flight, the saved tensors of the parts before the current one (and of
+the earlier copies of the current part), and under ZeRO-3 the parameters gathered for the current layer (with a
+prefetch depth) or under ZeRO-2/3 its not yet reduce-scattered gradients. The peak is the largest of these
+candidate events: each is a closed form in the model's sizes, b and s, evaluated exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+
+import sympy
+
+from symmem.accounting.activations import kept_tensors, storage_of, tensor_bytes
+from symmem.accounting.evaluate import ceil_int, evaluate
+from symmem.accounting.recompute import Policy, Recompute
+from symmem.graph import AxisSizes, Dataflow, Tensor, local_size
+from symmem.model import Part
+from symmem.rules import RuleSet
+
+NO_RECOMPUTE = Policy(Recompute.NONE)
+INT_DTYPES = ("int64", "int32", "bool", "mask")
+ZERO3_PREFETCH = 1  # layers gathered ahead under ZeRO-3 (DeepSpeed's stage3_prefetch; one layer by default)
+
+# Components of what is alive, in the order a breakdown lists them.
+SAVED_OTHER = "saved activations, other micro-batches in flight"
+SAVED_EARLIER = "saved activations, earlier layers of this micro-batch"
+SAVED_CURRENT = "saved activations, current layer"
+TRANSIENT = "transient outputs"
+GRADS = "activation gradients"
+WORKSPACE = "op workspaces"
+GATHERED = "gathered parameters (ZeRO-3)"
+UNREDUCED = "unreduced gradients (ZeRO-2/3)"
+
+
+@dataclass(frozen=True)
+class Amount:
+    """A named amount of memory alive at an event."""
+
+    component: str
+    what: str
+    nbytes: sympy.Expr
+
+
+@dataclass(frozen=True)
+class OpEvent:
+    phase: str  # "forward" or "backward"
+    op: str
+    alive: tuple[Amount, ...]
+
+
+@dataclass(frozen=True)
+class PartTimeline:
+    """One copy of a part (e.g. one MoE layer), one micro-batch: its saved total and its op events."""
+
+    saved: sympy.Expr  # bytes it keeps for backward once its forward is done
+    events: tuple[OpEvent, ...]
+
+
+def _requires_grad(flow: Dataflow) -> set[str]:
+    """Tensors that get a gradient: floating point, reached from a floating input or a weight."""
+    grad: set[str] = {t for t in flow.inputs if flow.tensors[t].dtype.name not in INT_DTYPES}
+    for op in flow.ops:
+        if op.weights or any(t in grad for t in op.inputs):
+            grad |= {t for t in op.outputs if flow.tensors[t].dtype.name not in INT_DTYPES}
+    return grad
+
+
+@lru_cache(maxsize=512)
+def part_timeline(flow: Dataflow, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
+                  e_tok: sympy.Expr) -> PartTimeline:
+    """The forward and backward events of one copy of `flow` for one micro-batch."""
+    ops = flow.ops
+    n = len(ops)
+    index = {op.name: i for i, op in enumerate(ops)}
+    produced = {t: -1 for t in flow.inputs}
+    last_use = {t: -1 for t in flow.tensors}
+    for i, op in enumerate(ops):
+        for t in op.outputs:
+            produced[t] = i
+        for t in op.inputs:
+            last_use[t] = max(last_use[t], i)
+    for t in flow.outputs:
+        last_use[t] = n
+
+    def nbytes(t: Tensor) -> sympy.Expr:
+        return tensor_bytes(t, axes, act_bytes, e_tok)
+
+    # Storages: a view or a same-dtype conversion lives in its base's storage (alive while any alias is).
+    root = {t: storage_of(flow.tensors[t], flow, act_bytes).name for t in flow.tensors}
+    s_prod: dict[str, int] = {}
+    s_last: dict[str, int] = {}
+    s_bytes: dict[str, sympy.Expr] = {}
+    for t, r in root.items():
+        s_prod[r] = min(s_prod.get(r, n), produced.get(t, produced.get(r, -1)))
+        s_last[r] = max(s_last.get(r, -1), last_use[t])
+        s_bytes.setdefault(r, nbytes(flow.tensors[r]))
+
+    def kept_roots(pol: Policy) -> dict[str, int]:
+        """storage -> index of the first op that keeps it; synthetic saves (masks, FP32 copies) are their own."""
+        out: dict[str, int] = {}
+        for k in kept_tensors(flow, rules, pol):
+            r = storage_of(k.tensor, flow, act_bytes).name
+            if r not in s_bytes:  # synthetic: made by the op that keeps it
+                s_bytes[r] = nbytes(k.tensor)
+                s_prod[r] = index[k.op]
+                s_last[r] = index[k.op]
+            out[r] = min(out.get(r, n), index[k.op])
+        return out
+
+    kept = kept_roots(policy)
+    recomputed = [i for i, op in enumerate(ops) if policy.recomputed(op)]
+    kept_all = kept_roots(NO_RECOMPUTE) if recomputed else {}
+    last_recomputed = max(recomputed, default=-1)
+    first_recomputed = min(recomputed, default=n)
+    saved = sympy.Add(*[s_bytes[r] for r in kept])
+
+    grads = _requires_grad(flow)
+    in_place = {t for op in ops if op.kind in rules.grad_in_place for t in op.inputs}
+    g_prod = {t: produced.get(t, -1) for t in grads}
+    events: list[OpEvent] = []
+    for i, op in enumerate(ops):
+        alive = []
+        for r, b in s_bytes.items():
+            if s_prod[r] <= i and (r in kept or s_last[r] >= i):
+                comp = SAVED_CURRENT if r in kept and kept[r] <= i else TRANSIENT
+                alive.append(Amount(comp, r, b))
+        alive += [Amount(WORKSPACE, w.tensor.name, nbytes(w.tensor)) for w in rules.workspace(op, flow, "forward")]
+        events.append(OpEvent("forward", op.name, tuple(alive)))
+    for j in range(n - 1, -1, -1):
+        op = ops[j]
+        alive = [Amount(SAVED_CURRENT, r, s_bytes[r]) for r, k in kept.items() if k <= j]
+        if first_recomputed <= j <= last_recomputed:  # recomputed: its own saves exist again until released
+            alive += [Amount(SAVED_CURRENT, r, s_bytes[r]) for r, k in kept_all.items()
+                      if k <= j and r not in kept and k >= first_recomputed]
+        alive += [Amount(GRADS, "grad " + t, nbytes(flow.tensors[t])) for t in grads
+                  if g_prod[t] <= j <= last_use[t] and t not in in_place]
+        alive += [Amount(WORKSPACE, w.tensor.name, nbytes(w.tensor)) for w in rules.workspace(op, flow, "backward")]
+        events.append(OpEvent("backward", op.name, tuple(alive)))
+    return PartTimeline(saved, tuple(events))
+
+
+# ----------------------------------------------------------------------------------------------- a stage
+@dataclass(frozen=True)
+class Event:
+    """A candidate peak on one GPU of a stage: what is alive, by component, as closed forms."""
+
+    phase: str  # "forward", "backward" or "optimizer step"
+    part: str
+    op: str
+    amounts: tuple[Amount, ...]  # dynamic amounts (the static ones are the stage's)
+
+    def expression(self) -> sympy.Expr:
+        return sympy.expand(sympy.Add(*[a.nbytes for a in self.amounts]))
+
+
+@dataclass(frozen=True)
+class StagePeak:
+    """The peak of one GPU of a stage: static components, the winning event and its breakdown (bytes)."""
+
+    static: dict[str, int]
+    event: Event
+    dynamic: dict[str, int]  # the event's amounts by component
+    in_flight: Fraction
+    events: tuple[tuple[Event, int], ...] = field(repr=False)  # every candidate with its dynamic bytes
+
+    @property
+    def peak_allocated(self) -> int:
+        return sum(self.static.values()) + sum(self.dynamic.values())
+
+    @property
+    def label(self) -> dict:
+        return {"phase": self.event.phase, "part": self.event.part, "op": self.event.op,
+                "microbatch": "last in flight" if self.event.phase != "optimizer step" else None}
+
+
+def _component_sums(amounts, values) -> dict[str, int]:
+    out: dict[str, Fraction] = {}
+    for a in amounts:
+        out[a.component] = out.get(a.component, Fraction(0)) + evaluate(a.nbytes, values)
+    return {k: ceil_int(v) for k, v in out.items()}
+
+
+def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
+                 e_tok: sympy.Expr, in_flight: Fraction, zero: int, weight_bytes: int, grad_bytes: int
+                 ) -> list[Event]:
+    """Every candidate peak event of one GPU of a stage (dynamic amounts only)."""
+    timelines = [part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts]
+    per_mb = sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, timelines, strict=True)])
+    others = sympy.Rational(in_flight.numerator, in_flight.denominator) - 1
+    base = [Amount(SAVED_OTHER, f"{others} x saved per micro-batch", others * per_mb)] if others else []
+    events: list[Event] = []
+    earlier = sympy.Integer(0)
+    for p, tl in zip(parts, timelines, strict=True):
+        before = earlier + (p.count - 1) * tl.saved
+        common = base + ([Amount(SAVED_EARLIER, "earlier parts and copies", before)] if before != 0 else [])
+        layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights() if w.shared_with is None])
+        for ev in tl.events:
+            extra = []
+            if p.is_layers and zero >= 3:
+                extra.append(Amount(GATHERED, f"{1 + ZERO3_PREFETCH} layers' parameters",
+                                    (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights))
+            if p.is_layers and zero >= 2 and ev.phase == "backward":
+                extra.append(Amount(UNREDUCED, "the layer's gradients", grad_bytes * layer_weights))
+            events.append(Event(ev.phase, p.name, ev.op, tuple(common) + ev.alive + tuple(extra)))
+        earlier += p.count * tl.saved
+    events.append(Event("optimizer step", "", "step", ()))
+    return events
+
+
+def stage_peak(events: list[Event], static: dict[str, int], values: dict, in_flight: Fraction) -> StagePeak:
+    scored = []
+    for ev in events:
+        total = ceil_int(sum((evaluate(a.nbytes, values) for a in ev.amounts), Fraction(0)))
+        scored.append((ev, total))
+    best = max(scored, key=lambda x: x[1])[0]  # the first of equals: forward before backward, earlier parts first
+    return StagePeak(static, best, _component_sums(best.amounts, values), in_flight, tuple(scored))
+
+
+def reserved_range(peak_allocated: int, fragmentation: tuple[float, float], comm: tuple[int, int]) -> tuple[int, int]:
+    """What the caching allocator reserves at the peak: at least the allocated bytes (reserved >= allocated), plus
+    the scenario's fragmentation range and the communication buffers allocated through it."""
+    return (math.ceil(peak_allocated * (1 + fragmentation[0])) + comm[0],
+            math.ceil(peak_allocated * (1 + fragmentation[1])) + comm[1])
