@@ -1,9 +1,9 @@
-"""Measure, to the byte, what PyTorch eager autograd saves for backward in one HF DeepSeek decoder layer.
+"""Measure, to the byte, what PyTorch eager autograd saves for backward in one HF DeepSeek or Llama decoder layer.
 
-The harness builds a tiny random ``DeepseekV3ForCausalLM`` / ``DeepseekV2ForCausalLM`` on the CPU (no weights,
-no network), captures the exact inputs the model hands to one decoder layer (position embeddings, causal mask,
-position ids) with a forward pre-hook, then runs that layer alone on a fresh random leaf ``hidden_states``
-inside ``torch.autograd.graph.saved_tensors_hooks``.
+The harness builds a tiny random ``DeepseekV3ForCausalLM`` / ``DeepseekV2ForCausalLM`` / ``LlamaForCausalLM`` on
+the CPU (no weights, no network), captures the exact inputs the model hands to one decoder layer (position
+embeddings, causal mask, position ids) with a forward pre-hook, then runs that layer alone on a fresh random leaf
+``hidden_states`` inside ``torch.autograd.graph.saved_tensors_hooks``.
 
 Every saved tensor is wrapped in a small holder object by the pack hook; the harness keeps only a weak
 reference to each holder.  A holder dies when the autograd node that saved it dies, so after the layer returns
