@@ -1,5 +1,5 @@
-"""`symmem measure`: one HF decoder layer measured in real PyTorch, next to what the torch-eager rule set derives
-(`symmem.validate.predict`)."""
+"""`symmem measure`: one HF decoder layer (DeepSeek-V2/V3, Llama) measured in real PyTorch, next to what the
+torch-eager rule set derives (`symmem.validate.predict`)."""
 
 from __future__ import annotations
 
@@ -22,14 +22,16 @@ def _require_torch() -> None:
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="an HF config.json of the DeepSeek-V2/V3 family (keep it tiny: "
-                                                   "the model is built on the CPU)")
-    p.add_argument("--layer", type=int, default=0, help="decoder layer index (dense below first_k_dense_replace)")
+    p.add_argument("--config", required=True, help="an HF config.json of a DeepSeek-V2/V3 or Llama model (keep it "
+                                                   "tiny: the model is built on the CPU)")
+    p.add_argument("--layer", type=int, default=0, help="decoder layer index (DeepSeek: dense below "
+                                                       "first_k_dense_replace)")
     p.add_argument("-b", "--micro-batch-size", dest="b", type=int, default=2)
     p.add_argument("-s", "--seq-length", dest="s", type=int, default=5)
     p.add_argument("--dtype", default="fp32", choices=DTYPES, help="model and activation dtype")
     p.add_argument("--attn", default="eager", choices=("eager", "sdpa"), help="attn_implementation")
-    p.add_argument("--experts", default="eager", choices=("eager", "grouped_mm"), help="experts_implementation")
+    p.add_argument("--experts", default="eager", choices=("eager", "grouped_mm"),
+                   help="experts_implementation (models with routed experts; ignored for Llama)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
     p.add_argument("--json", action="store_true")
 
@@ -52,6 +54,7 @@ def _run(args) -> int:
 
     _require_torch()
     raw = _load(args.config)
+    llama = raw.get("model_type") == "llama"
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
     pred = predict(raw, args.layer, args.b, args.s, args.dtype, args.attn, args.experts, args.config)
@@ -75,14 +78,15 @@ def _run(args) -> int:
         "notes": "measured: storages the layer keeps for backward, its input included when kept; shared: the "
                  "rotary tables every layer keeps (one tensor per model)"
                  + ("; b = 1 or s = 1: the value's reshape is a view of kv_b_proj's output"
-                    if args.b == 1 or args.s == 1 else ""),
+                    if (args.b == 1 or args.s == 1) and not llama else "")
+                 + ("; experts: ignored (Llama has no routed experts)" if llama else ""),
     }
     ok = result["match"] and result["shared_match"] and result["params_match"]
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return 0 if ok else 1
     print(f"{args.config} layer {args.layer} ({pred.layer_kind}), b = {args.b}, s = {args.s}, {args.dtype}, "
-          f"attn {args.attn}, experts {args.experts}")
+          f"attn {args.attn}" + ("" if llama else f", experts {args.experts}"))
     print(f"  measured  {measured:,} bytes")
     print(f"  predicted {pred.layer_bytes:,} bytes  {'(exact)' if result['match'] else '(DIFFERENT)'}")
     print(f"  = {result['expression']}")

@@ -1,5 +1,6 @@
 """Llama 2/3 (`model_type` llama): grouped-query attention with RoPE, SwiGLU MLP, RMSNorm, tied or untied
-embeddings. Config keys are Hugging Face's (transformers' LlamaConfig); `head_dim` defaults to
+embeddings; the paper's dataflow (`symmem.blocks.gqa`) and Hugging Face's (`symmem.blocks.hf.llama`, for the
+torch-eager rule set). Config keys are Hugging Face's (transformers' LlamaConfig); `head_dim` defaults to
 hidden_size / num_attention_heads and `num_key_value_heads` to num_attention_heads, as LlamaConfig does.
 """
 
@@ -11,6 +12,7 @@ from symmem import blocks
 from symmem.blocks._dims import B, H, seq
 from symmem.blocks.embedding import token_ids
 from symmem.blocks.gqa import gqa
+from symmem.blocks.hf import llama as hf_llama
 from symmem.config import ModelConfig, boolean, ignored, positive_int, read_sizes, require
 from symmem.errors import SymmemError
 from symmem.family import Family
@@ -29,6 +31,7 @@ class Llama(Family):
     structural_keys = ("tie_word_embeddings", "attention_dropout", "attention_bias", "mlp_bias")
     divisibility = (("tp", "n_h"), ("tp", "n_kv"), ("tp", "h_F"), ("tp", "V"))
     layer_kind_order = ("dense",)
+    hf_dataflow = True
 
     def parse(self, raw: Mapping, source: str) -> ModelConfig:
         require(raw, ["hidden_size", "num_attention_heads"], source, "Llama")
@@ -63,8 +66,8 @@ class Llama(Family):
 
     def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
                     impl: object | None) -> str:
-        if impl is not None:
-            raise SymmemError("model family 'llama': has no Hugging Face dataflow yet; use rules = 'paper'")
+        if impl is not None:  # Hugging Face's LlamaDecoderLayer; the TP convention does not apply
+            return hf_llama.layer(fb, x, model=model, impl=impl)
         y = gqa(fb, x, attention_dropout=bool(model.option("attention_dropout")))
         return blocks.dense_mlp(fb, y, dropout=False)  # LlamaMLP has no dropout
 
@@ -75,6 +78,17 @@ class Llama(Family):
         fb.block = "head"
         x = fb.input("final.x", (B, seq("sp"), H))
         return blocks.head(fb, x, shared_with="embed_tokens.weight" if model.tie_word_embeddings else None)
+
+    def build_shared(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None) -> str | None:
+        # LlamaModel computes cos and sin once per forward; every layer's RoPE keeps them.
+        return hf_llama.rope_tables(fb, model) if impl is not None else None
+
+    def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
+                unit_seq: bool) -> hf_llama.LlamaImpl:
+        # Llama has no routed experts and no router: `experts` and `router` do not apply and are ignored.
+        if model.option("attention_dropout"):
+            raise SymmemError(f"{model.name}: attention_dropout > 0: the hf dataflow models attention_dropout = 0")
+        return hf_llama.LlamaImpl(attn, unit_batch=unit_batch, unit_seq=unit_seq)
 
 
 FAMILY = Llama()

@@ -1,7 +1,8 @@
 """What PyTorch eager autograd keeps for backward (torch 2.13), op kind by op kind.
 
-Measured on Hugging Face's DeepSeek-V3/V2 decoder layers (docs/torch_eager_saved_tensors.md) and exact on them
-with the `hf` dataflows (`symmem.blocks.hf`): tests/validate compares both to the byte. Three things the paper's
+Measured on Hugging Face's DeepSeek-V3/V2 and Llama decoder layers (docs/torch_eager_saved_tensors.md, section 8
+for Llama) and exact on them with the `hf` dataflows (`symmem.blocks.hf`): tests/validate compares both to the
+byte. Three things the paper's
 accounting does not model, and this rule set does:
 
 * dtypes: RMSNorm computes in FP32 and keeps an FP32 copy of its input and an FP32 rsqrt; softmax with
@@ -79,7 +80,8 @@ def _cross_entropy(op: Op, flow: Dataflow) -> list[Saved]:
 
 RULES = RuleSet(
     "torch-eager",
-    "PyTorch eager autograd (torch 2.13) as Hugging Face transformers 5.24.0 runs DeepSeek-V3/V2: measured",
+    "PyTorch eager autograd (torch 2.13) as Hugging Face transformers 5.24.0 runs DeepSeek-V3/V2 and Llama: "
+    "measured",
     {
         "linear": inputs(0),  # MmBackward0 / AddmmBackward0: the input (and the weight, a parameter)
         "grouped_mm": inputs(0, 1),  # GroupedMmBackward0: the input and the int32 offsets
@@ -100,14 +102,18 @@ RULES = RuleSet(
         "masked_fill": inputs(1),  # MaskedFillBackward0: the bool mask
         "topk": outputs(1),  # TopkBackward0: the int64 indices
         "argtopk": nothing,  # only indices leave it: its node and what it saved die at once
-        "sdpa_flash": combine(inputs(0, 1, 2), outputs(0, 1)),  # q, k, v, output, FP32 logsumexp
+        # ScaledDotProductFlashAttentionForCpuBackward0: q, k, v (as passed: Llama's k, v at n_kv heads with
+        # enable_gqa), output, FP32 logsumexp
+        "sdpa_flash": combine(inputs(0, 1, 2), outputs(0, 1)),
         "rotary_emb": _all_outputs,  # the tables: kept by every layer's RoPE, counted once per stage
         "embedding": inputs(0),  # EmbeddingBackward0: the int64 token ids
         "cross_entropy": _cross_entropy,
         "dropout": _dropout_mask,
         # Ops whose backward needs nothing kept: conversions, views, copies, sums, scalings by constants,
         # concatenations, additions, integer bookkeeping outside autograd, and RoPE (whose multiplications keep
-        # only the shared tables, counted with rotary_emb).
+        # only the shared tables, counted with rotary_emb). `reshape` covers Llama's repeat_kv (expand + reshape:
+        # a copy, or a view the dataflow declares) and matmul's flattenings; dropout at p = 0 is no op at all
+        # (ATen's `dropout`, aten/src/ATen/native/Dropout.cpp, returns its input when p == 0).
         "cast": nothing,
         "scale": nothing,
         "sum": nothing,

@@ -1,4 +1,4 @@
-"""What PyTorch eager autograd saves in HF DeepSeek-V3/V2 decoder layers (needs the validate extra)."""
+"""What PyTorch eager autograd saves in HF DeepSeek-V3/V2 and Llama decoder layers (needs the validate extra)."""
 
 from symmem.validate.harness import (
     LayerMeasurement,

@@ -1,9 +1,9 @@
-"""Measure, to the byte, what PyTorch eager autograd saves for backward in one HF DeepSeek decoder layer.
+"""Measure, to the byte, what PyTorch eager autograd saves for backward in one HF DeepSeek or Llama decoder layer.
 
-The harness builds a tiny random ``DeepseekV3ForCausalLM`` / ``DeepseekV2ForCausalLM`` on the CPU (no weights,
-no network), captures the exact inputs the model hands to one decoder layer (position embeddings, causal mask,
-position ids) with a forward pre-hook, then runs that layer alone on a fresh random leaf ``hidden_states``
-inside ``torch.autograd.graph.saved_tensors_hooks``.
+The harness builds a tiny random ``DeepseekV3ForCausalLM`` / ``DeepseekV2ForCausalLM`` / ``LlamaForCausalLM`` on
+the CPU (no weights, no network), captures the exact inputs the model hands to one decoder layer (position
+embeddings, causal mask, position ids) with a forward pre-hook, then runs that layer alone on a fresh random leaf
+``hidden_states`` inside ``torch.autograd.graph.saved_tensors_hooks``.
 
 Every saved tensor is wrapped in a small holder object by the pack hook; the harness keeps only a weak
 reference to each holder.  A holder dies when the autograd node that saved it dies, so after the layer returns
@@ -28,7 +28,7 @@ from symmem.errors import SymmemError
 
 _MISSING = "torch/transformers not installed: pip install 'symmem[validate]' (torch==2.13.0, transformers==5.24.0)"
 
-FAMILIES = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
+FAMILIES = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "llama")
 DTYPES = ("fp32", "bf16")
 ATTNS = ("eager", "sdpa")
 EXPERTS = ("eager", "grouped_mm")
@@ -96,6 +96,8 @@ def tiny_config(family: str, **overrides: Any) -> dict:
     """A small, consistent HF config dict for ``family`` (see ``FAMILIES``); ``overrides`` replace keys."""
     if family not in FAMILIES:
         raise SymmemError(f"family = {family!r}: must be one of {', '.join(FAMILIES)}")
+    if family == "llama":
+        return _tiny_llama(**overrides)
     cfg: dict[str, Any] = {
         "vocab_size": 128,
         "hidden_size": 64,
@@ -158,13 +160,42 @@ def tiny_config(family: str, **overrides: Any) -> dict:
     return cfg
 
 
+def _tiny_llama(**overrides: Any) -> dict:
+    """A small Llama config: grouped-query attention (4 query heads, 2 key/value heads), head_dim from h / n_h."""
+    cfg: dict[str, Any] = {
+        "model_type": "llama",
+        "vocab_size": 128,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+        "attention_dropout": 0.0,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-6,
+        "initializer_range": 0.02,
+        "use_cache": False,
+        "pad_token_id": None,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+    }
+    cfg.update(overrides)
+    return cfg
+
+
 def _family_of(config: dict) -> str:
     mt = config.get("model_type")
+    if mt == "llama":
+        return "llama"
     if mt == "deepseek_v3":
         return "deepseek-v3"
     if mt == "deepseek_v2":
         return "deepseek-v2" if config.get("q_lora_rank") is not None else "deepseek-v2-lite"
-    raise SymmemError(f"config.model_type = {mt!r}: must be 'deepseek_v3' or 'deepseek_v2'")
+    raise SymmemError(f"config.model_type = {mt!r}: must be 'deepseek_v3', 'deepseek_v2' or 'llama'")
 
 
 def _build_model(config: dict, dtype: str, attn: str, experts: str):
@@ -179,12 +210,20 @@ def _build_model(config: dict, dtype: str, attn: str, experts: str):
         raise SymmemError(f"experts = {experts!r}: must be one of {', '.join(EXPERTS)}")
     family = _family_of(config)
     kwargs = {k: v for k, v in config.items() if k != "model_type"}
+    torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
+    if family == "llama":  # no experts: `experts` is accepted and ignored
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        model = LlamaForCausalLM._from_config(LlamaConfig(**kwargs), dtype=torch_dtype, attn_implementation=attn)
+        if model.config._attn_implementation != attn:
+            raise SymmemError(f"attn = {attn!r}: transformers chose {model.config._attn_implementation!r}")
+        model.train()
+        return model
     if family == "deepseek-v3":
         cfg_cls, model_cls = DeepseekV3Config, DeepseekV3ForCausalLM
     else:
         cfg_cls, model_cls = DeepseekV2Config, DeepseekV2ForCausalLM
     hf_config = cfg_cls(**kwargs)
-    torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
     model = model_cls._from_config(
         hf_config, dtype=torch_dtype, attn_implementation=attn, experts_implementation=experts
     )

@@ -27,8 +27,11 @@ def test_tiny_config_families():
         assert cfg["n_routed_experts"] % cfg["n_group"] == 0
         assert cfg["attention_dropout"] == 0.0
     assert tiny_config("deepseek-v3", hidden_size=128)["hidden_size"] == 128
+    llama = tiny_config("llama")
+    assert llama["model_type"] == "llama" and llama["num_attention_heads"] % llama["num_key_value_heads"] == 0
+    assert "q_lora_rank" not in llama and "head_dim" not in llama  # head_dim: hidden_size / heads, as HF's default
     with pytest.raises(SymmemError):
-        tiny_config("llama")
+        tiny_config("gpt")
 
 
 def test_deterministic(v3):

@@ -8,6 +8,7 @@ which, because PyTorch keeps a viewed storage alive whole and a conversion to th
 (`symmem.accounting.activations.storage_of`). The ops use the kinds of the `torch-eager` rule set
 (`symmem.rules.torch_eager`); the parallel annotations are the paper's, so a scenario can split them.
 Weights carry Hugging Face's parameter names (`self_attn.q_a_proj.weight`, `mlp.experts.gate_up_proj`, ...).
+Llama's `LlamaDecoderLayer` is in `symmem.blocks.hf.llama` (its own `LlamaImpl`, the same op kinds).
 """
 
 from symmem.blocks.hf.impl import ATTN_IMPLS, EXPERTS_IMPLS, ROUTERS, HFImpl, router_kind, router_kind_of, sdpa_backend
