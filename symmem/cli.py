@@ -7,12 +7,29 @@ import json
 import sys
 from collections.abc import Callable
 
+from . import _numbers as num
 from .errors import SymmemError
+
+MAX_HISTOGRAM = 1 << 20  # loads in a --histogram file (one per routed expert)
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, as every other bad input
-        raise SymmemError(f"{self.prog}: {message}")
+    def error(self, message: str):  # one line, exit 2, as every other bad input; "symmem:" is printed once
+        command = self.prog.removeprefix("symmem").strip()
+        raise SymmemError(f"{command}: {message}" if command else message)
+
+
+def int_arg(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in ASCII digits within [low, high], the bounds named when it is not."""
+
+    def parse(text: str) -> int:
+        try:
+            return num.int_text(text, "value", low, high)
+        except SymmemError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value = ")) from None
+
+    parse.__name__ = "int"
+    return parse
 
 
 def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:
@@ -27,7 +44,7 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
     for short, long in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
                         ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
                         ("dp", "data-parallel-size"), ("edp", "expert-data-parallel-size")):
-        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int)
+        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int_arg(1, num.MAX_PARALLEL))
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
     g.add_argument("--convention", help="TP split of W_QR: paper (replicated) or megatron (with W_UQ)")
@@ -35,16 +52,18 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
     g.add_argument("--zero", help="ZeRO stage 0-3")
     _bool_flag(g, "mtp", "place the config's MTP modules on the last stage")
     g.add_argument("--layers-per-stage", help="explicit pipeline layout, e.g. 4,4,4,...,1")
-    g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first", type=int)
-    g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last", type=int)
+    g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first",
+                   type=int_arg(0, num.MAX_LAYERS))
+    g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last",
+                   type=int_arg(0, num.MAX_LAYERS))
     if activations:
-        g.add_argument("-b", "--micro-batch-size", dest="b", type=int)
-        g.add_argument("-s", "--seq-length", dest="s", type=int)
+        g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
+        g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
         g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
         g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
         g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
-        g.add_argument("--chunks", type=int, help="virtual stages per GPU for interleaved 1F1B")
-        g.add_argument("--microbatches", type=int, help="micro-batches per step M (default: PP)")
+        g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS), help="virtual stages per GPU for interleaved 1F1B")
+        g.add_argument("--microbatches", type=int_arg(1, num.MAX_MICROBATCHES), help="micro-batches per step M (default: PP)")
         g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram")
         g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
         g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
@@ -58,7 +77,6 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
 
 def scenario_from_args(args: argparse.Namespace):
     import dataclasses
-    from pathlib import Path
 
     from .config import load_model
     from .layout import LayoutSpec
@@ -81,7 +99,7 @@ def scenario_from_args(args: argparse.Namespace):
         if "edp" not in par_changes:
             par["edp"] = None
         if any(k in par_changes for k in ("tp", "pp", "dp")):
-            par["world"] = None
+            par["world"] = _world_kept(scn.parallel, par, par_changes)
         if par.get("moe_sequence_parallel") and not par.get("sequence_parallel"):
             par["moe_sequence_parallel"] = None if "moe_sequence_parallel" not in par_changes else True
     ch["parallel"] = Parallel(**par)
@@ -94,11 +112,15 @@ def scenario_from_args(args: argparse.Namespace):
     if args.mtp is not None:
         ch["mtp"] = args.mtp
     if args.layers_per_stage is not None:
+        items = args.layers_per_stage.split(",")
+        if len(items) > num.MAX_PARALLEL:
+            raise SymmemError(f"--layers-per-stage: {len(items):,} stages, more than the limit of "
+                              f"{num.MAX_PARALLEL:,}")
         try:
-            counts = tuple(int(x) for x in args.layers_per_stage.split(","))
-        except ValueError:
-            raise SymmemError(f"--layers-per-stage = {args.layers_per_stage!r}: must be integers separated "
-                              "by commas") from None
+            counts = tuple(num.int_text(x, "--layers-per-stage entry", 0, num.MAX_LAYERS) for x in items)
+        except SymmemError:
+            raise SymmemError(f"--layers-per-stage = {args.layers_per_stage[:60]!r}: must be integers separated by "
+                              f"commas, each from 0 to {num.MAX_LAYERS:,} (ASCII digits)") from None
         ch["layout"] = LayoutSpec("explicit", counts)
     elif args.first is not None or args.last is not None:
         ch["layout"] = LayoutSpec("megatron", first=args.first, last=args.last)
@@ -112,24 +134,27 @@ def scenario_from_args(args: argparse.Namespace):
             ch["recompute_name"] = args.recompute
         if args.chunks is not None and (args.schedule or scn.schedule.name) != "interleaved":
             raise SymmemError(f"--chunks = {args.chunks}: applies to --schedule interleaved only")
-        if args.schedule or args.chunks:
+        if args.schedule or args.chunks is not None:
             ch["schedule"] = Schedule(args.schedule or scn.schedule.name,
-                                      args.chunks if args.chunks else (scn.schedule.chunks if not args.schedule
+                                      args.chunks if args.chunks is not None else (scn.schedule.chunks if not args.schedule
                                                                        else (2 if args.schedule == "interleaved"
                                                                              else 1)))
-        if args.routing or args.capacity_factor or args.rank_load or args.histogram:
-            kind = args.routing or ("capacity" if args.capacity_factor else "dynamic" if args.rank_load
-                                    else "histogram" if args.histogram else scn.routing.kind)
+        if args.routing is not None or args.capacity_factor is not None or args.rank_load is not None \
+                or args.histogram is not None:
+            kind = args.routing or ("capacity" if args.capacity_factor is not None else "dynamic"
+                                    if args.rank_load is not None else "histogram" if args.histogram is not None
+                                    else scn.routing.kind)
             hist: tuple = ()
-            if args.histogram:
-                try:
-                    text = Path(args.histogram).read_text()
-                except (OSError, UnicodeDecodeError) as e:
-                    raise SymmemError(f"--histogram = {args.histogram!r}: cannot read: "
-                                      f"{e.__class__.__name__}") from None
+            if args.histogram is not None:
+                from ._files import read_text_file
+
+                text = read_text_file(args.histogram, "--histogram")
                 hist = tuple(x for x in text.replace(",", " ").split())
+                if len(hist) > MAX_HISTOGRAM:
+                    raise SymmemError(f"--histogram = {args.histogram!r}: {len(hist):,} loads, more than the "
+                                      f"limit of {MAX_HISTOGRAM:,} (one per routed expert)")
             ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load, hist)
-        if args.gpu_memory:
+        if args.gpu_memory is not None:
             ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
         for flag in ("dataflow", "attn_impl", "experts_impl"):
             if getattr(args, flag):
@@ -144,6 +169,22 @@ def scenario_from_args(args: argparse.Namespace):
     return scn.replace(**ch)
 
 
+def _world_kept(old, par: dict, changes: dict) -> int | None:
+    """The GPU count after flags change TP, PP or DP (README, "Scenarios").
+
+    A scenario that states its `world` keeps it: without --dp, DP is re-derived as world / (TP·PP), and refused
+    when that does not divide; with --dp the flags name the whole arrangement and the world is DP·TP·PP."""
+    if old.world is None or "dp" in changes:
+        return None
+    tp_pp = par["tp"] * par["pp"]
+    if old.world % tp_pp:
+        raise SymmemError(f"--tp/--pp = {par['tp']}/{par['pp']}: the scenario's world of {old.world:,} GPUs is not "
+                          f"divisible by TP·PP = {tp_pp:,}; choose sizes that divide it, or give --dp to set the "
+                          "GPU count to DP·TP·PP")
+    par["dp"] = old.world // tp_pp
+    return old.world
+
+
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=True))
 
@@ -154,9 +195,19 @@ def _commands() -> dict[str, tuple[str, Callable, Callable]]:
     return commands.COMMANDS
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("symmem")
+    except metadata.PackageNotFoundError:
+        return "0.1.0 (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="symmem", description="Closed-form GPU memory of DeepSeek MoE training, derived from "
                                                 "layer dataflows.")
+    parser.add_argument("--version", action="version", version=f"symmem {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (help_text, add_args, _run) in _commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -165,12 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 done (or EQUAL), 1 DIFFERENT (`check`, `measure`), 2 bad input (one line on stderr),
+    3 an internal error (a bug of symmem: one line on stderr naming the exception), 130 interrupted."""
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         if not args.command:
-            parser.print_help()
-            return 2
+            raise SymmemError(f"missing command; choose one of {', '.join(_commands())} (symmem --help says more)")
         return _commands()[args.command][2](args) or 0
     except SymmemError as e:
         print(f"symmem: error: {e}", file=sys.stderr)
@@ -180,3 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # noqa: BLE001 - the last line of defence: one line, exit 3, never a traceback
+        msg = " ".join(str(e).split())
+        print(f"symmem: internal error: {e.__class__.__name__}: {msg[:300]}", file=sys.stderr)
+        return 3

@@ -6,11 +6,11 @@ naming the key. Keys the engine does not use are listed in `ModelConfig.ignored_
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import sympy
 
+from . import _json
 from ._files import read_named_or_path
 from .errors import SymmemError
 from .symbols import SYMBOLS, sym
@@ -137,8 +137,5 @@ def load_model(name_or_path: str) -> ModelConfig:
     """A preset name (`deepseek-v3`, `deepseek-v2`, `deepseek-v2-lite`) or the path of an HF config.json."""
     text, source = read_named_or_path("model", name_or_path, "symmem.presets", ".json", PRESETS,
                                       "unknown preset; known presets")
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SymmemError(f"model = {name_or_path!r}: not JSON: {e.msg} at line {e.lineno}") from None
+    raw = _json.loads(text, f"model = {name_or_path!r}")
     return from_dict(raw, source)

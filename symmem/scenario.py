@@ -6,11 +6,11 @@ scenario is a TOML file of the same form. Unknown keys are refused by name.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from . import _toml
 from ._files import read_named_or_path
 from .blocks.hf import ATTN_IMPLS, EXPERTS_IMPLS, HFImpl, router_kind_of
 from .config import ModelConfig, load_model
@@ -250,11 +250,7 @@ def load_scenario(name_or_path: str) -> Scenario:
     """A built-in scenario name (`paper`, `paper-megatron`) or the path of a TOML file."""
     text, source = read_named_or_path("scenario", name_or_path, "symmem.scenarios", ".toml", BUILTIN,
                                       "unknown; built-in scenarios")
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SymmemError(f"scenario = {name_or_path!r}: not TOML: {e}") from None
-    return from_toml_dict(raw, source)
+    return from_toml_dict(_toml.loads(text, source), source)
 
 
 def with_parallel(scn: Scenario, **changes) -> Scenario:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from ._numbers import MAX_STATE_BYTES
 from .errors import SymmemError
 
 
@@ -24,8 +25,11 @@ class Precision:
     def __post_init__(self) -> None:
         for f in ("weight_bytes", "grad_bytes", "master_bytes", "optimizer_bytes"):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise SymmemError(f"precision.{f} = {v!r}: must be a non-negative integer number of bytes")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_STATE_BYTES:
+                raise SymmemError(f"precision.{f} = {v!r}: must be an integer number of bytes from 0 to "
+                                  f"{MAX_STATE_BYTES}")
+        if self.weight_bytes == 0:
+            raise SymmemError("precision.weight_bytes = 0: the weights take at least 1 byte per parameter")
 
     @property
     def per_parameter(self) -> int:
