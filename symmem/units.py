@@ -60,12 +60,19 @@ def gb(nbytes: int | float) -> float:
     return nbytes / GB
 
 
+def _ratio(nbytes: int | float, unit: int) -> float:
+    try:
+        return nbytes / unit
+    except OverflowError:  # an integer beyond a float's range: printed as inf, never a crash
+        return float("inf") if nbytes > 0 else float("-inf")
+
+
 def fmt_gib(nbytes: int | float, digits: int = 2) -> str:
-    return f"{nbytes / GIB:.{digits}f}"
+    return f"{_ratio(nbytes, GIB):.{digits}f}"
 
 
 def fmt_gb(nbytes: int | float, digits: int = 2) -> str:
-    return f"{nbytes / GB:.{digits}f}"
+    return f"{_ratio(nbytes, GB):.{digits}f}"
 
 
 def fmt_int(n: int) -> str:
