@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import sympy
 
 from . import _json
+from ._config_checks import check_config
 from ._files import read_named_or_path
 from .errors import SymmemError
 from .symbols import SYMBOLS, sym
@@ -138,4 +139,5 @@ def load_model(name_or_path: str) -> ModelConfig:
     text, source = read_named_or_path("model", name_or_path, "symmem.presets", ".json", PRESETS,
                                       "unknown preset; known presets")
     raw = _json.loads(text, f"model = {name_or_path!r}")
+    check_config(raw, source)
     return from_dict(raw, source)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from ._config_checks import check_config
 from ._numbers import MAX_B, MAX_LAYERS, MAX_S
 from .cli import int_arg
 from .errors import SymmemError
@@ -204,6 +205,7 @@ def _run(args) -> int:
     raw = _load(args.config)
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
+    check_config(raw, args.config)
     check_for_transformers(raw, args.config)
     pred = predict(raw, args.layer, args.b, args.s, args.dtype, args.attn, args.experts, args.config)
     need = estimate_bytes(raw, pred, args.b, args.s, args.dtype, args.config)
