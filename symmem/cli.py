@@ -111,6 +111,9 @@ def scenario_from_args(args: argparse.Namespace):
         ch["zero"] = zero_stage(args.zero)
     if args.mtp is not None:
         ch["mtp"] = args.mtp
+    if args.layers_per_stage is not None and (args.first is not None or args.last is not None):
+        raise SymmemError("--layers-per-stage: conflicts with --first-stage-layers/--last-stage-layers; give one "
+                          "layout, either the layers of every stage or Megatron's first and last counts")
     if args.layers_per_stage is not None:
         items = args.layers_per_stage.split(",")
         if len(items) > num.MAX_PARALLEL:

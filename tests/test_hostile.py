@@ -367,3 +367,16 @@ def test_measure_refuses_above_available_memory(capsys, tiny, monkeypatch):
     assert one_line_error(code, err) and "more than the 0.00 GiB" in err, err
     code, out, err = run(capsys, "measure", "--config", tiny(), "--seed", "1" + "0" * 30)
     assert one_line_error(code, err) and "4,294,967,295" in err, err
+
+
+@pytest.mark.parametrize("argv, body, words", [
+    (["--layers-per-stage", "61", "--pp", "1", "--dp", "1", "--first-stage-layers", "3"], "", "conflicts with"),
+    ([], '[layout]\nkind = "paper"\nlayers_per_stage = [61]', "takes no layers_per_stage"),
+    ([], '[layout]\nlayers_per_stage = [61]', "takes no layers_per_stage"),
+    ([], '[layout]\nkind = "explicit"\nfirst = 3', "takes no first/last"),
+])
+def test_conflicting_layouts_refused(capsys, tmp_path, argv, body, words):
+    toml = tmp_path / "s.toml"
+    toml.write_text('model = "deepseek-v3"\n' + body + "\n")
+    code, _, err = run(capsys, "states", "--scenario", str(toml), *argv)
+    assert one_line_error(code, err) and words in err, err
