@@ -346,8 +346,9 @@ def tiny(tmp_path):
     ({"rope_scaling": "bogus"}, "rope_scaling = 'bogus': must be null or an object"),
     ({"rope_scaling": {"type": "bogus"}}, "rope_scaling type = 'bogus'"),
     ({"tie_word_embeddings": "false"}, "tie_word_embeddings = 'false': must be true or false"),
-    ({"n_group": 3, "topk_group": 5}, "n_group = 3: must divide n_routed_experts"),
-    ({"n_group": 2, "topk_group": 5}, "topk_group = 5: more than n_group = 2"),
+    ({"n_group": 3, "topk_group": 5}, "topk_group = 5: more than n_group = 3"),
+    ({"n_group": 3, "topk_group": 1}, "n_group = 3: must divide n_routed_experts"),
+    ({"n_group": 0}, "n_group = '0': must be a positive integer"),
     ({"qk_rope_head_dim": 3}, "qk_rope_head_dim = 3"),
 ])
 def test_measure_refuses_what_transformers_crashes_on(capsys, tiny, changes, words):
