@@ -33,14 +33,14 @@ def check_config(raw: object, name: str) -> None:
             raise SymmemError(f"{name}: {key} = {shown}: must be at most {top:,}")
     for key in _BOOLS:
         if raw.get(key) is not None and not isinstance(raw[key], bool):
-            raise SymmemError(f"{name}: {key} = {str(raw[key])[:40]!r}: must be true or false")
+            raise SymmemError(f"{name}: {key} = {repr(raw[key])[:40]}: must be true or false")
     for key in _STRINGS:
         if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise SymmemError(f"{name}: {key} = {str(raw[key])[:40]!r}: must be a string")
+            raise SymmemError(f"{name}: {key} = {repr(raw[key])[:40]}: must be a string")
     groups, top_groups, experts = raw.get("n_group"), raw.get("topk_group"), raw.get("n_routed_experts")
     for key, value in (("n_group", groups), ("topk_group", top_groups)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise SymmemError(f"{name}: {key} = {str(value)[:40]!r}: must be a positive integer")
+            raise SymmemError(f"{name}: {key} = {repr(value)[:40]}: must be a positive integer")
     if isinstance(groups, int) and isinstance(top_groups, int) and top_groups > groups:
         raise SymmemError(f"{name}: topk_group = {top_groups}: more than n_group = {groups}")
     if isinstance(groups, int) and isinstance(experts, int) and not isinstance(experts, bool) and experts > 0 \

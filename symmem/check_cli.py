@@ -15,7 +15,8 @@ from .units import fmt_gib
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("formula", nargs="?", help="the formula, in LaTeX (10bsh + 8bs(d_{cq}+d_c)) or plain (10*b*s*h)")
     p.add_argument("--quantity", default="stage.activations", help="what to compare with (see --list)")
-    p.add_argument("--stage", type=int_arg(0, MAX_STAGE_INDEX), default=1, help="pipeline stage (default 1, the paper's worst case)")
+    p.add_argument("--stage", type=int_arg(0, MAX_STAGE_INDEX), default=1,
+                   help="pipeline stage (default 1, the paper's worst case)")
     p.add_argument("--list", action="store_true", help="list the quantities")
     p.add_argument("--strict", action="store_true", help="'equal at this scenario only' counts as different")
     p.add_argument("--json", action="store_true")

@@ -62,8 +62,10 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
         g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
         g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
         g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
-        g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS), help="virtual stages per GPU for interleaved 1F1B")
-        g.add_argument("--microbatches", type=int_arg(1, num.MAX_MICROBATCHES), help="micro-batches per step M (default: PP)")
+        g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS),
+                       help="virtual stages per GPU for interleaved 1F1B")
+        g.add_argument("--microbatches", type=int_arg(1, num.MAX_MICROBATCHES),
+                       help="micro-batches per step M (default: PP)")
         g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram")
         g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
         g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
@@ -138,10 +140,10 @@ def scenario_from_args(args: argparse.Namespace):
         if args.chunks is not None and (args.schedule or scn.schedule.name) != "interleaved":
             raise SymmemError(f"--chunks = {args.chunks}: applies to --schedule interleaved only")
         if args.schedule or args.chunks is not None:
+            default_chunks = scn.schedule.chunks if not args.schedule else (
+                2 if args.schedule == "interleaved" else 1)
             ch["schedule"] = Schedule(args.schedule or scn.schedule.name,
-                                      args.chunks if args.chunks is not None else (scn.schedule.chunks if not args.schedule
-                                                                       else (2 if args.schedule == "interleaved"
-                                                                             else 1)))
+                                      args.chunks if args.chunks is not None else default_chunks)
         if args.routing is not None or args.capacity_factor is not None or args.rank_load is not None \
                 or args.histogram is not None:
             kind = args.routing or ("capacity" if args.capacity_factor is not None else "dynamic"

@@ -135,7 +135,7 @@ def check_for_transformers(raw: dict, name: str) -> None:
     """What transformers' DeepSeek-V2/V3 code would crash on (or silently misread), refused before it is built."""
     for key in _BOOL_KEYS:
         if key in raw and not isinstance(raw[key], bool):
-            raise SymmemError(f"{name}: {key} = {str(raw[key])[:40]!r}: must be true or false")
+            raise SymmemError(f"{name}: {key} = {repr(raw[key])[:40]}: must be true or false")
     rope = raw.get("rope_scaling")
     if rope is not None:
         if not isinstance(rope, dict):
@@ -143,10 +143,11 @@ def check_for_transformers(raw: dict, name: str) -> None:
                               '{"type": "yarn", "factor": 40, ...}')
         kind = rope.get("rope_type", rope.get("type", "default"))
         if kind not in _ROPE_TYPES:
-            raise SymmemError(f"{name}: rope_scaling type = {str(kind)[:40]!r}: must be one of {', '.join(_ROPE_TYPES)}")
+            raise SymmemError(f"{name}: rope_scaling type = {str(kind)[:40]!r}: must be one of "
+                              f"{', '.join(_ROPE_TYPES)}")
         for key, value in rope.items():
             if key not in ("type", "rope_type") and not (value is None or isinstance(value, (int, float, bool, list))):
-                raise SymmemError(f"{name}: rope_scaling {key} = {str(value)[:40]!r}: must be a number")
+                raise SymmemError(f"{name}: rope_scaling {key} = {repr(value)[:40]}: must be a number")
     rope_dim = raw.get("qk_rope_head_dim")
     if isinstance(rope_dim, int) and rope_dim % 2:
         raise SymmemError(f"{name}: qk_rope_head_dim = {rope_dim}: rotary embeddings rotate pairs; must be even")
@@ -154,7 +155,7 @@ def check_for_transformers(raw: dict, name: str) -> None:
     groups, top_groups = raw.get("n_group"), raw.get("topk_group")
     for key, value in (("n_group", groups), ("topk_group", top_groups)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise SymmemError(f"{name}: {key} = {str(value)[:40]!r}: must be a positive integer")
+            raise SymmemError(f"{name}: {key} = {repr(value)[:40]}: must be a positive integer")
     if isinstance(groups, int) and isinstance(n_experts, int) and n_experts % groups:
         raise SymmemError(f"{name}: n_group = {groups}: must divide n_routed_experts = {n_experts}")
     if isinstance(groups, int) and isinstance(top_groups, int) and top_groups > groups:

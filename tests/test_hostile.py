@@ -348,7 +348,7 @@ def tiny(tmp_path):
     ({"tie_word_embeddings": "false"}, "tie_word_embeddings = 'false': must be true or false"),
     ({"n_group": 3, "topk_group": 5}, "topk_group = 5: more than n_group = 3"),
     ({"n_group": 3, "topk_group": 1}, "n_group = 3: must divide n_routed_experts"),
-    ({"n_group": 0}, "n_group = '0': must be a positive integer"),
+    ({"n_group": 0}, "n_group = 0: must be a positive integer"),
     ({"qk_rope_head_dim": 3}, "qk_rope_head_dim = 3"),
 ])
 def test_measure_refuses_what_transformers_crashes_on(capsys, tiny, changes, words):
