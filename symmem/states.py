@@ -69,7 +69,7 @@ class ZeroStage(IntEnum):
 
 
 def zero_stage(value: object) -> ZeroStage:
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) < 4:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
         raise SymmemError(f"zero = {value!r}: ZeRO stage must be 0, 1, 2 or 3")

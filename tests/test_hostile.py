@@ -130,6 +130,8 @@ BAD_FLAGS = [
     (["memory", "--rank-load", "9" * 5000], "at most 40 characters"),
     (["memory", "--layers-per-stage", "4,٤"], "ASCII digits"),
     (["states", "--stage", "٢"], "ASCII digits"),
+    (["states", "--zero", "٢"], "ZeRO stage must be 0, 1, 2 or 3"),
+    (["sweep", "--gpus", "16", "--zero", "٢"], "not an integer or a range"),
     (["check", "--stage", "1_0", "10bsh"], "ASCII digits"),
     (["check", "9" * 40 + "^{16}*" + "9" * 40 + "^{16}*b"], "coefficient of about"),
     (["check", "h" * 30], "degree 30"),
