@@ -383,3 +383,15 @@ def test_conflicting_layouts_refused(capsys, tmp_path, argv, body, words):
     toml.write_text('model = "deepseek-v3"\n' + body + "\n")
     code, _, err = run(capsys, "states", "--scenario", str(toml), *argv)
     assert one_line_error(code, err) and words in err, err
+
+
+@pytest.mark.parametrize("formula", [
+    S16,  # 16 free constants: the search for a condition was exponential (2^16 cancels, 70 s)
+    "10bsh + 1/(b+s+h+d_c+d_cq+N+N_r+h_E+h_F+V+L+n_h+d_h+d_hr)",  # not a polynomial: probed by substitution
+    S16 + "^{2}(b+s)",
+])
+def test_check_stays_fast_on_wide_formulas(capsys, formula):
+    t0 = time.perf_counter()
+    code, out, err = run(capsys, "check", formula)
+    assert code == 1 and "verdict: DIFFERENT" in out, err
+    assert time.perf_counter() - t0 < 8

@@ -135,7 +135,7 @@ def _condition(diff: sympy.Expr, constants: dict) -> tuple[tuple[str, int], ...]
         compiled = None
     symbols = diff.free_symbols
     probe = dict(zip(sorted(symbols, key=str), _PRIMES, strict=False))
-    probing = compiled is not None and len(probe) == len(symbols)
+    probing = len(probe) == len(symbols)
     budget = CONDITION_BUDGET
     for k in range(1, len(free) + 1):
         for subset in combinations(free, k):
@@ -143,11 +143,18 @@ def _condition(diff: sympy.Expr, constants: dict) -> tuple[tuple[str, int], ...]
             if budget < 0:
                 return None
             fixed = {x: constants[x] for x in subset}
-            if probing and evaluate(diff, {**probe, **fixed}) != 0:
+            if probing and _probe(diff, compiled, {**probe, **fixed}) != 0:
                 continue
             if sympy.cancel(diff.subs(fixed)) == 0:
                 return tuple((str(x), int(constants[x])) for x in subset)
     return None
+
+
+def _probe(diff: sympy.Expr, compiled, values: dict):
+    """`diff` at these integer values, exactly: by the compiled evaluator, else by replacing the symbols."""
+    if compiled is not None:
+        return evaluate(diff, values)
+    return diff.xreplace({k: sympy.Integer(v) for k, v in values.items()})
 
 
 _PRIMES = (1_000_003, 1_000_033, 1_000_037, 1_000_039, 1_000_081, 1_000_099, 1_000_117, 1_000_121, 1_000_133,
