@@ -139,3 +139,16 @@ def test_mutated_config_json(changes, drop):
         argv = ["memory", "--json", "--model", str(path)]
         code, err, seconds = _run_in(Path(work), argv)
         _check(code, err, seconds, Path(work), set(), (changes, drop))
+
+
+PIECES = ["b", "s", "h", "N", "N_r", "d_{cq}", "h_E", "V", "(", ")", "(", ")", "+", "-", "*", "/", "^", "^{16}",
+          "^{2}", "{", "}", "2", "16", "9" * 40, "0", "\\frac", "\\cdot", " ", "0.5", "(b+s+h+N+V+L)"]
+
+
+@SETTINGS
+@given(pieces=st.lists(st.sampled_from(PIECES), min_size=1, max_size=60))
+def test_random_formulas(pieces):
+    formula = "".join(pieces)
+    with tempfile.TemporaryDirectory() as work:
+        code, err, seconds = _run_in(Path(work), ["check", formula])
+        _check(code, err, seconds, Path(work), set(), formula)
