@@ -8,13 +8,14 @@ generic `ModelConfig`, the checks families share, and the loader.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
 import sympy
 
+from symmem import _json
+from symmem._config_checks import check_config
 from symmem._files import read_named_or_path
 from symmem.errors import SymmemError
 from symmem.family import Family, all_presets, family, family_of_type
@@ -123,10 +124,8 @@ def load_model(name_or_path: str) -> ModelConfig:
     """A preset name (`deepseek-v3`, `llama-3-8b`, ...) or the path of an HF config.json."""
     text, source = read_named_or_path("model", name_or_path, "symmem.presets", ".json", tuple(all_presets()),
                                       "unknown preset; known presets")
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SymmemError(f"model = {name_or_path!r}: not JSON: {e.msg} at line {e.lineno}") from None
+    raw = _json.loads(text, f"model = {name_or_path!r}")
+    check_config(raw, source)
     return from_dict(raw, source)
 
 

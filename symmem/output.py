@@ -1,45 +1,146 @@
-"""Writing generated files: everything rendered in memory first, then placed; nothing half-written on failure."""
+"""Writing generated files: everything rendered in memory first, then placed; all or nothing on disk.
+
+`write_tree` builds the whole output folder in a staging folder beside the target, then swaps it in with
+renames (the old folder is renamed aside, the new one renamed into place, the old one deleted). On any failure
+the target is left exactly as it was and nothing is left behind: no staging folder, no empty folder.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 from symmem.errors import SymmemError
 
 
-def write_tree(out: str | Path, files: dict[str, bytes | str]) -> list[Path]:
-    """Write `files` (relative path -> content) under `out`, atomically per file, all or nothing.
+def umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
-    The files are first written to a staging folder beside `out`; only when all are written are they moved
-    into place. An unwritable `out` is a `SymmemError` and leaves nothing behind.
+
+def _fail(field: str, out: str, why: str) -> SymmemError:
+    return SymmemError(f"{field} = {out!r}: {why}")
+
+
+def _os_why(e: OSError) -> str:
+    return f"cannot write there ({e.strerror or e.__class__.__name__})"
+
+
+def write_tree(out: str | Path, files: dict[str, bytes | str], field: str = "--out") -> list[Path]:
+    """Write `files` (relative path -> content) as the folder `out`, all or nothing.
+
+    Files already in `out` that `files` does not name are kept (hard-linked, or copied, into the new folder);
+    a folder where a file is to be written (or a file where a folder is needed) is an error, not a deletion.
     """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise SymmemError(f"--out = {str(out)!r}: exists and is not a folder")
-    parent = out.parent if str(out.parent) else Path(".")
+    name = str(out)
+    if not name.strip():
+        raise _fail(field, name, "empty; give a folder path")
+    if "\0" in name:
+        raise _fail(field, name, "not a usable folder name")
+    target = Path(name)
+    if target.is_symlink():
+        target = target.resolve()
+    if target.exists() and not target.is_dir():
+        raise _fail(field, name, "exists and is not a folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".symmem-staging-", dir=out))
+        here = Path.cwd().resolve()
+        resolved = target.resolve()
     except OSError as e:
-        raise SymmemError(f"--out = {str(out)!r}: cannot write there ({e.strerror or e.__class__.__name__})") from None
-    del parent
-    written: list[Path] = []
+        raise _fail(field, name, _os_why(e)) from None
+    if resolved == here or resolved in here.parents:
+        raise _fail(field, name, "is the current folder or holds it; name a folder of its own for the output")
+    if resolved.parent == resolved:
+        raise _fail(field, name, "is a filesystem root; name a folder of its own for the output")
+    for rel in files:
+        p = Path(rel)
+        if p.is_absolute() or ".." in p.parts or not p.parts:
+            raise ValueError(f"write_tree: {rel!r} is not a relative path inside the folder")
+
+    parent = resolved.parent
+    created: list[Path] = []  # parent folders made here, removed again on failure
+    staging: Path | None = None
+    aside: Path | None = None
     try:
+        missing = [d for d in (parent, *parent.parents) if not d.exists()]
+        for d in reversed(missing):
+            d.mkdir()
+            created.append(d)
+        staging = Path(tempfile.mkdtemp(prefix=f".{resolved.name}.symmem-new-", dir=parent))
         for rel, content in sorted(files.items()):
-            target = staging / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            data = content.encode() if isinstance(content, str) else content
-            target.write_bytes(data)
-        for rel in sorted(files):
-            final = out / rel
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging / rel, final)
-            written.append(final)
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content.encode() if isinstance(content, str) else content)
+        if resolved.exists():
+            _carry_over(resolved, staging, files, field, name)
+            os.chmod(staging, stat.S_IMODE(resolved.stat().st_mode))
+            aside = Path(tempfile.mkdtemp(prefix=f".{resolved.name}.symmem-old-", dir=parent))
+            os.rmdir(aside)  # a free name beside the target, for the old folder
+            os.rename(resolved, aside)
+            try:
+                os.rename(staging, resolved)
+            except OSError:
+                os.rename(aside, resolved)  # put the old folder back
+                aside = None
+                raise
+            staging = None
+            shutil.rmtree(aside, ignore_errors=True)
+            aside = None
+        else:
+            os.chmod(staging, 0o777 & ~umask())  # mkdtemp makes it 0700
+            os.rename(staging, resolved)
+            staging = None
     except OSError as e:
-        raise SymmemError(f"--out = {str(out)!r}: cannot write there ({e.strerror or e.__class__.__name__})") from None
+        raise _fail(field, name, _os_why(e)) from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return written
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None or (not resolved.exists()):
+            for d in reversed(created):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+    return [resolved / rel for rel in sorted(files)]
+
+
+def _carry_over(old: Path, new: Path, files: dict, field: str, name: str) -> None:
+    """Put into `new` what `old` holds and `files` does not name, by hard link (else copy); conflicts refused."""
+    wanted = {Path(rel) for rel in files}
+    folders = {p for rel in wanted for p in rel.parents if p != Path(".")}
+    for root, dirs, names in os.walk(old):
+        r = Path(root).relative_to(old)
+        for d in list(dirs):
+            rel = r / d
+            if rel in wanted:
+                raise _fail(field, name, f"{rel} is a folder where symmem writes a file; move it away first")
+            if os.path.islink(old / rel) or rel not in folders:
+                dirs.remove(d)  # a folder symmem does not write into: carried over whole
+                _place(old / rel, new / rel)
+        for f in names:
+            rel = r / f
+            if rel in folders:
+                raise _fail(field, name, f"{rel} is a file where symmem needs a folder; move it away first")
+            if rel not in wanted:
+                _place(old / rel, new / rel)
+
+
+def _place(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    elif src.is_dir():
+        shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(src, dst)
+
+
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

@@ -6,11 +6,11 @@ scenario is a TOML file of the same form. Unknown keys are refused by name.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from symmem import _toml
 from symmem._files import read_named_or_path
 from symmem.accounting.recompute import Policy, policy
 from symmem.accounting.states import Precision, ZeroStage, recipe, zero_stage
@@ -258,8 +258,4 @@ def load_scenario(name_or_path: str) -> Scenario:
     """A built-in scenario name (`paper`, `paper-megatron`) or the path of a TOML file."""
     text, source = read_named_or_path("scenario", name_or_path, "symmem.scenarios", ".toml", BUILTIN,
                                       "unknown; built-in scenarios")
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SymmemError(f"scenario = {name_or_path!r}: not TOML: {e}") from None
-    return from_toml_dict(raw, source)
+    return from_toml_dict(_toml.loads(text, source), source)

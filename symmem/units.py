@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from fractions import Fraction
 
+from symmem._numbers import decimal_text
 from symmem.errors import SymmemError
 
 GIB = 2**30
@@ -30,21 +30,38 @@ def parse_size(text: object, field: str = "size") -> int:
         if not 0 < text <= MAX_BYTES:
             raise SymmemError(f"{field} = {text!r}: must be a positive number of bytes up to 10^18")
         return text
-    m = _SIZE.match(str(text))
+    if isinstance(text, str) and len(text) > 40:
+        raise SymmemError(f"{field} = {text[:20]!r}... ({len(text):,} characters): not a size; a size is at most "
+                          "40 characters, e.g. 80GB")
+    m = _SIZE.match(str(text)) if isinstance(text, (str, float)) else None
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
         raise SymmemError(
             f"{field} = {text!r}: not a size; write e.g. 80GB (10^9 bytes), 80GiB (2^30 bytes), 80e9, "
             f"or a GPU name ({', '.join(g.upper() for g in GPUS)})")
-    value = Fraction(m.group(1)) * _UNITS[unit]
+    # the exponent is checked in the text before the number is built: 1e999999999 is refused, not computed
+    try:
+        value = decimal_text(m.group(1), field) * _UNITS[unit]
+    except SymmemError:
+        raise SymmemError(f"{field} = {text!r}: must be a positive size up to 10^18 bytes") from None
     if not 0 < value <= MAX_BYTES:
         raise SymmemError(f"{field} = {text!r}: must be a positive size up to 10^18 bytes")
+    if value < 1:
+        raise SymmemError(f"{field} = {text!r}: is {float(value):g} bytes; a size is at least 1 byte (write 80GB, "
+                          "not 0.08)")
     return int(value)
 
 
+def _ratio(nbytes: int | float, unit: int) -> float:
+    try:
+        return nbytes / unit
+    except OverflowError:  # an integer beyond a float's range: printed as inf, never a crash
+        return float("inf") if nbytes > 0 else float("-inf")
+
+
 def fmt_gib(nbytes: int | float, digits: int = 2) -> str:
-    return f"{nbytes / GIB:.{digits}f}"
+    return f"{_ratio(nbytes, GIB):.{digits}f}"
 
 
 def fmt_gb(nbytes: int | float, digits: int = 2) -> str:
-    return f"{nbytes / GB:.{digits}f}"
+    return f"{_ratio(nbytes, GB):.{digits}f}"

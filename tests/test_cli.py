@@ -69,14 +69,15 @@ def test_flags_override_scenario(capsys, tmp_path):
 
 
 BAD = [
-    (["states", "--tp", "3"], "must divide num_attention_heads"),
+    (["states", "--tp", "3", "--dp", "32"], "must divide num_attention_heads"),
+    (["states", "--tp", "3"], "world of 1,024 GPUs is not divisible by TP·CP·PP = 48"),
     (["states", "--ep", "7", "--dp", "7", "--tp", "1"], "must divide n_routed_experts"),
     (["states", "--layers-per-stage", "4,4,4"], "has 3 stages"),
     (["states", "--layers-per-stage", "4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,2"], "sums to 62"),
     (["states", "--edp", "5"], "inconsistent with DP"),
     (["states", "--tp", "0"], "positive integer"),
     (["states", "--tp", "-2"], "positive integer"),
-    (["states", "--tp", "2.5"], "invalid int value"),
+    (["states", "--tp", "2.5"], "not an integer in ASCII digits"),
     (["states", "--zero", "4"], "ZeRO stage must be"),
     (["states", "--scenario", "nonesuch"], "built-in scenarios: paper, paper-megatron"),
     (["params", "--model", "deepseek-v9"], "known presets: deepseek-v3, deepseek-v2, deepseek-v2-lite"),

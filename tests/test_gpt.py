@@ -193,7 +193,8 @@ def test_bad_config_is_one_line_on_the_cli(tmp_path, capsys):
 
 
 def test_tp_must_divide_heads(capsys):
-    assert main(["check", "--scenario", "korthikanti", "--quantity", "layer.activations", "--tp", "5", "2sbh"]) == 2
+    assert main(["check", "--scenario", "korthikanti", "--quantity", "layer.activations", "--tp", "5", "--dp", "1",
+                 "2sbh"]) == 2
     assert "tp = 5: must divide n_head = 96" in capsys.readouterr().err
 
 

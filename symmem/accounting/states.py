@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from symmem._numbers import MAX_STATE_BYTES
 from symmem.errors import SymmemError
 
 
@@ -25,8 +26,11 @@ class Precision:
     def __post_init__(self) -> None:
         for f in ("weight_bytes", "grad_bytes", "master_bytes", "optimizer_bytes"):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise SymmemError(f"precision.{f} = {v!r}: must be a non-negative integer number of bytes")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_STATE_BYTES:
+                raise SymmemError(f"precision.{f} = {v!r}: must be an integer number of bytes from 0 to "
+                                  f"{MAX_STATE_BYTES}")
+        if self.weight_bytes == 0:
+            raise SymmemError("precision.weight_bytes = 0: the weights take at least 1 byte per parameter")
 
     @property
     def per_parameter(self) -> int:
@@ -66,7 +70,7 @@ class ZeroStage(IntEnum):
 
 
 def zero_stage(value: object) -> ZeroStage:
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) < 4:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
         raise SymmemError(f"zero = {value!r}: ZeRO stage must be 0, 1, 2 or 3")

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import sympy
 
+from symmem.check.bound import check_size
 from symmem.check.lexer import name_table, tokenize
 from symmem.check.parse import Parser
 from symmem.errors import SymmemError
@@ -26,6 +27,8 @@ def parse_formula(text: str, symbols: Mapping[str, sympy.Symbol] | None = None) 
     """
     tokens = tokenize(text, name_table(symbols))
     try:
-        return Parser(tokens).parse()
+        expr = Parser(tokens).parse()
+        check_size(expr)  # before anyone expands it: the size of the expansion is bounded from the tree
     except RecursionError:  # a safety net only: the lexer's depth limit keeps the parser shallow
         raise SymmemError("formula: nested too deeply for the parser's stack; flatten the brackets") from None
+    return expr

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 from itertools import combinations
 
 import sympy
 
-from symmem.accounting.evaluate import as_expr
+from symmem.accounting.evaluate import as_expr, ceil_int, compile_expr, evaluate
 from symmem.symbols import b as B_SYM
 from symmem.symbols import s as S_SYM
 
@@ -41,6 +42,8 @@ class Row:
 
     @property
     def differs(self) -> bool:
+        if self.derived.is_Rational and self.claimed.is_Rational:  # the usual case: no expansion needed
+            return self.derived != self.claimed
         return sympy.expand(self.derived - self.claimed) != 0
 
 
@@ -67,8 +70,34 @@ class Comparison:
 
 
 def _value(expr: sympy.Expr, constants: dict) -> int:
-    v = as_expr(expr).subs(constants)
-    return int(sympy.ceiling(v)) if v.is_number else 0
+    """The value of `expr` at the scenario's constants, rounded up; 0 when a symbol has no value."""
+    expr = as_expr(expr)
+    try:
+        compile_expr(expr)
+    except ValueError:  # not a sum of monomials (a sum in a denominator): sympy's own substitution
+        v = expr.subs(constants)
+        return int(sympy.ceiling(v)) if v.is_number else 0
+    if not expr.free_symbols <= set(constants):
+        return 0
+    return ceil_int(evaluate(expr, constants))
+
+
+def _row_value(coeff: sympy.Expr, mono: sympy.Expr, constants: dict) -> int:
+    """coeff · mono at the scenario's constants, without expanding anything (a row of the comparison)."""
+    if coeff == 0:
+        return 0
+    value = Fraction(int(coeff.p), int(coeff.q)) if coeff.is_Rational else None
+    if value is None:
+        return _value(coeff * mono, constants)
+    for base, e in mono.as_powers_dict().items():
+        if base == 1:
+            continue
+        if not (base.is_Symbol and e.is_Integer):
+            return _value(coeff * mono, constants)
+        if base not in constants:
+            return 0
+        value *= Fraction(constants[base]) ** int(e)
+    return ceil_int(value)
 
 
 def compare(derived: sympy.Expr, claimed: sympy.Expr, constants: dict,
@@ -79,7 +108,7 @@ def compare(derived: sympy.Expr, claimed: sympy.Expr, constants: dict,
     rows = []
     for mono in sorted(set(md) | set(mc), key=sympy.default_sort_key):
         d, c = md.get(mono, sympy.Integer(0)), mc.get(mono, sympy.Integer(0))
-        rows.append(Row(mono, d, c, tuple((sources or {}).get(mono, ())), _value((d - c) * mono, constants)))
+        rows.append(Row(mono, d, c, tuple((sources or {}).get(mono, ())), _row_value(d - c, mono, constants)))
     if diff == 0:
         return Comparison(EQUAL, (), tuple(rows), diff, 0)
     worth = _value(diff, constants)
@@ -88,14 +117,50 @@ def compare(derived: sympy.Expr, claimed: sympy.Expr, constants: dict,
     return Comparison(verdict, condition or (), tuple(rows), diff, worth)
 
 
+# How many term evaluations the search for a condition may spend (about a second): the subsets of the free
+# constants are 2^k, so the search is cut off rather than left exponential; past it the verdict is DIFFERENT.
+CONDITION_BUDGET = 400_000
+
+
 def _condition(diff: sympy.Expr, constants: dict) -> tuple[tuple[str, int], ...] | None:
-    """The smallest set of model constants (b and s stay free) whose scenario values make `diff` vanish."""
+    """The smallest set of model constants (b and s stay free) whose scenario values make `diff` vanish.
+
+    Each candidate set is first tried numerically, exactly: its constants at the scenario's values and every
+    other symbol at a distinct large prime; a nonzero value rules it out. Only a zero is confirmed symbolically.
+    """
     free = sorted((x for x in diff.free_symbols if x not in (B_SYM, S_SYM) and x in constants), key=str)
+    try:
+        compiled = compile_expr(diff)
+    except ValueError:
+        compiled = None
+    symbols = diff.free_symbols
+    probe = dict(zip(sorted(symbols, key=str), _PRIMES, strict=False))
+    probing = len(probe) == len(symbols)
+    budget = CONDITION_BUDGET
     for k in range(1, len(free) + 1):
         for subset in combinations(free, k):
-            if sympy.cancel(diff.subs({x: constants[x] for x in subset})) == 0:
+            budget -= len(compiled) if compiled is not None else 1000
+            if budget < 0:
+                return None
+            fixed = {x: constants[x] for x in subset}
+            if probing and _probe(diff, compiled, {**probe, **fixed}) != 0:
+                continue
+            if sympy.cancel(diff.subs(fixed)) == 0:
                 return tuple((str(x), int(constants[x])) for x in subset)
     return None
+
+
+def _probe(diff: sympy.Expr, compiled, values: dict):
+    """`diff` at these integer values, exactly: by the compiled evaluator, else by replacing the symbols."""
+    if compiled is not None:
+        return evaluate(diff, values)
+    return diff.xreplace({k: sympy.Integer(v) for k, v in values.items()})
+
+
+_PRIMES = (1_000_003, 1_000_033, 1_000_037, 1_000_039, 1_000_081, 1_000_099, 1_000_117, 1_000_121, 1_000_133,
+           1_000_151, 1_000_159, 1_000_171, 1_000_183, 1_000_187, 1_000_193, 1_000_199, 1_000_211, 1_000_213,
+           1_000_231, 1_000_249, 1_000_253, 1_000_273, 1_000_289, 1_000_291, 1_000_303, 1_000_313, 1_000_333,
+           1_000_357, 1_000_367, 1_000_381)
 
 
 def term_sources(terms: Iterable) -> dict[sympy.Expr, list[str]]:

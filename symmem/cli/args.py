@@ -5,8 +5,25 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
+from symmem import _numbers as num
 from symmem.errors import SymmemError
+
+MAX_HISTOGRAM = 1 << 20  # loads in a --histogram file (one per routed expert)
+
+
+def int_arg(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in ASCII digits within [low, high], the bounds named when it is not."""
+
+    def parse(text: str) -> int:
+        try:
+            return num.int_text(text, "value", low, high)
+        except SymmemError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value = ")) from None
+
+    parse.__name__ = "int"
+    return parse
 
 
 def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:
@@ -22,7 +39,7 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
                         ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
                         ("dp", "data-parallel-size"), ("edp", "expert-data-parallel-size"),
                         ("cp", "context-parallel-size")):
-        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int)
+        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int_arg(1, num.MAX_PARALLEL))
     g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a (all-to-all)")
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
@@ -31,16 +48,20 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
     g.add_argument("--zero", help="ZeRO stage 0-3")
     _bool_flag(g, "mtp", "place the config's MTP modules on the last stage")
     g.add_argument("--layers-per-stage", help="explicit pipeline layout, e.g. 4,4,4,...,1")
-    g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first", type=int)
-    g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last", type=int)
+    g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first",
+                   type=int_arg(0, num.MAX_LAYERS))
+    g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last",
+                   type=int_arg(0, num.MAX_LAYERS))
     if activations:
-        g.add_argument("-b", "--micro-batch-size", dest="b", type=int)
-        g.add_argument("-s", "--seq-length", dest="s", type=int)
+        g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
+        g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
         g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
         g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
         g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
-        g.add_argument("--chunks", type=int, help="virtual stages per GPU for interleaved 1F1B")
-        g.add_argument("--microbatches", type=int, help="micro-batches per step M (default: PP)")
+        g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS),
+                       help="virtual stages per GPU for interleaved 1F1B")
+        g.add_argument("--microbatches", type=int_arg(1, num.MAX_MICROBATCHES),
+                       help="micro-batches per step M (default: PP)")
         g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram")
         g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
         g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
@@ -54,7 +75,6 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
 
 def scenario_from_args(args: argparse.Namespace):
     import dataclasses
-    from pathlib import Path
 
     from symmem.accounting.states import recipe, zero_stage
     from symmem.config import load_model
@@ -80,7 +100,7 @@ def scenario_from_args(args: argparse.Namespace):
         if "edp" not in par_changes:
             par["edp"] = None
         if any(k in par_changes for k in ("tp", "pp", "dp", "cp")):
-            par["world"] = None
+            par["world"] = _world_kept(scn.parallel, par, par_changes)
         if par.get("moe_sequence_parallel") and not par.get("sequence_parallel"):
             par["moe_sequence_parallel"] = None if "moe_sequence_parallel" not in par_changes else True
     ch["parallel"] = Parallel(**par)
@@ -92,12 +112,19 @@ def scenario_from_args(args: argparse.Namespace):
         ch["zero"] = zero_stage(args.zero)
     if args.mtp is not None:
         ch["mtp"] = args.mtp
+    if args.layers_per_stage is not None and (args.first is not None or args.last is not None):
+        raise SymmemError("--layers-per-stage: conflicts with --first-stage-layers/--last-stage-layers; give one "
+                          "layout, either the layers of every stage or Megatron's first and last counts")
     if args.layers_per_stage is not None:
+        items = args.layers_per_stage.split(",")
+        if len(items) > num.MAX_PARALLEL:
+            raise SymmemError(f"--layers-per-stage: {len(items):,} stages, more than the limit of "
+                              f"{num.MAX_PARALLEL:,}")
         try:
-            counts = tuple(int(x) for x in args.layers_per_stage.split(","))
-        except ValueError:
-            raise SymmemError(f"--layers-per-stage = {args.layers_per_stage!r}: must be integers separated "
-                              "by commas") from None
+            counts = tuple(num.int_text(x, "--layers-per-stage entry", 0, num.MAX_LAYERS) for x in items)
+        except SymmemError:
+            raise SymmemError(f"--layers-per-stage = {args.layers_per_stage[:60]!r}: must be integers separated by "
+                              f"commas, each from 0 to {num.MAX_LAYERS:,} (ASCII digits)") from None
         ch["layout"] = LayoutSpec("explicit", counts)
     elif args.first is not None or args.last is not None:
         ch["layout"] = LayoutSpec("megatron", first=args.first, last=args.last)
@@ -111,24 +138,27 @@ def scenario_from_args(args: argparse.Namespace):
             ch["recompute_name"] = args.recompute
         if args.chunks is not None and (args.schedule or scn.schedule.name) != "interleaved":
             raise SymmemError(f"--chunks = {args.chunks}: applies to --schedule interleaved only")
-        if args.schedule or args.chunks:
+        if args.schedule or args.chunks is not None:
+            default_chunks = scn.schedule.chunks if not args.schedule else (
+                2 if args.schedule == "interleaved" else 1)
             ch["schedule"] = Schedule(args.schedule or scn.schedule.name,
-                                      args.chunks if args.chunks else (scn.schedule.chunks if not args.schedule
-                                                                       else (2 if args.schedule == "interleaved"
-                                                                             else 1)))
-        if args.routing or args.capacity_factor or args.rank_load or args.histogram:
-            kind = args.routing or ("capacity" if args.capacity_factor else "dynamic" if args.rank_load
-                                    else "histogram" if args.histogram else scn.routing.kind)
+                                      args.chunks if args.chunks is not None else default_chunks)
+        if args.routing is not None or args.capacity_factor is not None or args.rank_load is not None \
+                or args.histogram is not None:
+            kind = args.routing or ("capacity" if args.capacity_factor is not None else "dynamic"
+                                    if args.rank_load is not None else "histogram" if args.histogram is not None
+                                    else scn.routing.kind)
             hist: tuple = ()
-            if args.histogram:
-                try:
-                    text = Path(args.histogram).read_text()
-                except (OSError, UnicodeDecodeError) as e:
-                    raise SymmemError(f"--histogram = {args.histogram!r}: cannot read: "
-                                      f"{e.__class__.__name__}") from None
+            if args.histogram is not None:
+                from symmem._files import read_text_file
+
+                text = read_text_file(args.histogram, "--histogram")
                 hist = tuple(x for x in text.replace(",", " ").split())
+                if len(hist) > MAX_HISTOGRAM:
+                    raise SymmemError(f"--histogram = {args.histogram!r}: {len(hist):,} loads, more than the "
+                                      f"limit of {MAX_HISTOGRAM:,} (one per routed expert)")
             ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load, hist)
-        if args.gpu_memory:
+        if args.gpu_memory is not None:
             ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
         for flag in ("dataflow", "attn_impl", "experts_impl"):
             if getattr(args, flag):
@@ -141,6 +171,22 @@ def scenario_from_args(args: argparse.Namespace):
                                   f"{', '.join(dtypes)}")
             ch["act_bytes"] = dtypes[args.activation_dtype]
     return scn.replace(**ch)
+
+
+def _world_kept(old, par: dict, changes: dict) -> int | None:
+    """The GPU count after flags change TP, PP or DP (README, "Scenarios").
+
+    A scenario that states its `world` keeps it: without --dp, DP is re-derived as world / (TP·PP), and refused
+    when that does not divide; with --dp the flags name the whole arrangement and the world is DP·TP·PP."""
+    if old.world is None or "dp" in changes:
+        return None
+    tp_pp = par["tp"] * par["pp"] * par["cp"]
+    if old.world % tp_pp:
+        raise SymmemError(f"--tp/--cp/--pp = {par['tp']}/{par['cp']}/{par['pp']}: the scenario's world of "
+                          f"{old.world:,} GPUs is not divisible by TP·CP·PP = {tp_pp:,}; choose sizes that divide it, "
+                          "or give --dp to set the GPU count to DP·TP·CP·PP")
+    par["dp"] = old.world // tp_pp
+    return old.world
 
 
 def _print_json(obj) -> None:

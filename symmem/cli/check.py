@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 
-from symmem.cli.args import add_scenario_args, scenario_from_args
+import sympy
+
+from symmem._numbers import MAX_STAGE_INDEX
+from symmem.cli.args import add_scenario_args, int_arg, scenario_from_args
 from symmem.units import fmt_gib
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("formula", nargs="?", help="the formula, in LaTeX (10bsh + 8bs(d_{cq}+d_c)) or plain (10*b*s*h)")
     p.add_argument("--quantity", default="stage.activations", help="what to compare with (see --list)")
-    p.add_argument("--stage", type=int, default=1, help="pipeline stage (default 1, the paper's worst case)")
-    p.add_argument("--layer", type=int, default=None,
+    p.add_argument("--stage", type=int_arg(0, MAX_STAGE_INDEX), default=1,
+                   help="pipeline stage (default 1, the paper's worst case)")
+    p.add_argument("--layer", type=int_arg(0, MAX_STAGE_INDEX), default=None,
                    help="decoder layer of a layer.* quantity (default: the stage's first layer)")
     p.add_argument("--list", action="store_true", help="list the quantities")
     p.add_argument("--strict", action="store_true", help="'equal at this scenario only' counts as different")
@@ -22,7 +26,6 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _claimed(text: str, scn):
-    import sympy
 
     from symmem.check import parse_formula
     from symmem.symbols import sym
@@ -75,26 +78,30 @@ def run(args) -> int:
                       for r in (cmp.differing if cmp.verdict != EQUAL else cmp.rows)],
         }, indent=2, sort_keys=True))
         return code
-    print(f"{q.name} ({q.unit}) of stage {args.stage}, scenario {scn.name}: {scn.parallel.describe()}; "
-          f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing.label}")
-    print(f"derived: {plain(derived)}")
-    print(f"yours:   {plain(claimed)}")
+    # Everything is formatted before anything is printed: a failure leaves no verdict half-shown.
+    lines = [f"{q.name} ({q.unit}) of stage {args.stage}, scenario {scn.name}: {scn.parallel.describe()}; "
+             f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing.label}",
+             f"derived: {plain(derived)}",
+             f"yours:   {plain(claimed)}"]
     if cmp.verdict == EQUAL:
-        print("verdict: EQUAL")
+        lines.append("verdict: EQUAL")
+        print("\n".join(lines))
         return code
     unit = "bytes" if q.unit == "bytes" else "parameters"
     worth = f"{cmp.worth:,} {unit}" + (f" ({fmt_gib(cmp.worth)} GiB)" if q.unit == "bytes" else "")
     if cmp.condition:
         cond = ", ".join(f"{k} = {v}" for k, v in cmp.condition)
-        print(f"verdict: {cmp.verdict}: equal only when {cond} (the scenario's values); in general the "
-              f"difference is {plain(cmp.difference)}")
+        lines.append(f"verdict: {cmp.verdict}: equal only when {cond} (the scenario's values); in general the "
+                     f"difference is {plain(cmp.difference)}")
     else:
-        print(f"verdict: DIFFERENT by {plain(cmp.difference)}, worth {worth} at {at}")
-    print(f"{'term':<22} {'derived':>9} {'yours':>9} {'worth (' + unit + ')':>22} {'GiB':>7}  comes from")
+        lines.append(f"verdict: DIFFERENT by {plain(cmp.difference)}, worth {worth} at {at}")
+    lines.append(f"{'term':<22} {'derived':>9} {'yours':>9} {'worth (' + unit + ')':>22} {'GiB':>7}  comes from")
     for r in cmp.differing:
         gib = fmt_gib(r.worth) if q.unit == "bytes" else ""
         src = "; ".join(r.sources) if r.sources else "(nothing in the derivation)"
-        print(f"{plain(r.monomial):<22} {str(r.derived):>9} {str(r.claimed):>9} {r.worth:>22,} {gib:>7}  {src}")
+        lines.append(f"{plain(r.monomial):<22} {str(r.derived):>9} {str(r.claimed):>9} {r.worth:>22,} {gib:>7}  "
+                     f"{src}")
+    print("\n".join(lines))
     return code
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from symmem.cli.args import _print_json, add_scenario_args, scenario_from_args
+from symmem._numbers import MAX_STAGE_INDEX
+from symmem.cli.args import _print_json, add_scenario_args, int_arg, scenario_from_args
 from symmem.units import fmt_gb, fmt_gib
 
 
@@ -77,7 +78,7 @@ def _params_run(args) -> int:
 # ------------------------------------------------------------------------------------------------ states
 def _states_args(p: argparse.ArgumentParser) -> None:
     add_scenario_args(p, activations=False)
-    p.add_argument("--stage", type=int, help="only this stage")
+    p.add_argument("--stage", type=int_arg(0, MAX_STAGE_INDEX), help="only this stage")
     p.add_argument("--symbolic", action="store_true", help="per-GPU parameter expressions")
     p.add_argument("--json", action="store_true")
 
@@ -137,7 +138,7 @@ def _states_run(args) -> int:
 # ------------------------------------------------------------------------------------------- activations
 def _act_args(p: argparse.ArgumentParser) -> None:
     add_scenario_args(p)
-    p.add_argument("--stage", type=int, help="only this stage")
+    p.add_argument("--stage", type=int_arg(0, MAX_STAGE_INDEX), help="only this stage")
     p.add_argument("--symbolic", action="store_true", help="print the per-micro-batch expressions")
     p.add_argument("--json", action="store_true")
 

@@ -89,7 +89,9 @@ def _plot_run(args) -> int:
     from symmem.render import plots
 
     scn = scenario_from_args(args)
-    wanted = [f.strip() for f in args.figures.split(",") if f.strip()]
+    wanted = list(dict.fromkeys(f.strip() for f in args.figures.split(",") if f.strip()))
+    if not wanted:
+        raise SymmemError(f"--figures = {args.figures!r}: empty; name at least one of {', '.join(FIGURES)}")
     for f in wanted:
         if f not in FIGURES:
             raise SymmemError(f"--figures: {f!r} is unknown; known: {', '.join(FIGURES)}")

@@ -10,8 +10,9 @@ from symmem.errors import SymmemError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, as every other bad input
-        raise SymmemError(f"{self.prog}: {message}")
+    def error(self, message: str):  # one line, exit 2, as every other bad input; "symmem:" is printed once
+        command = self.prog.removeprefix("symmem").strip()
+        raise SymmemError(f"{command}: {message}" if command else message)
 
 
 def _commands() -> dict[str, tuple[str, Callable, Callable]]:
@@ -20,9 +21,19 @@ def _commands() -> dict[str, tuple[str, Callable, Callable]]:
     return commands.COMMANDS
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("symmem")
+    except metadata.PackageNotFoundError:
+        return "0.1.0 (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="symmem", description="Closed-form GPU memory of DeepSeek MoE training, derived from "
                                                 "layer dataflows.")
+    parser.add_argument("--version", action="version", version=f"symmem {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (help_text, add_args, _run) in _commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -31,12 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 done (or EQUAL), 1 DIFFERENT (`check`, `measure`), 2 bad input (one line on stderr),
+    3 an internal error (a bug of symmem: one line on stderr naming the exception), 130 interrupted."""
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         if not args.command:
-            parser.print_help()
-            return 2
+            raise SymmemError(f"missing command; choose one of {', '.join(_commands())} (symmem --help says more)")
         return _commands()[args.command][2](args) or 0
     except SymmemError as e:
         print(f"symmem: error: {e}", file=sys.stderr)
@@ -46,3 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # noqa: BLE001 - the last line of defence: one line, exit 3, never a traceback
+        msg = " ".join(str(e).split())
+        print(f"symmem: internal error: {e.__class__.__name__}: {msg[:300]}", file=sys.stderr)
+        return 3

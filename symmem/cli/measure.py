@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+import os
 
+from symmem._config_checks import check_config
+from symmem._numbers import MAX_B, MAX_LAYERS, MAX_S
+from symmem.cli.args import int_arg
 from symmem.errors import SymmemError
 from symmem.implementations import DTYPES
+
+MAX_SEED = 2**32 - 1
 
 
 def _require_torch() -> None:
@@ -24,40 +29,122 @@ def _require_torch() -> None:
 def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="an HF config.json of a DeepSeek-V2/V3 or Llama model (keep it "
                                                    "tiny: the model is built on the CPU)")
-    p.add_argument("--layer", type=int, default=0, help="decoder layer index (DeepSeek: dense below "
-                                                       "first_k_dense_replace)")
-    p.add_argument("-b", "--micro-batch-size", dest="b", type=int, default=2)
-    p.add_argument("-s", "--seq-length", dest="s", type=int, default=5)
+    p.add_argument("--layer", type=int_arg(0, MAX_LAYERS), default=0,
+                   help="decoder layer index (DeepSeek: dense below first_k_dense_replace)")
+    p.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(0, MAX_B), default=2)
+    p.add_argument("-s", "--seq-length", dest="s", type=int_arg(0, MAX_S), default=5)
     p.add_argument("--dtype", default="fp32", choices=DTYPES, help="model and activation dtype")
     p.add_argument("--attn", default="eager", choices=("eager", "sdpa"), help="attn_implementation")
     p.add_argument("--experts", default="eager", choices=("eager", "grouped_mm"),
                    help="experts_implementation (models with routed experts; ignored for Llama)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0,
+                   help=f"seed of the random weights and inputs (0 to {MAX_SEED:,})")
     p.add_argument("--json", action="store_true")
 
 
 def _load(path: str) -> dict:
-    try:
-        raw = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise SymmemError(f"--config = {path!r}: cannot read: {e.__class__.__name__}") from None
-    except ValueError as e:
-        raise SymmemError(f"--config = {path!r}: not JSON: {e}") from None
+    from symmem import _json
+    from symmem._files import read_text_file
+
+    raw = _json.loads(read_text_file(path, "--config"), f"--config = {path!r}")
     if not isinstance(raw, dict):
         raise SymmemError(f"--config = {path!r}: must hold a JSON object")
     return raw
 
 
+# Keys transformers reads with a type of its own: a string where a bool is needed ("false") is true in Python.
+_BOOL_KEYS = ("tie_word_embeddings", "norm_topk_prob", "attention_bias", "mlp_bias", "rope_interleave", "use_cache")
+_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+
+
+def check_for_transformers(raw: dict, name: str) -> None:
+    """What transformers' DeepSeek-V2/V3 code would crash on (or silently misread), refused before it is built."""
+    for key in _BOOL_KEYS:
+        if key in raw and not isinstance(raw[key], bool):
+            raise SymmemError(f"{name}: {key} = {repr(raw[key])[:40]}: must be true or false")
+    rope = raw.get("rope_scaling")
+    if rope is not None:
+        if not isinstance(rope, dict):
+            raise SymmemError(f"{name}: rope_scaling = {str(rope)[:40]!r}: must be null or an object such as "
+                              '{"type": "yarn", "factor": 40, ...}')
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind not in _ROPE_TYPES:
+            raise SymmemError(f"{name}: rope_scaling type = {str(kind)[:40]!r}: must be one of "
+                              f"{', '.join(_ROPE_TYPES)}")
+        for key, value in rope.items():
+            if key not in ("type", "rope_type") and not (value is None or isinstance(value, (int, float, bool, list))):
+                raise SymmemError(f"{name}: rope_scaling {key} = {repr(value)[:40]}: must be a number")
+    rope_dim = raw.get("qk_rope_head_dim")
+    if isinstance(rope_dim, int) and rope_dim % 2:
+        raise SymmemError(f"{name}: qk_rope_head_dim = {rope_dim}: rotary embeddings rotate pairs; must be even")
+    n_experts = raw.get("n_routed_experts")
+    groups, top_groups = raw.get("n_group"), raw.get("topk_group")
+    for key, value in (("n_group", groups), ("topk_group", top_groups)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SymmemError(f"{name}: {key} = {repr(value)[:40]}: must be a positive integer")
+    if isinstance(groups, int) and isinstance(n_experts, int) and n_experts % groups:
+        raise SymmemError(f"{name}: n_group = {groups}: must divide n_routed_experts = {n_experts}")
+    if isinstance(groups, int) and isinstance(top_groups, int) and top_groups > groups:
+        raise SymmemError(f"{name}: topk_group = {top_groups}: more than n_group = {groups}")
+    k = raw.get("num_experts_per_tok")
+    if all(isinstance(v, int) for v in (groups, top_groups, n_experts, k)) and groups and n_experts % groups == 0:
+        if top_groups * (n_experts // groups) < k:
+            raise SymmemError(f"{name}: topk_group = {top_groups}: its {top_groups} groups of "
+                              f"{n_experts // groups} experts hold fewer than num_experts_per_tok = {k}")
+        if raw.get("model_type") == "deepseek_v3" and n_experts // groups < 2:
+            raise SymmemError(f"{name}: n_group = {groups}: DeepSeek-V3's router scores each group by its top 2 "
+                              f"experts; needs at least 2 experts per group (n_routed_experts = {n_experts})")
+
+
+def available_memory() -> int | None:
+    """Bytes this machine has available (MemAvailable of /proc/meminfo), or None where that is unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def estimate_bytes(raw: dict, pred, b: int, s: int, dtype: str, name: str) -> int:
+    """What `measure` would allocate, estimated from the engine before anything is built: the whole model's
+    parameters (transformers builds every layer), twice what the layer keeps for backward (its transients), and
+    the hidden states of the layers run before it."""
+    from symmem.accounting.analysis import model_totals
+    from symmem.config import from_dict
+
+    model = from_dict(raw, name)
+    itemsize = 4 if dtype == "fp32" else 2
+    params = model_totals(model, "paper").total * itemsize
+    hidden = b * s * model.value("h") * itemsize
+    return params + 2 * (pred.layer_bytes + pred.shared_bytes) + 8 * hidden + (64 << 20)
+
+
 def _run(args) -> int:
     from symmem.render.latex import plain
+    from symmem.units import fmt_gib
     from symmem.validate.predict import predict
 
-    _require_torch()
     raw = _load(args.config)
     llama = raw.get("model_type") == "llama"
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
+    check_config(raw, args.config)
+    check_for_transformers(raw, args.config)
     pred = predict(raw, args.layer, args.b, args.s, args.dtype, args.attn, args.experts, args.config)
+    need = estimate_bytes(raw, pred, args.b, args.s, args.dtype, args.config)
+    have = available_memory()
+    if have is not None and need > have:
+        raise SymmemError(f"{args.config}: measuring would allocate about {need:,} bytes ({fmt_gib(need)} GiB) for "
+                          f"the model's parameters and the layer's activations at b = {args.b}, s = {args.s}, more "
+                          f"than the {fmt_gib(have)} GiB this machine has available; use a tiny config (few layers, "
+                          "small sizes) or a smaller -b / -s")
+    _require_torch()
     from symmem.validate import measure_layer
 
     m = measure_layer(raw, args.layer, args.b, args.s, dtype=args.dtype, attn=args.attn, experts=args.experts,

@@ -9,62 +9,94 @@ import argparse
 import csv
 import io
 import json
+import math
 import re
 import sys
 import time
 
+import numpy as np
+
+from symmem import _numbers as num
 from symmem.cli.args import _bool_flag
 from symmem.errors import SymmemError
 from symmem.units import GB, GIB, fmt_gb, fmt_gib
 
 MAX_VALUES = 10**7  # values one axis may list
-_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(x?)(\d+))?)?$")
+MAX_CONFIGS = 10_000_000  # configurations a sweep may enumerate unless --max-configs raises it
+_ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::(x?)([0-9]+))?)?$", re.ASCII)
+_MAX_DIGITS = 12  # digits of one number in a list or range (every bound below has at most 10)
 
 
-# -------------------------------------------------------------------------------------------------- parsing
-def parse_ints(text: str, field: str, minimum: int = 1) -> tuple[int, ...]:
-    """`1,2,4`, ranges `1-64` (inclusive), `1024-32768:1024` (a step), `1-256:x2` (a factor); sorted, unique."""
+def _array(text: str, field: str, minimum: int = 1, maximum: int = num.MAX_S) -> np.ndarray:
+    """The sorted unique values of `1,2,4`, `1-64`, `1024-32768:1024`, `1-256:x2` as an int64 array.
+
+    Every number is checked in the text (ASCII digits, at most 12 of them) and against [minimum, maximum]
+    before it is built; ranges are counted before they are materialised (numpy, 8 bytes a value)."""
     items = [x.strip() for x in str(text).split(",")]
     if not any(items):
         raise SymmemError(f"{field} = {text!r}: empty; give values such as 1,2,4 or a range 1-64")
-    out: set[int] = set()
+    if len(items) > MAX_VALUES:
+        raise SymmemError(f"{field}: {len(items):,} items, more than the limit of {MAX_VALUES:,} values")
+    shown = text if len(text) <= 60 else f"{text[:40]}... ({len(text):,} characters)"
+    parts: list[np.ndarray] = []
+    count = 0
     for item in items:
         m = _ITEM.match(item)
         if not m:
-            raise SymmemError(f"{field} = {text!r}: {item!r} is not an integer or a range A-B, A-B:STEP, A-B:xF")
+            raise SymmemError(f"{field} = {shown!r}: {item[:40]!r} is not an integer or a range A-B, A-B:STEP, "
+                              "A-B:xF")
+        for g in (1, 2, 4):
+            if m.group(g) is not None and len(m.group(g).lstrip("0")) > _MAX_DIGITS:
+                raise SymmemError(f"{field} = {shown!r}: a number of {len(m.group(g)):,} digits; values go from "
+                                  f"{minimum:,} to {maximum:,}")
         a = int(m.group(1))
+        hi = a if m.group(2) is None else int(m.group(2))
+        for v in (a, hi):
+            if not minimum <= v <= maximum:
+                raise SymmemError(f"{field} = {shown!r}: {v:,} is out of range; values go from {minimum:,} to "
+                                  f"{maximum:,}")
         if m.group(2) is None:
-            values = [a]
+            parts.append(np.array([a], dtype=np.int64))
+            count += 1
         else:
-            hi, geometric, k = int(m.group(2)), m.group(3) == "x", int(m.group(4) or 1)
+            geometric, k = m.group(3) == "x", int(m.group(4) or 1)
             if hi < a:
-                raise SymmemError(f"{field} = {text!r}: the range {item!r} is empty")
+                raise SymmemError(f"{field} = {shown!r}: the range {item!r} is empty")
             if k < 1 or (geometric and (k < 2 or a < 1)):
-                raise SymmemError(f"{field} = {text!r}: {item!r} needs a step >= 1 or a factor >= 2 from >= 1")
+                raise SymmemError(f"{field} = {shown!r}: {item!r} needs a step >= 1 or a factor >= 2 from >= 1")
             if geometric:
-                values = []
-                v = a
-                while v <= hi:
+                values, v = [], a
+                while v <= hi:  # at most 31 values: hi <= 2^31
                     values.append(v)
                     v *= k
+                parts.append(np.array(values, dtype=np.int64))
+                count += len(values)
             else:
-                if (hi - a) // k + 1 > MAX_VALUES:
-                    raise SymmemError(f"{field} = {text!r}: more than {MAX_VALUES:,} values")
-                values = range(a, hi + 1, k)
-        out.update(values)
-        if len(out) > MAX_VALUES:
-            raise SymmemError(f"{field} = {text!r}: more than {MAX_VALUES:,} values")
-    low = min(out)
-    if low < minimum:
-        raise SymmemError(f"{field} = {text!r}: {low} is below {minimum}")
-    return tuple(sorted(out))
+                n = (hi - a) // k + 1
+                count += n
+                if count > MAX_VALUES:
+                    raise SymmemError(f"{field} = {shown!r}: its items list {count:,} values, above the limit "
+                                      f"of {MAX_VALUES:,} per axis")
+                parts.append(np.arange(a, hi + 1, k, dtype=np.int64))
+        if count > MAX_VALUES:
+            raise SymmemError(f"{field} = {shown!r}: more than {MAX_VALUES:,} values")
+    if len(parts) == 1:  # one value or one range: already sorted and unique
+        return parts[0]
+    arr = np.sort(np.concatenate(parts), kind="stable")
+    return arr[np.concatenate(([True], arr[1:] != arr[:-1]))]
+
+
+def parse_ints(text: str, field: str, minimum: int = 1, maximum: int = num.MAX_S) -> tuple[int, ...]:
+    """`1,2,4`, ranges `1-64` (inclusive), `1024-32768:1024` (a step), `1-256:x2` (a factor); sorted, unique."""
+    return tuple(_array(text, field, minimum, maximum).tolist())
 
 
 def parse_microbatches(text: str) -> tuple[int | None, ...]:
     items = [x.strip() for x in str(text).split(",")]
     pp = any(x.lower() == "pp" for x in items)
     rest = ",".join(x for x in items if x.lower() != "pp")
-    values: tuple[int | None, ...] = parse_ints(rest, "--microbatches") if rest.strip() or not pp else ()
+    values: tuple[int | None, ...] = (parse_ints(rest, "--microbatches", maximum=num.MAX_MICROBATCHES)
+                                      if rest.strip() or not pp else ())
     return ((None,) if pp else ()) + values
 
 
@@ -100,24 +132,16 @@ def parse_schedules(text: str, chunks: int):
         name, _, v = item.partition(":")
         if v and name != "interleaved":
             raise SymmemError(f"--schedule = {text!r}: only interleaved takes :V (virtual stages per GPU)")
-        try:
-            n = int(v) if v else (chunks if name == "interleaved" else 1)
-        except ValueError:
-            raise SymmemError(f"--schedule = {text!r}: {item!r}: V must be an integer") from None
+        n = num.int_text(v, f"--schedule {item[:40]!r}: V", 2, num.MAX_CHUNKS) if v else (
+            chunks if name == "interleaved" else 1)
         out.append(Schedule(name, n))
     if not out:
         raise SymmemError(f"--schedule = {text!r}: empty; give schedules such as 1f1b,gpipe")
     return tuple(dict.fromkeys(out))
 
 
-def _positive(text: str, field: str) -> int:
-    try:
-        v = int(str(text).strip())
-    except ValueError:
-        raise SymmemError(f"{field} = {text!r}: must be a positive integer") from None
-    if v < 1:
-        raise SymmemError(f"{field} = {text!r}: must be a positive integer")
-    return v
+def _positive(text: str, field: str, maximum: int = num.MAX_GPUS) -> int:
+    return num.int_text(text, field, 1, maximum)
 
 
 def _divisors(n: int, limit: int) -> str:
@@ -173,6 +197,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--plot", metavar="PATH", help="write the feasible region (b against TP·PP): .png, .pdf, .svg")
     o.add_argument("--progress", action="store_true", help="a progress bar on stderr even when it is not a TTY")
     o.add_argument("--chunk", default=str(1 << 18), help=argparse.SUPPRESS)
+    o.add_argument("--max-configs", help=f"refuse sweeps of more configurations than this (default {MAX_CONFIGS:,})")
 
 
 def space_from_args(args: argparse.Namespace):
@@ -207,27 +232,37 @@ def space_from_args(args: argparse.Namespace):
         ch["mtp"] = args.mtp
     if args.rules:
         ch["rules_name"] = args.rules
-    if args.routing or args.capacity_factor or args.rank_load:
-        kind = args.routing or ("capacity" if args.capacity_factor else "dynamic")
+    if args.routing is not None or args.capacity_factor is not None or args.rank_load is not None:
+        kind = args.routing or ("capacity" if args.capacity_factor is not None else "dynamic")
         ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load)
     base = scn.replace(**ch)
     routed = model.family.routed_experts  # a model without routed experts sweeps EP 1 only
     n_layers, n_experts = model.value("L"), (model.value(routed[0]) if routed else 1)
-    chunks = _positive(args.chunks, "--chunks")
+    chunks = _positive(args.chunks, "--chunks", num.MAX_CHUNKS)
     sched = args.schedule or (f"interleaved:{scn.schedule.chunks}" if scn.schedule.name == "interleaved"
                               else scn.schedule.name)
+    limit = MAX_CONFIGS if args.max_configs is None else _positive(args.max_configs, "--max-configs", 10**12)
+    # Every axis is parsed and counted before anything is enumerated; the product is capped.
+    par = num.MAX_PARALLEL
+    axes = {
+        "tp": _array(args.tp, "--tp", maximum=par),
+        "pp": _array(args.pp if args.pp is not None else _divisors(gpus, n_layers), "--pp", maximum=par),
+        "ep": _array(args.ep if args.ep is not None else _powers_of_two_dividing(n_experts), "--ep", maximum=par),
+        "etp": _array(args.etp, "--etp", maximum=par),
+        "zero": _array(args.zero, "--zero", minimum=0, maximum=par),  # the stage itself: Space checks
+        "s": _array(args.s if args.s is not None else str(scn.s), "-s", maximum=num.MAX_S),
+        "b": _array(args.b, "-b", maximum=num.MAX_B),
+    }
+    recompute = parse_recompute(args.recompute)
+    schedule = parse_schedules(sched, chunks)
+    microbatches = parse_microbatches(args.microbatches)
+    total = math.prod(len(a) for a in axes.values()) * len(recompute) * len(schedule) * len(microbatches)
+    if total > limit:
+        raise SymmemError(f"the sweep has {total:,} configurations, more than the limit of {limit:,}; narrow the "
+                          "ranges, or raise the limit with --max-configs")
     space = Space(
-        base=base, gpus=gpus,
-        tp=parse_ints(args.tp, "--tp"),
-        pp=parse_ints(args.pp if args.pp is not None else _divisors(gpus, n_layers), "--pp"),
-        ep=parse_ints(args.ep if args.ep is not None else _powers_of_two_dividing(n_experts), "--ep"),
-        etp=parse_ints(args.etp, "--etp"),
-        recompute=parse_recompute(args.recompute),
-        schedule=parse_schedules(sched, chunks),
-        zero=parse_ints(args.zero, "--zero", minimum=0),
-        microbatches=parse_microbatches(args.microbatches),
-        s=parse_ints(args.s if args.s is not None else str(scn.s), "-s"),
-        b=parse_ints(args.b, "-b"))
+        base=base, gpus=gpus, recompute=recompute, schedule=schedule, microbatches=microbatches,
+        **{k: tuple(a.tolist()) for k, a in axes.items()})
     del dataclasses
     return space
 
@@ -370,8 +405,8 @@ def run(args: argparse.Namespace) -> int:
     from symmem.sweep.space import sweep
 
     space = space_from_args(args)
-    top = _positive(args.top, "--top") if str(args.top).strip() != "0" else 0
-    chunk = _positive(args.chunk, "--chunk")
+    top = _positive(args.top, "--top", 10**9) if str(args.top).strip() != "0" else 0
+    chunk = _positive(args.chunk, "--chunk", 1 << 24)
     if args.plot:
         plot_format(args.plot)
     bar = Progress(space.size, eager=args.progress) if (args.progress or sys.stderr.isatty()) else None

@@ -24,6 +24,13 @@ class LayoutSpec:
     def __post_init__(self) -> None:
         if self.kind not in LAYOUT_KINDS:
             raise SymmemError(f"layout = {self.kind!r}: unknown layout; known: {', '.join(LAYOUT_KINDS)}")
+        # settings of another kind are refused, not ignored
+        if self.layers_per_stage and self.kind != "explicit":
+            raise SymmemError(f"layout kind = {self.kind!r}: takes no layers_per_stage (given "
+                              f"{list(self.layers_per_stage)[:8]}); set kind = \"explicit\" to use them")
+        if (self.first is not None or self.last is not None) and self.kind != "megatron":
+            raise SymmemError(f"layout kind = {self.kind!r}: takes no first/last stage layer counts (given first = "
+                              f"{self.first}, last = {self.last}); set kind = \"megatron\" to use them")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from fractions import Fraction
 
 import sympy
 
+from symmem._numbers import decimal_text
 from symmem.errors import SymmemError
 from symmem.graph import AxisSizes
 from symmem.symbols import b, s
@@ -25,12 +26,17 @@ MAX_FACTOR = 10_000  # a capacity factor or load ratio beyond this is a typo, no
 def _exact(value: object, field_name: str) -> sympy.Rational:
     if isinstance(value, bool):
         raise SymmemError(f"{field_name} = {value!r}: must be a number")
-    if isinstance(value, str) and len(value) > 40:
-        raise SymmemError(f"{field_name} = {value[:20]!r}...: a number of at most 40 characters")
-    try:
-        frac = Fraction(str(value)) if not isinstance(value, Fraction) else value
-    except (ValueError, ZeroDivisionError, OverflowError):
-        raise SymmemError(f"{field_name} = {value!r}: must be a number") from None
+    if isinstance(value, Fraction):
+        frac = value
+    elif isinstance(value, int):
+        if value.bit_length() > 64:
+            raise SymmemError(f"{field_name}: an integer of {value.bit_length():,} bits: out of range")
+        frac = Fraction(value)
+    elif isinstance(value, (str, float)):
+        # the text is checked (length, ASCII digits, exponent) before a number is built from it
+        frac = decimal_text(str(value), field_name)
+    else:
+        raise SymmemError(f"{field_name} = {str(value)[:40]!r}: must be a number")
     if abs(frac) > 10**12 or (frac and abs(frac) < Fraction(1, 10**12)):
         raise SymmemError(f"{field_name} = {value!r}: out of range")
     return sympy.Rational(frac.numerator, frac.denominator)

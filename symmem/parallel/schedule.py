@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from symmem._numbers import MAX_CHUNKS, MAX_MICROBATCHES
 from symmem.errors import SymmemError
 
 SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
@@ -21,14 +22,14 @@ class Schedule:
     def __post_init__(self) -> None:
         if self.name not in SCHEDULES:
             raise SymmemError(f"schedule = {self.name!r}: unknown schedule; known: {', '.join(SCHEDULES)}")
-        if isinstance(self.chunks, bool) or not isinstance(self.chunks, int) or self.chunks < 1:
-            raise SymmemError(f"chunks = {self.chunks!r}: must be a positive integer")
+        if isinstance(self.chunks, bool) or not isinstance(self.chunks, int) or not 1 <= self.chunks <= MAX_CHUNKS:
+            raise SymmemError(f"chunks = {self.chunks!r}: must be a positive integer up to {MAX_CHUNKS:,}")
         if self.name == "interleaved" and self.chunks < 2:
             raise SymmemError(f"chunks = {self.chunks}: interleaved 1F1B needs at least 2 virtual stages per GPU")
 
     def check(self, pp: int, m: int) -> None:
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise SymmemError(f"microbatches = {m!r}: must be a positive integer")
+        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_MICROBATCHES:
+            raise SymmemError(f"microbatches = {m!r}: must be a positive integer up to {MAX_MICROBATCHES:,}")
         if self.name == "interleaved" and (m < pp or m % pp):
             raise SymmemError(f"microbatches = {m}: interleaved 1F1B needs a multiple of PP = {pp}")
         if self.name == "dualpipe":

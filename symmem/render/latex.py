@@ -105,4 +105,11 @@ def latex(expr: sympy.Expr) -> str:
 
 def plain(expr: sympy.Expr) -> str:
     """A plain-text form (`10*b*s*h + ...`) that `symmem check` parses back."""
-    return str(sympy.expand(expr)).replace("**", "^")
+    if not _is_monomial(expr):  # a monomial is its own expansion: skip the (slow) expand
+        expr = sympy.expand(expr)
+    return str(expr).replace("**", "^")
+
+
+def _is_monomial(expr) -> bool:
+    return isinstance(expr, sympy.Expr) and all(
+        f.is_Atom or (f.is_Pow and f.base.is_Symbol and f.exp.is_Integer) for f in sympy.Mul.make_args(expr))

@@ -51,7 +51,9 @@ _TEX_ESCAPE = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": 
 
 
 def tex_escape(text: str) -> str:
-    return "".join(_TEX_ESCAPE.get(ch, ch) for ch in text)
+    """Text for LaTeX: special characters escaped; line breaks and other control characters become spaces, so
+    that text placed in a `%` comment stays in it and none ends a paragraph (a scenario name is user text)."""
+    return "".join(_TEX_ESCAPE.get(ch, " " if (ch.isspace() or not ch.isprintable()) else ch) for ch in text)
 
 
 def _md_cell(v) -> str:

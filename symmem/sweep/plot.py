@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from symmem.errors import SymmemError
+from symmem.output import umask
 from symmem.units import GB, GIB
 
 FORMATS = {"png": {"Software": None}, "pdf": {"CreationDate": None}, "svg": {"Date": None}}
@@ -92,9 +93,10 @@ def write_region(summary, path: str) -> None:
     target = Path(path)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".symmem-", dir=str(target.parent))
+        fd, tmp = tempfile.mkstemp(prefix=".symmem-", dir=str(target.parent or "."))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes it 0600; a figure is written as any file is
         os.replace(tmp, target)
         tmp = None
     except OSError as e:

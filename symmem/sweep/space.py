@@ -73,7 +73,8 @@ class Space:
             zero_stage(z)
         for r in self.recompute:
             policy(r)
-        if not any(self.gpus % (t * p) == 0 for t in self.tp for p in self.pp):
+        pps = set(self.pp)  # linear in the axes, not their product: a long TP and PP axis stay cheap
+        if not any(self.gpus % t == 0 and any(p in pps for p in _divisors(self.gpus // t)) for t in self.tp):
             raise SymmemError(f"gpus = {self.gpus}: no TP·PP of the sweep divides it (TP in {list(self.tp)}, "
                               f"PP in {list(self.pp)})")
         if self.size >= 2**62:
@@ -105,6 +106,11 @@ class Space:
         out = {a: getattr(self, a)[int(i)] for a, i in zip(AXES, idx, strict=True)}
         out["schedule"] = schedule_name(out["schedule"])
         return out
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in small]
 
 
 # ------------------------------------------------------------------------------------------------ the rules

@@ -169,7 +169,6 @@ def test_fitted_coefficients_are_derived(measure, dtype, attn):
 @pytest.mark.parametrize("change", [{}, {"head_dim": 24, "num_key_value_heads": 1, "tie_word_embeddings": True}])
 def test_parameters_by_hand(measure, change):
     from symmem.accounting.analysis import model_totals
-
     from symmem.config import from_dict
     from symmem.validate import measure_model_params
 

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...config import ModelConfig
-from ...errors import SymmemError
-from ...graph import FP32, INT64, D, DataflowBuilder
-from ...implementations import ATTN_IMPLS
-from .._dims import S_FULL, S_SP, B, H, seq
-from ..gqa import n_kv
-from ..symbols import d_h, n_h
-from ._ops import cast, linear, rmsnorm
-from .ffn import dense_mlp
+from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
+from symmem.blocks.gqa import n_kv
+from symmem.blocks.hf._ops import cast, linear, rmsnorm
+from symmem.blocks.hf.ffn import dense_mlp
+from symmem.blocks.symbols import d_h, n_h
+from symmem.config import ModelConfig
+from symmem.errors import SymmemError
+from symmem.graph import FP32, INT64, D, DataflowBuilder
+from symmem.implementations import ATTN_IMPLS
 
 PREP = ("attention_prep",)
 CORE = ("core_attention",)

@@ -1,0 +1,154 @@
+"""Property tests (issue 12): valid scenario TOML files and flag lists, mutated at random, give exit 0, 1 or 2
+(3, an internal error, fails the test), exactly one line on stderr for 2, no traceback, within seconds, and
+nothing written on error. Derandomised: the same examples on every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from symmem.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_TOML = (ROOT / "symmem" / "scenarios" / "paper.toml").read_text()
+LINES = PAPER_TOML.splitlines()
+VALUE_LINES = [i for i, line in enumerate(LINES) if " = " in line and not line.startswith("#")]
+
+HOSTILE_TOML = ["0", "-1", "1", "3", "1024", "1" + "0" * 30, "9" * 5000, "1e999999999", "0.5", "nan", "inf",
+                "true", "false", '""', '"1e999999999"', '"0.1b"', '"80GB"', '"٢"', '"1_6"', '"x\\ny"', "[]",
+                "[1, 2]", "[" * 300 + "]" * 300, "{a = 1}", '"/dev/zero"', '"deepseek-v2-lite"', '"interleaved"',
+                '"capacity"', '"histogram"', '"full"', '"custom:nope"', "1000000000000", "9223372036854775807"]
+EXTRA_KEYS = ["world = 7", "edp = 3", "chunks = 0", "microbatches = 1000000000", 'kind = "explicit"',
+              "layers_per_stage = [61]", "first = 0", 'memory = "0.5"', "capacity_factor = 1e300", "zzz = 1",
+              "weight_bytes = 0", "[gpu]", "[parallel]", "[training]", "[[x]]"]
+
+FLAGS = ["--tp", "--pp", "--ep", "--etp", "--dp", "--edp", "-b", "-s", "--microbatches", "--chunks", "--zero",
+         "--stage", "--gpu-memory", "--capacity-factor", "--rank-load", "--routing", "--schedule", "--recompute",
+         "--layers-per-stage", "--first-stage-layers", "--histogram", "--model", "--scenario", "--precision",
+         "--convention", "--rules", "--activation-dtype", "--gpus", "--top", "--quantity", "--out", "--figures"]
+HOSTILE_FLAG_VALUES = ["", "0", "1", "2", "4", "-1", "٢", "２", "1_6", "1e999999999", "0.1b", "0.5", "9" * 5000,
+                       "1" + "0" * 30, "1-" + "9" * 4000 + ":x2", "1-10000000", "80GB", "1e400", "/dev/zero", ".",
+                       "/", "interleaved", "dualpipe", "capacity", "custom:rmsnorm", "paper", "megatron", "x,y",
+                       "4,4", "1,2,4", "nonesuch.toml", "H800", "torch-eager", "\x00", "a\nb"]
+COMMANDS = [["states"], ["memory", "--json"], ["activations"], ["check", "10bsh + 8bs(d_{cq}+d_c)"],
+            ["latex", "--out", "out"],
+            ["sweep", "--model", "deepseek-v2-lite", "--gpus", "16", "--tp", "1,2", "--pp", "1-2", "-b", "1-2",
+             "--zero", "0"]]
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _run_in(folder: Path, argv: list[str]) -> tuple[int, str, float]:
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(folder)
+    t0 = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.chdir(cwd)
+    return code, err.getvalue(), time.perf_counter() - t0
+
+
+def _check(code: int, err: str, seconds: float, folder: Path, before: set[str], argv) -> None:
+    what = repr(argv)[:300]
+    assert code in (0, 1, 2), (what, code, err)
+    assert "Traceback" not in err, what
+    assert seconds < 10, (what, seconds)
+    if code == 2:
+        assert err.count("\n") == 1 and err.startswith("symmem: error: "), (what, err)
+        assert {p.name for p in folder.iterdir()} == before, (what, "written on error")
+
+
+@st.composite
+def mutated_toml(draw) -> str:
+    lines = list(LINES)
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.sampled_from(["value", "value", "delete", "duplicate", "insert", "truncate", "noise"]))
+        if op == "value" and lines:
+            i = min(draw(st.sampled_from(VALUE_LINES)), len(lines) - 1)
+            key = lines[i].split(" = ")[0] if " = " in lines[i] else "x"
+            lines[i] = f"{key} = {draw(st.sampled_from(HOSTILE_TOML))}"
+        elif op == "delete" and lines:
+            del lines[draw(st.integers(0, len(lines) - 1))]
+        elif op == "duplicate" and lines:
+            i = draw(st.integers(0, len(lines) - 1))
+            lines.insert(i, lines[i])
+        elif op == "insert":
+            lines.insert(draw(st.integers(0, len(lines))), draw(st.sampled_from(EXTRA_KEYS)))
+        elif op == "truncate":
+            text = "\n".join(lines)
+            lines = text[:draw(st.integers(0, len(text)))].splitlines()
+        elif op == "noise":
+            text = "\n".join(lines)
+            at = draw(st.integers(0, len(text)))
+            lines = (text[:at] + draw(st.text(max_size=8)) + text[at:]).splitlines()
+    return "\n".join(lines) + "\n"
+
+
+@SETTINGS
+@given(toml=mutated_toml(), command=st.sampled_from([["memory", "--json"], ["states"], ["latex", "--out", "out"]]))
+def test_mutated_scenario_toml(toml, command):
+    with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as work:
+        path = Path(src) / "s.toml"
+        path.write_text(toml)
+        argv = [*command, "--scenario", str(path)]
+        code, err, seconds = _run_in(Path(work), argv)
+        _check(code, err, seconds, Path(work), set(), (argv, toml[-200:]))
+
+
+@SETTINGS
+@given(command=st.sampled_from(COMMANDS),
+       flags=st.lists(st.tuples(st.sampled_from(FLAGS),
+                                st.one_of(st.sampled_from(HOSTILE_FLAG_VALUES), st.text(max_size=12))),
+                      min_size=1, max_size=3))
+def test_mutated_flag_lists(command, flags):
+    argv = list(command)
+    for flag, value in flags:
+        argv += [flag, value]
+    with tempfile.TemporaryDirectory() as work:
+        code, err, seconds = _run_in(Path(work), argv)
+        _check(code, err, seconds, Path(work), set(), argv)
+
+
+PRESET = json.loads((ROOT / "symmem" / "presets" / "deepseek-v3.json").read_text())
+HOSTILE_JSON = [["x"], "x", None, True, False, 0, -1, 3, 10**30, 1.5, {}, "false", "yes", 1_000_000_000, 100_000,
+                [[[[]]]], "\n", 2**63]
+
+
+@SETTINGS
+@given(changes=st.dictionaries(st.sampled_from(sorted(PRESET) + ["extra"]), st.sampled_from(HOSTILE_JSON),
+                               min_size=1, max_size=3),
+       drop=st.lists(st.sampled_from(sorted(PRESET)), max_size=2))
+def test_mutated_config_json(changes, drop):
+    raw = {k: v for k, v in {**PRESET, **changes}.items() if k not in drop}
+    with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as work:
+        path = Path(src) / "config.json"
+        path.write_text(json.dumps(raw))
+        argv = ["memory", "--json", "--model", str(path)]
+        code, err, seconds = _run_in(Path(work), argv)
+        _check(code, err, seconds, Path(work), set(), (changes, drop))
+
+
+PIECES = ["b", "s", "h", "N", "N_r", "d_{cq}", "h_E", "V", "(", ")", "(", ")", "+", "-", "*", "/", "^", "^{16}",
+          "^{2}", "{", "}", "2", "16", "9" * 40, "0", "\\frac", "\\cdot", " ", "0.5", "(b+s+h+N+V+L)"]
+
+
+@SETTINGS
+@given(pieces=st.lists(st.sampled_from(PIECES), min_size=1, max_size=60))
+def test_random_formulas(pieces):
+    formula = "".join(pieces)
+    with tempfile.TemporaryDirectory() as work:
+        code, err, seconds = _run_in(Path(work), ["check", formula])
+        _check(code, err, seconds, Path(work), set(), formula)
