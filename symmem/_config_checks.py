@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from symmem._numbers import MAX_LAYERS
 from symmem.errors import SymmemError
-from symmem.family import registry
 
 MAX_DIMENSION = 1 << 31  # any width, rank, head count, expert count or vocabulary
 MAX_MTP = 64  # multi-token-prediction modules (DeepSeek-V3 has 1)
@@ -25,6 +24,8 @@ def check_config(raw: object, name: str) -> None:
     """Refuse, with one line, values of a parsed config.json that the engine must not build from."""
     if not isinstance(raw, dict):
         return  # from_dict names the top-level type
+    from symmem.family import registry  # here: the CLI imports this module, and families import sympy
+
     sizes = {key: MAX_DIMENSION for fam in registry().values() for key in fam.config_keys.values()}
     for key, top in {**sizes, **_BOUNDS}.items():
         value = raw.get(key)
