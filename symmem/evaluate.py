@@ -54,9 +54,32 @@ def _integer_form(expr: sympy.Expr):
     return den, tuple((int(c * den), powers) for c, powers in compiled)
 
 
+def _is_polynomial(expr: sympy.Expr) -> bool:
+    try:
+        compile_expr(expr)
+    except ValueError:
+        return False
+    return True
+
+
+def _evaluate_sympy(expr: sympy.Expr, values: dict) -> Fraction:
+    """Exact evaluation by substitution, for expressions the compiled form cannot hold: sizes that depend on the
+    sequence through `floor` (compressed lengths) or `Min` (a top-k over fewer candidates than k)."""
+    missing = [x for x in expr.free_symbols if x not in values]
+    if missing:
+        raise ValueError(f"no value for symbol {missing[0]}")
+    value = expr.xreplace({k: sympy.Integer(v) for k, v in values.items() if k in expr.free_symbols})
+    value = sympy.nsimplify(value) if not value.is_Rational else value
+    if not value.is_Rational:
+        raise ValueError(f"{expr} does not evaluate to a rational number")
+    return Fraction(int(value.p), int(value.q))
+
+
 def evaluate(expr: sympy.Expr, values: dict) -> Fraction:
     """The exact value of `expr` with every symbol given in `values`."""
     expr = as_expr(expr)
+    if not _is_polynomial(expr):
+        return _evaluate_sympy(expr, values)
     try:
         form = _integer_form(expr)
         if form is not None:
