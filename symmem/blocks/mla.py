@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sympy
 
+from ..errors import SymmemError
 from ..graph import D, DataflowBuilder, Weight
 from ._dims import S_FULL, S_SP, B, H, seq
 from .symbols import d_c, d_cq, d_h, d_hr, d_v, n_h
@@ -24,8 +25,13 @@ def d_v_symbol(model) -> sympy.Symbol:
     return d_h if model.value("d_v") == model.value("d_h") else d_v
 
 
-def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, convention: str, d_v) -> str:
+def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, convention: str, d_v,
+        indexer=None, keys=None) -> str:
     """Append the attention block to `fb`; return the name of its output (the residual stream after attention).
+
+    DeepSeek-V3.2 (DeepSeek Sparse Attention) passes `indexer(fb, x_norm, c_q_norm) -> indices` (its lightning
+    indexer, `symmem.blocks.indexer`) and `keys`, the keys one query attends to (min(k_I, s)); the attention core
+    then scores only the selected keys, and keeps the indices. Without them every query sees all s keys.
 
     `convention` is how W_QR splits over tensor parallelism: "paper" replicates it (and the paper's
     per-layer count of 107,429,888 at TP 2 follows), "megatron" splits it with W_UQ over heads, as
@@ -43,6 +49,7 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
                       [Weight("W_DQ", (H, D(d_cq)))])
         (cqn,) = fb.op("rmsnorm", "q_a_layernorm", [cq], [("attn.c_q_norm", (B, S_SP, D(d_cq)))],
                        [Weight("q_a_layernorm.weight", (D(d_cq),))])
+        idx = indexer(fb, xn, cqn) if indexer is not None else None
         (q_nope,) = fb.op("linear", "q_b_proj.nope", [cqn], [("attn.q_nope", (B, S_FULL, heads, D(d_h)))],
                           [Weight("W_UQ", (D(d_cq), heads, D(d_h)))], tags=["up_projection"])
         qr_heads = heads if convention == "megatron" else D(n_h)
@@ -52,6 +59,8 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
         (q_pe,) = fb.op("view", "q_pe_local_heads", [q_pe_all], [("attn.q_pe", (B, S_FULL, heads, D(d_hr)))],
                         tags=prep)
     else:
+        if indexer is not None:
+            raise SymmemError("the lightning indexer reads the query latent: it needs q_lora_rank")
         (q_all,) = fb.op("linear", "q_proj", [xn], [("attn.q", (B, S_FULL, heads, D(d_h + d_hr)))],
                          [Weight("W_Q", (H, heads, D(d_h + d_hr)))])
         q_nope, q_pe = fb.op("view", "q_split", [q_all], [("attn.q_nope", (B, S_FULL, heads, D(d_h))),
@@ -72,9 +81,14 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
     (q,) = fb.op("concat", "q_cat", [q_nope, q_pe_r], [("attn.query", (B, S_FULL, heads, D(d_h + d_hr)))], tags=prep)
     (k,) = fb.op("concat", "k_cat", [k_nope, k_pe_h], [("attn.key", (B, S_FULL, heads, D(d_h + d_hr)))], tags=prep)
     core = ["core_attention"]
-    (sc,) = fb.op("matmul", "qk", [q, k], [("attn.scores", (B, heads, S_FULL, S_FULL))], tags=core)
-    (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", (B, heads, S_FULL, S_FULL))], tags=core)
-    (pd,) = fb.op("dropout", "attn_dropout", [p], [("attn.probs_dropped", (B, heads, S_FULL, S_FULL))], tags=core)
+    kk = S_FULL if keys is None else keys
+    if indexer is not None:
+        # the sparse kernel reads the selected keys through the indices (and keeps them to redo it in backward)
+        fb.op("select", "sparse_select", [k, idx], [("attn.key_selected", (B, S_FULL, heads, kk, D(d_h + d_hr)))],
+              tags=core)
+    (sc,) = fb.op("matmul", "qk", [q, k], [("attn.scores", (B, heads, S_FULL, kk))], tags=core)
+    (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", (B, heads, S_FULL, kk))], tags=core)
+    (pd,) = fb.op("dropout", "attn_dropout", [p], [("attn.probs_dropped", (B, heads, S_FULL, kk))], tags=core)
     (ctx,) = fb.op("matmul", "pv", [pd, v], [("attn.context", (B, S_FULL, heads, D(d_v)))], tags=core)
     # W_O is row-parallel: its output is reduce-scattered back to the sequence-sharded region.
     (o,) = fb.op("linear", "o_proj", [ctx], [("attn.out", (B, S_SP, H))], [Weight("W_O", (heads, D(d_v), H))])
