@@ -62,17 +62,41 @@ def _is_polynomial(expr: sympy.Expr) -> bool:
     return True
 
 
+@lru_cache(maxsize=1024)
+def _with_atoms(expr: sympy.Expr):
+    """Sizes that depend on the sequence through `floor` (compressed lengths) or `Min` (a top-k over fewer
+    candidates than k) are not polynomials: each such atom becomes a placeholder symbol, the rest compiles as
+    usual, and the atoms are evaluated exactly, one by one, by substitution."""
+    atoms = sorted(expr.atoms(sympy.floor, sympy.ceiling, sympy.Min, sympy.Max), key=sympy.default_sort_key)
+    # xreplace works from the top: an atom nested in another is replaced with it, and on its own where it stands
+    dummies = {a: sympy.Symbol(f"_atom{i}", positive=True, integer=True) for i, a in enumerate(atoms)}
+    return compile_expr(expr.xreplace(dummies)), tuple((d, a) for a, d in dummies.items())
+
+
+@lru_cache(maxsize=8192)
+def _atom_value(atom: sympy.Expr, items: tuple) -> int:
+    value = atom.xreplace({k: sympy.Integer(v) for k, v in items})
+    if not value.is_Integer:
+        raise ValueError(f"{atom} does not evaluate to an integer")
+    return int(value)
+
+
 def _evaluate_sympy(expr: sympy.Expr, values: dict) -> Fraction:
-    """Exact evaluation by substitution, for expressions the compiled form cannot hold: sizes that depend on the
-    sequence through `floor` (compressed lengths) or `Min` (a top-k over fewer candidates than k)."""
-    missing = [x for x in expr.free_symbols if x not in values]
-    if missing:
-        raise ValueError(f"no value for symbol {missing[0]}")
-    value = expr.xreplace({k: sympy.Integer(v) for k, v in values.items() if k in expr.free_symbols})
-    value = sympy.nsimplify(value) if not value.is_Rational else value
-    if not value.is_Rational:
-        raise ValueError(f"{expr} does not evaluate to a rational number")
-    return Fraction(int(value.p), int(value.q))
+    compiled, atoms = _with_atoms(expr)
+    vals = dict(values)
+    for dummy, atom in atoms:
+        missing = [x for x in atom.free_symbols if x not in values]
+        if missing:
+            raise ValueError(f"no value for symbol {missing[0]}")
+        vals[dummy] = _atom_value(atom, tuple(sorted(((x, values[x]) for x in atom.free_symbols),
+                                                     key=lambda kv: kv[0].name)))
+    total = Fraction(0)
+    for coeff, powers in compiled:
+        term = coeff
+        for sym, e in powers:
+            term *= Fraction(vals[sym]) ** e
+        total += term
+    return total
 
 
 def evaluate(expr: sympy.Expr, values: dict) -> Fraction:
