@@ -20,4 +20,5 @@ MODULES = (
     "peak_stage",
     "hypotheses",
     "rules_comparison",
+    "deepseek_generations",
 )

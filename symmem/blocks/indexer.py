@@ -55,7 +55,7 @@ def v32_indexer(fb: DataflowBuilder, xn: str, cq: str, *, prefix: str = "self_at
                  [Weight(f"{prefix}wk.weight", (H, D(d_I)))], tags=NO_GRAD)
     (kn,) = fb.op("no_grad", "indexer.k_norm", [k], [("indexer.k_norm", (B, S_FULL, D(d_I)))],
                   [Weight(f"{prefix}k_norm.weight", (D(d_I),)), Weight(f"{prefix}k_norm.bias", (D(d_I),))],
-                  tags=NO_GRAD)
+                  tags=NO_GRAD + ("kv_cache",))
     (w,) = fb.op("no_grad", "indexer.weights_proj", [xn], [("indexer.head_weights", (B, S_FULL, D(n_I)), FP32)],
                  [Weight(f"{prefix}weights_proj.weight", (H, D(n_I)))], tags=NO_GRAD)
     (sc,) = fb.op("no_grad", "indexer.scores", [q, kn, w], [("indexer.scores", (B, S_FULL, D(s)), FP32)],
@@ -77,7 +77,7 @@ def v4_indexer(fb: DataflowBuilder, xn: str, cq: str, *, prefix: str = "self_att
                     [Weight(f"{prefix}gate_proj.weight", (H, D(2 * d_I))),
                      Weight(f"{prefix}position_bias", (D(m_C), D(2 * d_I)))], tags=NO_GRAD)
     (k,) = fb.op("no_grad", "indexer.compress", [kv, gate], [("indexer.k", (B, entries, D(d_I)))],
-                 [Weight(f"{prefix}kv_norm.weight", (D(d_I),))], tags=NO_GRAD)
+                 [Weight(f"{prefix}kv_norm.weight", (D(d_I),))], tags=NO_GRAD + ("kv_cache",))
     (q,) = fb.op("no_grad", "indexer.q_b_proj", [cq], [("indexer.q", (B, S_FULL, D(n_I), D(d_I)))],
                  [Weight(f"{prefix}q_b_proj.weight", (D(d_cq), D(n_I), D(d_I)))], tags=NO_GRAD)
     (w,) = fb.op("no_grad", "indexer.weights_proj", [xn], [("indexer.head_weights", (B, S_FULL, D(n_I)), FP32)],

@@ -68,14 +68,15 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
     (ckv,) = fb.op("linear", "kv_a_proj", [xn], [("attn.c_kv", (B, S_SP, D(d_c)))], [Weight("W_DKV", (H, D(d_c)))])
     (kpe,) = fb.op("linear", "kv_a_proj.rope", [xn], [("attn.k_pe", (B, S_SP, D(d_hr)))],
                    [Weight("W_KR", (H, D(d_hr)))])
+    # "kv_cache": what inference keeps per token across decoding steps (the latent and the rope key)
     (ckvn,) = fb.op("rmsnorm", "kv_a_layernorm", [ckv], [("attn.c_kv_norm", (B, S_SP, D(d_c)))],
-                    [Weight("kv_a_layernorm.weight", (D(d_c),))])
+                    [Weight("kv_a_layernorm.weight", (D(d_c),))], tags=["kv_cache"])
     (k_nope,) = fb.op("linear", "kv_b_proj.k", [ckvn], [("attn.k_nope", (B, S_FULL, heads, D(d_h)))],
                       [Weight("W_UK", (D(d_c), heads, D(d_h)))], tags=["up_projection"])
     (v,) = fb.op("linear", "kv_b_proj.v", [ckvn], [("attn.v", (B, S_FULL, heads, D(d_v)))],
                  [Weight("W_UV", (D(d_c), heads, D(d_v)))], tags=["up_projection"])
     (q_pe_r,) = fb.op("rope", "q_rope", [q_pe], [("attn.q_pe_rot", (B, S_FULL, heads, D(d_hr)))], tags=prep)
-    (k_pe_r,) = fb.op("rope", "k_rope", [kpe], [("attn.k_pe_rot", (B, S_SP, D(d_hr)))], tags=prep)
+    (k_pe_r,) = fb.op("rope", "k_rope", [kpe], [("attn.k_pe_rot", (B, S_SP, D(d_hr)))], tags=prep + ["kv_cache"])
     # W_KR's output is shared by all heads: gathered over the sequence and broadcast to the local heads.
     (k_pe_h,) = fb.op("expand", "k_pe_heads", [k_pe_r], [("attn.k_pe_heads", (B, S_FULL, heads, D(d_hr)))], tags=prep)
     (q,) = fb.op("concat", "q_cat", [q_nope, q_pe_r], [("attn.query", (B, S_FULL, heads, D(d_h + d_hr)))], tags=prep)

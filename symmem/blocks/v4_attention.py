@@ -68,7 +68,8 @@ def v4_attention(fb: DataflowBuilder, x: str, kind: str) -> str:
                   [Weight("self_attn.kv_proj.weight", (H, D(d_k)))])
     (kvn,) = fb.op("rmsnorm", "kv_norm", [kv], [("attn.kv_norm", (B, S_SP, D(d_k)))],
                    [Weight("self_attn.kv_norm.weight", (D(d_k),))])
-    (kvr,) = fb.op("rope", "kv_rope", [kvn], [("attn.kv_rot", (B, S_SP, D(d_k)))], tags=PREP)
+    # inference keeps the last s_w of these (the sliding window): "kv_cache_window"
+    (kvr,) = fb.op("rope", "kv_rope", [kvn], [("attn.kv_rot", (B, S_SP, D(d_k)))], tags=PREP + ("kv_cache_window",))
     (kv_full,) = fb.op("region", "kv_gather", [kvr], [("attn.kv_full", (B, S_FULL, D(d_k)))])
     n_keys = D(keys_per_query(kind))
     if kind == "sliding":
@@ -130,7 +131,8 @@ def compressor(fb: DataflowBuilder, xf: str, kind: str) -> str:
     (pooled,) = fb.op("sum", "compressor.pool", [pk], [("compressor.pooled", (B, W, D(d_k)))])
     (pn,) = fb.op("rmsnorm", "compressor.kv_norm", [pooled], [("compressor.kv_norm", (B, W, D(d_k)))],
                   [Weight(f"{p}kv_norm.weight", (D(d_k),))])
-    (out,) = fb.op("rope", "compressor.rope", [pn], [("compressor.entries", (B, W, D(d_k)))], tags=PREP)
+    (out,) = fb.op("rope", "compressor.rope", [pn], [("compressor.entries", (B, W, D(d_k)))],
+                   tags=PREP + ("kv_cache",))
     return out
 
 
