@@ -21,4 +21,5 @@ MODULES = (
     "hypotheses",
     "rules_comparison",
     "korthikanti_table2",
+    "deepseek_generations",
 )

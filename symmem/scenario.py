@@ -259,3 +259,20 @@ def load_scenario(name_or_path: str) -> Scenario:
     text, source = read_named_or_path("scenario", name_or_path, "symmem.scenarios", ".toml", BUILTIN,
                                       "unknown; built-in scenarios")
     return from_toml_dict(_toml.loads(text, source), source)
+
+
+def with_parallel(scn: Scenario, **changes) -> Scenario:
+    """A copy with some parallel sizes changed (EDP re-derived unless given; the world re-derived when DP, TP,
+    CP or PP change).
+
+    >>> scn = with_parallel(load_scenario("paper"), tp=1, pp=1, dp=8)
+    >>> scn.parallel.world_size
+    8
+    """
+    fields = dataclasses.asdict(scn.parallel)
+    fields.update(changes)
+    if "edp" not in changes:
+        fields["edp"] = None
+    if "world" not in changes and any(k in changes for k in ("dp", "tp", "pp", "cp")):
+        fields["world"] = None
+    return scn.replace(parallel=Parallel(**fields))

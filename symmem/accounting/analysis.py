@@ -6,9 +6,9 @@ Everything here is derived from the dataflows: expressions are built once per st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import sympy
 
@@ -151,16 +151,21 @@ class StageMemory:
     activations: int  # per micro-batch × in flight
     fragmentation: tuple[int, int]
     comm_buffers: tuple[int, int]
-    peak: StagePeak | None = None
+    scenario: Scenario = field(repr=False, compare=False, default=None)
 
     @property
     def allocated(self) -> int:
         """Model states plus saved activations of the micro-batches in flight: the sum, not the peak."""
         return self.states.total + self.activations
 
+    @cached_property
+    def peak(self) -> StagePeak:
+        """The busiest moment of one GPU of the stage (derived on first use: a timeline of every op)."""
+        return stage_peak_of(self.scenario, self.stage, self.states, self.in_flight)
+
     @property
     def peak_allocated(self) -> int:
-        return self.peak.peak_allocated if self.peak is not None else self.allocated
+        return self.peak.peak_allocated
 
     @property
     def reserved(self) -> tuple[int, int]:
@@ -195,8 +200,7 @@ def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
     acts = math.ceil(act * k)
     alloc = st.total + acts
     frag = (math.ceil(alloc * scn.fragmentation[0]), math.ceil(alloc * scn.fragmentation[1]))
-    return StageMemory(stage, sp, st, act, k, acts, frag, scn.comm_buffers, stage_peak_of(scn, stage, st, k),
-                       scn.fragmentation)
+    return StageMemory(stage, sp, st, act, k, acts, frag, scn.comm_buffers, scn, scn.fragmentation)
 
 
 def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:

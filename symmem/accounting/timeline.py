@@ -82,28 +82,51 @@ def _requires_grad(flow: Dataflow) -> set[str]:
     return grad
 
 
+def _slots(flow: Dataflow, fused_tags: tuple[str, ...]) -> tuple[list[int], list[tuple[int, ...]]]:
+    """Consecutive ops sharing a fused tag run as one kernel: op index -> slot, and each slot's ops."""
+    slot_of: list[int] = []
+    members: list[list[int]] = []
+    last_tag = None
+    for i, op in enumerate(flow.ops):
+        tag = next((t for t in fused_tags if t in op.tags), None)
+        if tag is not None and tag == last_tag:
+            members[-1].append(i)
+        else:
+            members.append([i])
+        slot_of.append(len(members) - 1)
+        last_tag = tag
+    return slot_of, [tuple(m) for m in members]
+
+
 @lru_cache(maxsize=512)
 def part_timeline(flow: Dataflow, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
                   e_tok: sympy.Expr) -> PartTimeline:
-    """The forward and backward events of one copy of `flow` for one micro-batch."""
+    """The forward and backward events of one copy of `flow` for one micro-batch (one event per op, or per fused
+    group of ops: indices below are slots)."""
+    slot_of, members = _slots(flow, rules.fused_tags)
     ops = flow.ops
-    n = len(ops)
-    index = {op.name: i for i, op in enumerate(ops)}
+    n = len(members)
+    index = {op.name: slot_of[i] for i, op in enumerate(ops)}
     produced = {t: -1 for t in flow.inputs}
     last_use = {t: -1 for t in flow.tensors}
+    first_use = {t: n for t in flow.tensors}
     for i, op in enumerate(ops):
         for t in op.outputs:
-            produced[t] = i
+            produced[t] = slot_of[i]
         for t in op.inputs:
-            last_use[t] = max(last_use[t], i)
+            last_use[t] = max(last_use[t], slot_of[i])
+            first_use[t] = min(first_use[t], slot_of[i])
     for t in flow.outputs:
         last_use[t] = n
+    # Inside a fused kernel: produced and consumed within one slot, never materialised (nor its gradient).
+    internal = {t for t in flow.tensors if t in produced and produced[t] >= 0 and last_use[t] == produced[t]
+                and len(members[produced[t]]) > 1}
 
     def nbytes(t: Tensor) -> sympy.Expr:
         return tensor_bytes(t, axes, act_bytes, e_tok)
 
     # Storages: a view or a same-dtype conversion lives in its base's storage (alive while any alias is).
-    root = {t: storage_of(flow.tensors[t], flow, act_bytes).name for t in flow.tensors}
+    root = {t: storage_of(flow.tensors[t], flow, act_bytes).name for t in flow.tensors if t not in internal}
     s_prod: dict[str, int] = {}
     s_last: dict[str, int] = {}
     s_bytes: dict[str, sympy.Expr] = {}
@@ -125,34 +148,43 @@ def part_timeline(flow: Dataflow, rules: RuleSet, policy: Policy, axes: AxisSize
         return out
 
     kept = kept_roots(policy)
-    recomputed = [i for i, op in enumerate(ops) if policy.recomputed(op)]
+    recomputed = [slot_of[i] for i, op in enumerate(ops) if policy.recomputed(op)]
     kept_all = kept_roots(NO_RECOMPUTE) if recomputed else {}
     last_recomputed = max(recomputed, default=-1)
     first_recomputed = min(recomputed, default=n)
     saved = sympy.Add(*[s_bytes[r] for r in kept])
 
-    grads = _requires_grad(flow)
+    grads = _requires_grad(flow) - internal
     in_place = {t for op in ops if op.kind in rules.grad_in_place for t in op.inputs}
     g_prod = {t: produced.get(t, -1) for t in grads}
+
+    def label(j: int) -> str:
+        group = [ops[i] for i in members[j]]
+        if len(group) == 1:
+            return group[0].name
+        tag = next(t for t in rules.fused_tags if t in group[0].tags)
+        return f"fused {tag} ({', '.join(o.name for o in group)})"
+
+    def workspace(j: int, phase: str) -> list[Amount]:
+        return [Amount(WORKSPACE, w.tensor.name, nbytes(w.tensor)) for i in members[j]
+                for w in rules.workspace(ops[i], flow, phase, axes)]
+
     events: list[OpEvent] = []
-    for i, op in enumerate(ops):
+    for i in range(n):
         alive = []
         for r, b in s_bytes.items():
             if s_prod[r] <= i and (r in kept or s_last[r] >= i):
                 comp = SAVED_CURRENT if r in kept and kept[r] <= i else TRANSIENT
                 alive.append(Amount(comp, r, b))
-        alive += [Amount(WORKSPACE, w.tensor.name, nbytes(w.tensor)) for w in rules.workspace(op, flow, "forward")]
-        events.append(OpEvent("forward", op.name, tuple(alive)))
+        events.append(OpEvent("forward", label(i), tuple(alive + workspace(i, "forward"))))
     for j in range(n - 1, -1, -1):
-        op = ops[j]
         alive = [Amount(SAVED_CURRENT, r, s_bytes[r]) for r, k in kept.items() if k <= j]
         if first_recomputed <= j <= last_recomputed:  # recomputed: its own saves exist again until released
             alive += [Amount(SAVED_CURRENT, r, s_bytes[r]) for r, k in kept_all.items()
                       if k <= j and r not in kept and k >= first_recomputed]
         alive += [Amount(GRADS, "grad " + t, nbytes(flow.tensors[t])) for t in grads
                   if g_prod[t] <= j <= last_use[t] and t not in in_place]
-        alive += [Amount(WORKSPACE, w.tensor.name, nbytes(w.tensor)) for w in rules.workspace(op, flow, "backward")]
-        events.append(OpEvent("backward", op.name, tuple(alive)))
+        events.append(OpEvent("backward", label(j), tuple(alive + workspace(j, "backward"))))
     return PartTimeline(saved, tuple(events))
 
 
@@ -225,9 +257,17 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
 
 
 def stage_peak(events: list[Event], static: dict[str, int], values: dict, in_flight: Fraction) -> StagePeak:
+    known: dict[sympy.Expr, Fraction] = {}  # the same storages recur in many events: evaluate each once
+
+    def value(expr: sympy.Expr) -> Fraction:
+        v = known.get(expr)
+        if v is None:
+            v = known[expr] = evaluate(expr, values)
+        return v
+
     scored = []
     for ev in events:
-        total = ceil_int(sum((evaluate(a.nbytes, values) for a in ev.amounts), Fraction(0)))
+        total = ceil_int(sum((value(a.nbytes) for a in ev.amounts), Fraction(0)))
         scored.append((ev, total))
     best = max(scored, key=lambda x: x[1])[0]  # the first of equals: forward before backward, earlier parts first
     return StagePeak(static, best, _component_sums(best.amounts, values), in_flight, tuple(scored))

@@ -28,8 +28,8 @@ def swiglu(
                  [Weight(f"{name}.gate_proj", lead + (H, width), group)])
     (u,) = fb.op("linear", f"{name}.up_proj", [x], [(f"{name}.up", rows + (width,))],
                  [Weight(f"{name}.up_proj", lead + (H, width), group)])
-    (a,) = fb.op("silu", f"{name}.act", [g], [(f"{name}.act", rows + (width,))])
-    (p,) = fb.op("mul", f"{name}.mul", [a, u], [(f"{name}.prod", rows + (width,))])
+    (a,) = fb.op("silu", f"{name}.act", [g], [(f"{name}.act", rows + (width,))], tags=["swiglu"])
+    (p,) = fb.op("mul", f"{name}.mul", [a, u], [(f"{name}.prod", rows + (width,))], tags=["swiglu"])
     (o,) = fb.op("linear", f"{name}.down_proj", [p], [(f"{name}.out", out_rows + (H,))],
                  [Weight(f"{name}.down_proj", lead + (width, H), group)])
     if not dropout:

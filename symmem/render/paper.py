@@ -23,6 +23,8 @@ FIGURES = {
     "memory_vs_microbatch": "Peak memory per GPU against the micro-batch size, for each recomputation policy",
     "memory_vs_seqlen": "Peak memory per GPU against the sequence length, for each recomputation policy",
     "params_by_block": "DeepSeek-V3 parameters by block",
+    "deepseek_generations_activations": "Beyond the paper: activations per layer per GPU against s (log-log), "
+                                        "DeepSeek V3, V3.2, V4-Flash, V4-Pro (derivations/deepseek_generations.py)",
 }
 
 
@@ -37,7 +39,10 @@ def collect() -> list[Table]:
 
 
 # Figures are drawn in two groups of about equal cost, each in its own process, beside the tables.
-FIGURE_GROUPS = (("stage_memory", "params_by_block"), ("memory_vs_microbatch", "memory_vs_seqlen"))
+FIGURE_GROUPS = (("stage_memory", "params_by_block", "deepseek_generations_activations"),
+                 ("memory_vs_microbatch", "memory_vs_seqlen"))
+# figures a derivation draws itself (not the paper scenario's plots)
+DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations"}
 
 
 def figure_files(names: tuple[str, ...] = tuple(FIGURES)) -> dict[str, bytes]:
@@ -45,9 +50,15 @@ def figure_files(names: tuple[str, ...] = tuple(FIGURES)) -> dict[str, bytes]:
     from symmem.scenario import load_scenario
 
     out: dict[str, bytes] = {}
-    for name, (png, pdf, _data) in paper_figures(load_scenario("paper"), names).items():
+    plots = tuple(n for n in names if n not in DERIVATION_FIGURES)
+    for name, (png, pdf, _data) in paper_figures(load_scenario("paper"), plots).items():
         out[f"figures/{name}.png"] = png
         out[f"figures/{name}.pdf"] = pdf
+    for name in names:
+        if name in DERIVATION_FIGURES:
+            png, pdf = importlib.import_module(f"derivations.{DERIVATION_FIGURES[name]}").figure()
+            out[f"figures/{name}.png"] = png
+            out[f"figures/{name}.pdf"] = pdf
     return out
 
 
@@ -130,6 +141,11 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
         files.update(report(tables))
         extra = {"Figures": "\n".join(f"- `figures/{n}.png` / `.pdf`: {c}" for n, c in FIGURES.items())
                  + f"\n\nDrawn with matplotlib {_matplotlib_version()}; another version may draw other bytes.",
+                 "Beyond the paper": "- `deepseek_generations`, `deepseek_generations_activations`, `kv_cache` and "
+                                     "`figures/deepseek_generations_activations`: DeepSeek V3 → V3.2 → V4-Flash → "
+                                     "V4-Pro under the paper's rule set (parameters, model states with the `muon` "
+                                     "recipe, activations for s = 4K … 1M, the inference KV cache against "
+                                     "DeepSeek's 10 % claim), from `derivations/deepseek_generations.py`.",
                  "Report": "- `report.tex` gathers every table, the derived formulas (`formulas.tex`) and the "
                            "figures; compile with `pdflatex report.tex`."}
         files["README.md"] = index_markdown(tables, "paper_tables: the paper's tables, regenerated", INTRO, extra)

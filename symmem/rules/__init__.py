@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from symmem.errors import SymmemError
-from symmem.graph import Dataflow, DType, Op, Tensor
+from symmem.graph import AxisSizes, Dataflow, DType, Op, Tensor
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,12 @@ class RuleSet:
     context_parallel: bool = True  # whether its dataflows' sequence split under CP is what the framework keeps
     # Transient tensors an op kind allocates while it runs (phase "forward" or "backward"), beside its inputs,
     # outputs and gradients: e.g. a sequence-parallel all-gather buffer. Used by the timeline (the peak).
-    workspaces: Mapping[str, Callable[[Op, Dataflow, str], list[Saved]]] = field(default_factory=dict)
+    workspaces: Mapping[str, Callable[[Op, Dataflow, str, AxisSizes], list[Saved]]] = field(default_factory=dict)
     # Op kinds whose backward writes their input's gradient into a tensor they saved (no new allocation).
     grad_in_place: frozenset[str] = frozenset()
+    # Tags whose consecutive ops the framework runs as one fused kernel: their intermediate tensors (and
+    # gradients) never exist (e.g. fused attention never materialises the s×s scores).
+    fused_tags: tuple[str, ...] = ()
 
     def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
         try:
@@ -44,9 +47,9 @@ class RuleSet:
                 f"op kind = {op.kind!r} ({op.name}): rule set {self.name!r} has no rule for it") from None
         return rule(op, flow)
 
-    def workspace(self, op: Op, flow: Dataflow, phase: str) -> list[Saved]:
+    def workspace(self, op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
         rule = self.workspaces.get(op.kind)
-        return rule(op, flow, phase) if rule is not None else []
+        return rule(op, flow, phase, axes) if rule is not None else []
 
 
 # Building blocks for rules.
@@ -84,9 +87,9 @@ def combine(*rules: Rule) -> Rule:
 
 def _registry() -> dict[str, RuleSet]:
     # imported here: the rule modules build their tables from the helpers above
-    from symmem.rules import paper, torch_eager
+    from symmem.rules import megatron_te, paper, torch_eager
 
-    return {paper.RULES.name: paper.RULES, torch_eager.RULES.name: torch_eager.RULES}
+    return {r.RULES.name: r.RULES for r in (paper, torch_eager, megatron_te)}
 
 
 def rule_set(name: str) -> RuleSet:

@@ -10,7 +10,7 @@ LayerNorm its input (2sbh); in all sbh(34 + 5as/h) per layer, the first row of i
 
 from __future__ import annotations
 
-from symmem.graph import FP32, MASK, Dataflow, Op
+from symmem.graph import FP32, MASK, Dataflow, Op, Tensor
 from symmem.rules import RuleSet, Saved, as_dtype, combine, inputs, nothing, outputs
 
 
@@ -23,6 +23,12 @@ def _logits_fp32(op: Op, flow: Dataflow) -> list[Saved]:
     # Megatron's vocabulary-parallel cross-entropy keeps the logits in FP32 (Korthikanti: 4sbv/t).
     logits = flow.tensors[op.inputs[0]]
     return [Saved(as_dtype(logits, FP32, "fp32"), f"FP32 logits of cross-entropy {op.name}")]
+
+
+def _clamp_mask(op: Op, flow: Dataflow) -> list[Saved]:
+    # A clamp's backward passes the gradient where the input was inside the limits: a 1-byte mask, as for dropout.
+    out = flow.tensors[op.outputs[0]]
+    return [Saved(Tensor(f"{out.name}.clamp_mask", out.dims, MASK), f"mask of clamp {op.name}")]
 
 
 RULES = RuleSet(
@@ -58,5 +64,15 @@ RULES = RuleSet(
         "topk": nothing,
         "dispatch": nothing,
         "embedding": nothing,
+        # DeepSeek-V3.2 / V4 (symmem.blocks.indexer, v4_attention, mhc, hash_moe):
+        "no_grad": nothing,  # no autograd node (the lightning indexer: transformers runs it under no_grad)
+        "select": inputs(1, why="selected indices"),  # a sparse-attention kernel keeps its int32 key indices
+        "sigmoid": outputs(0),  # sigmoid's backward needs its output (mHC's pre and post gates)
+        "div": inputs(0, 1),  # numerator and denominator (each Sinkhorn normalization)
+        "affine": inputs(0),  # x * scale + bias with a learned scale: the scale's gradient needs x (mHC)
+        "clamp": _clamp_mask,  # V4's SwiGLU clamps at swiglu_limit
+        "cast": nothing,
+        "sum": nothing,
+        "gather": nothing,  # the hash router's lookup (an index read, like topk)
     },
 )

@@ -28,7 +28,7 @@ from symmem.errors import SymmemError
 
 _MISSING = "torch/transformers not installed: pip install 'symmem[validate]' (torch==2.13.0, transformers==5.24.0)"
 
-FAMILIES = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "llama")
+FAMILIES = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "llama", "deepseek-v3.2", "deepseek-v4")
 DTYPES = ("fp32", "bf16")
 ATTNS = ("eager", "sdpa")
 EXPERTS = ("eager", "grouped_mm")
@@ -126,7 +126,12 @@ def tiny_config(family: str, **overrides: Any) -> dict:
         "bos_token_id": 0,
         "eos_token_id": 1,
     }
-    if family == "deepseek-v3":
+    if family == "deepseek-v4":
+        return _tiny_v4(overrides)
+    if family == "deepseek-v3.2":
+        cfg.update(model_type="deepseek_v32", n_group=2, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+                   index_n_heads=4, index_head_dim=16, index_topk=8)
+    elif family == "deepseek-v3":
         cfg.update(
             model_type="deepseek_v3",
             n_group=2,
@@ -187,15 +192,39 @@ def _tiny_llama(**overrides: Any) -> dict:
     return cfg
 
 
+def _tiny_v4(overrides: dict) -> dict:
+    """A small DeepSeek-V4: layers sliding / CSA / HCA with hash, routed, routed MoE; HCA rate 8 so that short
+    sequences have compressed entries (the real 128 gives none below 128 tokens)."""
+    cfg: dict[str, Any] = {
+        "model_type": "deepseek_v4", "vocab_size": 128, "hidden_size": 64, "moe_intermediate_size": 32,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+        "qk_rope_head_dim": 8, "q_lora_rank": 32, "o_groups": 2, "o_lora_rank": 16, "n_routed_experts": 8,
+        "num_experts_per_tok": 2, "n_shared_experts": 1, "num_hash_layers": 1, "index_topk": 4,
+        "index_n_heads": 2, "index_head_dim": 16, "sliding_window": 8, "hc_mult": 4, "hc_sinkhorn_iters": 20,
+        "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+        "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+        "max_position_embeddings": 256, "tie_word_embeddings": False, "rms_norm_eps": 1e-6,
+        "initializer_range": 0.02, "use_cache": False, "pad_token_id": None, "bos_token_id": 0, "eos_token_id": 1,
+        "num_nextn_predict_layers": 0,
+    }
+    cfg.update(overrides)
+    return cfg
+
+
 def _family_of(config: dict) -> str:
     mt = config.get("model_type")
     if mt == "llama":
         return "llama"
+    if mt == "deepseek_v32":
+        return "deepseek-v3.2"
+    if mt == "deepseek_v4":
+        return "deepseek-v4"
     if mt == "deepseek_v3":
         return "deepseek-v3"
     if mt == "deepseek_v2":
         return "deepseek-v2" if config.get("q_lora_rank") is not None else "deepseek-v2-lite"
-    raise SymmemError(f"config.model_type = {mt!r}: must be 'deepseek_v3', 'deepseek_v2' or 'llama'")
+    raise SymmemError(f"config.model_type = {mt!r}: must be 'deepseek_v4', 'deepseek_v32', 'deepseek_v3', "
+                      "'deepseek_v2' or 'llama'")
 
 
 def _build_model(config: dict, dtype: str, attn: str, experts: str):
@@ -219,7 +248,14 @@ def _build_model(config: dict, dtype: str, attn: str, experts: str):
             raise SymmemError(f"attn = {attn!r}: transformers chose {model.config._attn_implementation!r}")
         model.train()
         return model
-    if family == "deepseek-v3":
+    if family in ("deepseek-v3.2", "deepseek-v4"):
+        from transformers import DeepseekV4Config, DeepseekV4ForCausalLM, DeepseekV32Config, DeepseekV32ForCausalLM
+
+        if family == "deepseek-v4" and attn != "eager":
+            raise SymmemError(f"attn = {attn!r}: transformers' DeepSeek-V4 runs eager attention only")
+        cfg_cls, model_cls = ((DeepseekV4Config, DeepseekV4ForCausalLM) if family == "deepseek-v4" else
+                              (DeepseekV32Config, DeepseekV32ForCausalLM))
+    elif family == "deepseek-v3":
         cfg_cls, model_cls = DeepseekV3Config, DeepseekV3ForCausalLM
     else:
         cfg_cls, model_cls = DeepseekV2Config, DeepseekV2ForCausalLM
@@ -344,7 +380,9 @@ def measure_layer(
     _args, kwargs = _capture_layer_inputs(model, layer, b, s, seed)
     torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
     g = torch.Generator().manual_seed(seed + 2)
-    x = torch.randn(b, s, model.config.hidden_size, generator=g).to(torch_dtype).requires_grad_(True)
+    # DeepSeek-V4's layers take the hc_mult residual streams [b, s, hc_mult, h]
+    streams = (model.config.hc_mult,) if family == "deepseek-v4" else ()
+    x = torch.randn(b, s, *streams, model.config.hidden_size, generator=g).to(torch_dtype).requires_grad_(True)
     kwargs.pop("hidden_states", None)
 
     excluded = {p.untyped_storage().data_ptr() for p in model.parameters()}

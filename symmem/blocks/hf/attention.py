@@ -10,6 +10,7 @@ from __future__ import annotations
 from symmem.blocks._dims import S_FULL, S_SP, B, H, seq
 from symmem.blocks.hf._ops import cast, linear, rmsnorm, views
 from symmem.blocks.hf.impl import HFImpl, sdpa_backend
+from symmem.blocks.indexer import v32_indexer
 from symmem.blocks.mla import d_v_symbol, q_latent
 from symmem.blocks.symbols import d_c, d_cq, d_h, d_hr, n_h
 from symmem.config import ModelConfig
@@ -28,6 +29,13 @@ def mla(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: HFImpl, res
     if q_latent(model):
         cq = linear(fb, "self_attn.q_a_proj", xn, ("attn.q_a", (B, S_SP, D(d_cq))), (H, D(d_cq)))
         cqn = rmsnorm(fb, "self_attn.q_a_layernorm", cq, "attn.q_a_norm", (B, S_SP, D(d_cq)))
+        if model.has("n_I"):
+            # DeepSeek-V3.2's lightning indexer runs under @torch.no_grad() (modeling_deepseek_v32.py:178): no
+            # autograd node, nothing saved, no gradient. Its indices only build a boolean mask that is folded into
+            # the dense attention mask (:447-458), so eager attention saves the full [b, n_h, s, s] softmax
+            # whatever index_topk is (min(index_topk, s) keys are selected, the rest masked).
+            v32_indexer(fb, xn, cqn)
+            fb.block = "mla"
         q = linear(fb, "self_attn.q_b_proj", cqn, ("attn.q", (B, S, heads, D(d_qk))), (D(d_cq), heads, D(d_qk)),
                    tags=["up_projection"])
     else:

@@ -23,7 +23,7 @@ def rope_tables(fb: DataflowBuilder, model: ModelConfig) -> str:
     (1, s, d_hr/2) in either dtype."""
     fb.block = "rope"
     pos = fb.input("rope.position_ids", (D(1), S_FULL), INT64)
-    if model.model_type == "deepseek_v3":
+    if model.model_type in ("deepseek_v3", "deepseek_v32"):
         outs = [("rope.cos", (D(1), S_FULL, D(d_hr))), ("rope.sin", (D(1), S_FULL, D(d_hr)))]
     else:
         outs = [("rope.freqs_cis", (D(1), S_FULL, D(d_hr / 2)), COMPLEX64)]

@@ -1,0 +1,154 @@
+"""Megatron-Core with TransformerEngine 2.11 (BF16, no FP8): what its modules keep for backward, and what they
+allocate while they run.
+
+Sources, read at Megatron-LM commit 23e00ed0963c35382dfe8a5a94fb3cda4d21e133 (MLM) and TransformerEngine
+c188b533 (TE, the 2.11.0 build); file:line at those revisions.
+
+* RMSNorm fused into the next linear (TE LayerNormLinear) or TE's RMSNorm module keeps its input and an FP32
+  rstdev per row (TE pytorch/module/layernorm_linear.py:466-476; pytorch/ops/basic/rmsnorm.py:202); the linear
+  keeps the normalised output, local (s/t rows) under sequence parallelism (layernorm_linear.py:378-383).
+* A TE Linear keeps its input, the same storage as whoever produced it (TE pytorch/module/linear.py:402-404, 439);
+  grouped expert GEMMs likewise keep the dispatched tokens (TE pytorch/module/grouped_linear.py).
+* Fused attention (cuDNN, TE attention/dot_product_attention/backends.py:1267-1301, 1323-1332) keeps q, k, v, its
+  output and FP32 softmax statistics [b, heads, s, 1]; the s×s scores are never materialised. GQA keys and values
+  stay at the key/value heads (no repeat). Ops tagged `core_attention` run as one fused op.
+* Megatron's fused SwiGLU (MLM megatron/core/fusions/fused_bias_swiglu.py:100-120) keeps its input (gate and up);
+  its backward is one kernel that writes only the input gradient. Ops tagged `swiglu` run as one fused op.
+* TE fused cross-entropy (TE pytorch/cross_entropy.py:53-64, triton/cross_entropy.py:26-131) keeps the BF16
+  logits shard and writes the gradient into it in place: no FP32 copy, no new gradient.
+* RoPE (fused, MLM megatron/core/models/common/embeddings/rotary_pos_embedding.py:150-151) keeps only the shared
+  frequency table; dropouts run at p = 0 in the measured runs (--attention-dropout 0.0 --hidden-dropout 0.0) and
+  keep nothing.
+* The softmax router (MLM megatron/core/transformer/moe/router.py) keeps FP32 logits and probabilities [s, E];
+  the routing map (bool) and TE's permute row-id map (int32) [s, E] and the FP32 top-k probabilities are kept by
+  the top-k; the fused permute keeps only that map (MLM megatron/core/transformer/moe/token_dispatcher.py:551-808).
+* Under sequence parallelism a column-parallel linear all-gathers its input (a transient s×in buffer, again in
+  backward for the weight gradient) and computes its input gradient at full length before the reduce-scatter; a
+  row-parallel linear produces its output at full length before the reduce-scatter and all-gathers the output
+  gradient in backward (layernorm_linear.py:151, 378-383; MLM megatron/core/tensor_parallel/layers.py:474-549).
+* cuDNN's fused-attention backward keeps FP32 accumulators of dQ, dK and dV (at the query heads) while it runs.
+  This is a hypothesis: no source readable here states cuDNN's workspace; FlashAttention-2's backward allocates an
+  FP32 dq_accum of this shape (and dk/dv accumulators for grouped heads). It is named in every breakdown.
+"""
+
+from __future__ import annotations
+
+from symmem.graph import BOOL, FP32, INT32, AxisSizes, D, Dataflow, Dim, Op, Tensor
+from symmem.rules import RuleSet, Saved, as_dtype, inputs, nothing
+
+CUDNN_ACCUMULATORS = "cuDNN fused-attention backward FP32 dQ/dK/dV accumulators (hypothesis)"
+
+
+def _root_of_expand(name: str, flow: Dataflow) -> Tensor:
+    """The tensor before a GQA repeat (`expand`): fused attention reads the key/value heads as they are."""
+    op = flow.producer(name)
+    if op is not None and op.kind == "expand":
+        return flow.tensors[op.inputs[0]]
+    return flow.tensors[name]
+
+
+def _rows(t: Tensor) -> tuple[Dim, ...]:
+    return t.dims[:-1]
+
+
+def _norm(op: Op, flow: Dataflow) -> list[Saved]:
+    x = flow.tensors[op.inputs[0]]
+    return [Saved(x, f"input of {op.name}"),
+            Saved(Tensor(f"{x.name}.rstd", _rows(x), FP32), f"FP32 rstdev of {op.name}")]
+
+
+def _attention(op: Op, flow: Dataflow) -> list[Saved]:
+    """The fused attention's saves, charged to the two matmuls that stand for it."""
+    if op.name.endswith("qk"):
+        return [Saved(flow.tensors[op.inputs[0]], "q of fused attention"),
+                Saved(_root_of_expand(op.inputs[1], flow), "k of fused attention")]
+    out = flow.tensors[op.outputs[0]]  # the context, (b, s, heads, d_v)
+    stats = Tensor(f"{out.name}.softmax_stats", (out.dims[0], out.dims[2], out.dims[1], D(1)), FP32)
+    return [Saved(_root_of_expand(op.inputs[1], flow), "v of fused attention"),
+            Saved(out, "output of fused attention"),
+            Saved(stats, "FP32 softmax statistics of fused attention")]
+
+
+def _matmul(op: Op, flow: Dataflow) -> list[Saved]:
+    if "core_attention" in op.tags:
+        return _attention(op, flow)
+    return inputs(0, 1)(op, flow)
+
+
+def _router(op: Op, flow: Dataflow) -> list[Saved]:
+    logits, probs = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    return [Saved(as_dtype(logits, FP32, "fp32"), "FP32 router logits"),
+            Saved(as_dtype(probs, FP32, "fp32"), "FP32 router probabilities")]
+
+
+def _topk(op: Op, flow: Dataflow) -> list[Saved]:
+    scores = flow.tensors[op.inputs[0]]
+    return [Saved(as_dtype(scores, BOOL, "routing_map"), "routing map (bool)"),
+            Saved(as_dtype(scores, INT32, "row_id_map"), "TE permute row-id map (int32)"),
+            Saved(as_dtype(scores, FP32, "topk_probs"), "FP32 routing probabilities")]
+
+
+def _full_rows(t: Tensor) -> tuple[Dim, ...]:
+    """`t`'s dims with the sequence-parallel split undone (the all-gathered, full-length tensor)."""
+    return tuple(Dim(d.size, tuple(a for a in d.axes if a not in ("sp", "sp_moe"))) for d in t.dims)
+
+
+def _sp_split(t: Tensor) -> bool:
+    return any(a in ("sp", "sp_moe") for d in t.dims for a in d.axes)
+
+
+def _linear_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
+    """Sequence-parallel all-gather and pre-reduce-scatter buffers of a column- or row-parallel linear."""
+    x, y = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    if axes.of("sp") == 1 or _sp_split(x) == _sp_split(y):
+        return []
+    if _sp_split(x):  # column-parallel: gathered input; in backward again, plus the full-length input gradient
+        gathered = Tensor(f"{x.name}.gathered", _full_rows(x), x.dtype)
+        if phase == "forward":
+            return [Saved(gathered, f"all-gathered input of {op.name}")]
+        return [Saved(gathered, f"all-gathered input of {op.name} (weight gradient)"),
+                Saved(Tensor(f"{x.name}.grad_full", _full_rows(x), x.dtype),
+                      f"full-length input gradient of {op.name}")]
+    full = Tensor(f"{y.name}.full", _full_rows(y), y.dtype)  # row-parallel
+    return [Saved(full, f"full-length output of {op.name} before the reduce-scatter" if phase == "forward"
+                  else f"all-gathered output gradient of {op.name}")]
+
+
+def _attention_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
+    if phase != "backward" or "core_attention" not in op.tags or not op.name.endswith("qk"):
+        return []
+    q, k = flow.tensors[op.inputs[0]], flow.tensors[op.inputs[1]]  # k at the query heads (after any repeat)
+    pv = next(o for o in flow.ops if "core_attention" in o.tags and o.name.endswith("pv") and o.block == op.block)
+    v = flow.tensors[pv.inputs[1]]
+    return [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)]
+
+
+RULES = RuleSet(
+    "megatron-te",
+    "Megatron-Core + TransformerEngine 2.11 (BF16): fused attention, fused SwiGLU, TE norms and linears, "
+    "fused cross-entropy, all-to-all MoE dispatch",
+    {
+        "linear": inputs(0),
+        "rmsnorm": _norm,
+        "matmul": _matmul,
+        "softmax": nothing,  # inside fused attention
+        "dropout": nothing,  # p = 0 in the measured runs
+        "silu": inputs(0),  # fused SwiGLU keeps its input: gate ...
+        "mul": inputs(1),  # ... and up (the activation itself is not kept)
+        "router_score": _router,
+        "topk": _topk,
+        "combine": nothing,  # unpermute: the probabilities are kept by the top-k
+        "cross_entropy": inputs(0, why="BF16 logits (the gradient is written into them)"),
+        "embedding": inputs(0, why="token ids"),
+        "region": nothing,
+        "view": nothing,
+        "concat": nothing,
+        "expand": nothing,
+        "add": nothing,
+        "rope": nothing,
+        "dispatch": nothing,
+    },
+    workspaces={"linear": _linear_workspace, "matmul": _attention_workspace},
+    grad_in_place=frozenset({"cross_entropy"}),
+    fused_tags=("core_attention", "swiglu"),
+)
