@@ -120,11 +120,17 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
     return family_of_type(raw["model_type"], name).parse(raw, name)
 
 
-def load_model(name_or_path: str) -> ModelConfig:
-    """A preset name (`deepseek-v3`, `llama-3-8b`, ...) or the path of an HF config.json."""
+def load_model(name_or_path: str, overrides: Mapping | None = None) -> ModelConfig:
+    """A preset name (`deepseek-v3`, `llama-3-8b`, ...) or the path of an HF config.json; `overrides` replace
+    config keys (e.g. `{"num_hidden_layers": 12}` for a truncated model)."""
     text, source = read_named_or_path("model", name_or_path, "symmem.presets", ".json", tuple(all_presets()),
                                       "unknown preset; known presets")
     raw = _json.loads(text, f"model = {name_or_path!r}")
+    if overrides:
+        if not isinstance(raw, dict):
+            raise SymmemError(f"{source}: top level is {type(raw).__name__}: a config.json must hold a JSON object")
+        raw = {**raw, **overrides}
+        source = f"{source} with " + ", ".join(f"{k} = {v!r}" for k, v in overrides.items())
     check_config(raw, source)
     return from_dict(raw, source)
 

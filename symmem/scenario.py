@@ -22,9 +22,20 @@ from symmem.parallel.routing import Routing
 from symmem.parallel.schedule import Schedule
 from symmem.parallel.sizes import Parallel
 from symmem.rules import RuleSet, rule_set
+from symmem.symbols import sym
 from symmem.units import parse_size
 
-BUILTIN = ("paper", "paper-megatron", "korthikanti")
+
+def _builtin() -> tuple[str, ...]:
+    """Every TOML file shipped in symmem/scenarios/ (the paper's cases and the measured runs)."""
+    from importlib import resources
+
+    names = sorted(f.name[:-5] for f in resources.files("symmem.scenarios").iterdir() if f.name.endswith(".toml"))
+    first = ("paper", "paper-megatron", "korthikanti")
+    return tuple(n for n in first if n in names) + tuple(n for n in names if n not in first)
+
+
+BUILTIN = _builtin()
 DATAFLOWS = ("paper", "hf")
 ACT_DTYPES = {"fp32": 4, "bf16": 2}
 
@@ -44,6 +55,7 @@ class Scenario:
     b: int = 1  # micro-batch size (--micro-batch-size)
     s: int = 4096  # sequence length (--seq-length)
     rules_name: str = "paper"
+    profile_name: str | None = None  # an implementation profile (symmem.profiles): framework buffers, vocabulary
     recompute_name: str = "none"
     routing: Routing = Routing()
     schedule: Schedule = Schedule()
@@ -86,7 +98,8 @@ class Scenario:
             raise SymmemError(f"cp = {self.parallel.cp}: the {self.rules.name!r} rule set has no context-parallel "
                               "rule (it models one device); use rules = 'paper' or a profile with CP")
         self.routing.check_model(self.model, self.parallel.ep)
-        self.rules  # noqa: B018 - validates the names now, not at first use
+        self.profile  # noqa: B018 - validates the names now, not at first use
+        self.rules  # noqa: B018
         self.policy  # noqa: B018
         self.flow_impl  # noqa: B018
         self.schedule.check(self.parallel.pp, self.m)
@@ -122,8 +135,25 @@ class Scenario:
         return self.parallel.pp if self.microbatches is None else self.microbatches
 
     @cached_property
+    def profile(self):
+        """The implementation profile: the one named, or the one of the rule set's name (paper, torch-eager)."""
+        from symmem.profiles import PROFILES, Profile, profile
+
+        if self.profile_name is not None:
+            return profile(self.profile_name)
+        return PROFILES.get(self.rules_name, Profile(self.rules_name, self.rules_name, ""))
+
+    @cached_property
     def rules(self) -> RuleSet:
-        return rule_set(self.rules_name)
+        return rule_set(self.profile.rules if self.profile_name is not None else self.rules_name)
+
+    def size_values(self) -> dict:
+        """The model's sizes as the implementation allocates them (Megatron pads the vocabulary)."""
+        vals = self.model.substitutions()
+        pad = self.profile.padded_vocabulary
+        if pad is not None and self.model.has("V"):
+            vals[sym("V")] = pad(self.model.value("V"), self.parallel.tp)
+        return vals
 
     @cached_property
     def flow_impl(self) -> object | None:
@@ -172,14 +202,18 @@ def _take(table: dict, allowed: dict[str, type | tuple], where: str) -> dict:
 
 def from_toml_dict(raw: dict, source: str) -> Scenario:
     top = _take(raw, {"name": str, "description": str, "model": str, "convention": str, "mtp": bool,
-                      **{k: dict for k in ("parallel", "layout", "precision", "training", "routing", "gpu")}},
+                      **{k: dict for k in ("parallel", "layout", "precision", "training", "routing", "gpu",
+                                           "model_overrides")}},
                 source)
     if "model" not in top:
         raise SymmemError(f"{source}: missing key 'model' (a preset name or a config.json path)")
     model_ref = top["model"]
     if not Path(str(model_ref)).is_absolute() and ("/" in str(model_ref) or str(model_ref).endswith(".json")):
         model_ref = str(Path(source).parent / model_ref) if Path(source).exists() else model_ref
-    model = load_model(str(model_ref))
+    overrides = top.get("model_overrides", {})
+    if any(not isinstance(v, (int, float, str, bool)) for v in overrides.values()):
+        raise SymmemError(f"{source} [model_overrides]: values must be numbers, strings or true/false")
+    model = load_model(str(model_ref), overrides)
     par = _take(top.get("parallel", {}), {**{k: int for k in ("dp", "tp", "pp", "ep", "etp", "edp", "world", "cp")},
                                           "cp_comm_type": str,
                                           "sequence_parallel": bool, "moe_sequence_parallel": bool},
@@ -202,7 +236,7 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
     tr = _take(top.get("training", {}), {
         **{k: int for k in ("zero", "micro_batch_size", "seq_length", "chunks", "microbatches", "activation_bytes")},
         **{k: str for k in ("recompute", "rules", "schedule", "activation_dtype", "dataflow", "attn_impl",
-                            "experts_impl", "hf_router")}}, f"{source} [training]")
+                            "experts_impl", "hf_router", "profile")}}, f"{source} [training]")
     act_bytes = tr.get("activation_bytes", 2)
     if "activation_dtype" in tr:
         if tr["activation_dtype"] not in ACT_DTYPES:
@@ -223,7 +257,8 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
                                  for x in frag) or frag[0] > frag[1]:
         raise SymmemError(f"{source} [gpu] fragmentation = {list(frag)!r}: must be [low, high] fractions of "
                           "allocated memory, 0 <= low <= high <= 1")
-    bufs = tuple(parse_size(x, "comm_buffers") for x in gpu.get("comm_buffers", (800_000_000, 2_000_000_000)))
+    bufs = tuple(0 if x == 0 else parse_size(x, "comm_buffers")  # 0: none through the caching allocator
+                 for x in gpu.get("comm_buffers", (800_000_000, 2_000_000_000)))
     if len(bufs) != 2 or bufs[0] > bufs[1]:
         raise SymmemError(f"{source} [gpu] comm_buffers = {bufs!r}: must be [low, high] sizes, low <= high")
     return Scenario(
@@ -239,6 +274,7 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         b=tr.get("micro_batch_size", 1),
         s=tr.get("seq_length", 4096),
         rules_name=tr.get("rules", "paper"),
+        profile_name=tr.get("profile"),
         recompute_name=tr.get("recompute", "none"),
         routing=routing,
         schedule=Schedule(tr.get("schedule", "1f1b"), tr.get("chunks", 1)),

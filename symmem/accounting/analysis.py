@@ -12,11 +12,11 @@ from functools import cached_property, lru_cache
 
 import sympy
 
-from symmem.accounting.activations import Term, part_terms
+from symmem.accounting.activations import Term, part_terms, tensor_bytes
 from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.accounting.params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
 from symmem.accounting.states import StateBytes, state_bytes
-from symmem.accounting.timeline import Event, StagePeak, stage_events, stage_peak
+from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage_events, stage_peak
 from symmem.config import ModelConfig
 from symmem.model import model_parts, stage_parts
 from symmem.parallel.layout import Stage
@@ -30,7 +30,7 @@ def to_int(expr: sympy.Expr, values: dict) -> int:
 
 
 def values(scn: Scenario, b_value: int | None = None, s_value: int | None = None) -> dict:
-    vals = dict(scn.model.substitutions())
+    vals = dict(scn.size_values())
     vals[b] = scn.b if b_value is None else b_value
     vals[s] = scn.s if s_value is None else s_value
     return vals
@@ -74,14 +74,15 @@ class StageParams:
 
 def stage_params(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -> StageParams:
     parts = stage_parts(scn.model, stage, scn.convention)
-    local, per_gpu, whole = _stage_counts(scn.model, scn.parallel, parts, symbolic_parallel)
+    sizes = tuple(sorted(scn.size_values().items(), key=lambda kv: kv[0].name))
+    local, per_gpu, whole = _stage_counts(sizes, scn.parallel, parts, symbolic_parallel)
     return StageParams(stage, dict(per_gpu), dict(local), dict(whole))
 
 
 @lru_cache(maxsize=1024)
-def _stage_counts(model: ModelConfig, parallel, parts: tuple, symbolic_parallel: bool):
+def _stage_counts(sizes: tuple, parallel, parts: tuple, symbolic_parallel: bool):
     uses = weight_uses(parts)
-    subs = model.substitutions()
+    subs = dict(sizes)
     local = count_by_group(uses, parallel.axis_sizes(symbolic_parallel))
     whole = count_by_group(uses, None)
     per_gpu = {g: to_int(local[g], subs) for g in GROUPS} if not symbolic_parallel else {g: 0 for g in GROUPS}
@@ -209,18 +210,29 @@ def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
     key = _activation_key(scn)
     axes = scn.parallel.axis_sizes()
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
-    return _events(key, parts, k, int(scn.zero), scn.precision.weight_bytes, scn.precision.grad_bytes, axes)
+    extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
+    back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
+    return _events(key, parts, k, int(scn.zero), scn.precision.weight_bytes, scn.precision.grad_bytes, axes, back)
 
 
 @lru_cache(maxsize=256)
-def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes) -> list[Event]:
+def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back) -> list[Event]:
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
     return stage_events(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), k, zero,
-                        weight_bytes, grad_bytes)
+                        weight_bytes, grad_bytes, back)
+
+
+def stage_buffers(scn: Scenario, stage: Stage) -> list:
+    """The implementation profile's framework buffers on one GPU of `stage` (named, sourced)."""
+    if scn.profile.buffers is None:
+        return []
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    return scn.profile.buffers(scn, stage, parts, values(scn))
 
 
 def stage_peak_of(scn: Scenario, stage: Stage, states: StateBytes, k: Fraction) -> StagePeak:
     static = {"weights": states.weights, "gradients": states.gradients, "optimizer states": states.optimizer}
+    static.update({buf.name: buf.nbytes for buf in stage_buffers(scn, stage)})
     return stage_peak(stage_timeline_events(scn, stage), static, values(scn), k)
 
 

@@ -47,6 +47,7 @@ GRADS = "activation gradients"
 WORKSPACE = "op workspaces"
 GATHERED = "gathered parameters (ZeRO-3)"
 UNREDUCED = "unreduced gradients (ZeRO-2/3)"
+PIPELINE = "pipeline gradient buffers"
 
 
 @dataclass(frozen=True)
@@ -230,8 +231,8 @@ def _component_sums(amounts, values) -> dict[str, int]:
 
 
 def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
-                 e_tok: sympy.Expr, in_flight: Fraction, zero: int, weight_bytes: int, grad_bytes: int
-                 ) -> list[Event]:
+                 e_tok: sympy.Expr, in_flight: Fraction, zero: int, weight_bytes: int, grad_bytes: int,
+                 backward_extra: tuple[Amount, ...] = ()) -> list[Event]:
     """Every candidate peak event of one GPU of a stage (dynamic amounts only)."""
     timelines = [part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts]
     per_mb = sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, timelines, strict=True)])
@@ -250,6 +251,8 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
                                     (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights))
             if p.is_layers and zero >= 2 and ev.phase == "backward":
                 extra.append(Amount(UNREDUCED, "the layer's gradients", grad_bytes * layer_weights))
+            if ev.phase == "backward":
+                extra += backward_extra
             events.append(Event(ev.phase, p.name, ev.op, tuple(common) + ev.alive + tuple(extra)))
         earlier += p.count * tl.saved
     events.append(Event("optimizer step", "", "step", ()))

@@ -22,15 +22,16 @@ def gqa(fb: DataflowBuilder, x_in: str, *, resid_axis: str = "sp", attention_dro
     fb.block = "attn"
     heads, kv_heads = D(n_h, "tp"), D(n_kv, "tp")
     prep = ["attention_prep"]
+    qkv = ["module:linear_qkv"]  # Megatron-Core computes q, k, v with one fused linear_qkv
     (x,) = fb.op("region", "attn_enter", [x_in], [("attn.x", (B, S_SP, H))])
     (xn,) = fb.op("rmsnorm", "input_layernorm", [x], [("attn.x_norm", (B, S_SP, H))],
                   [Weight("input_layernorm.weight", (H,))])
     (q,) = fb.op("linear", "q_proj", [xn], [("attn.q", (B, S_FULL, heads, D(d_h)))],
-                 [Weight("self_attn.q_proj.weight", (H, heads, D(d_h)))])
+                 [Weight("self_attn.q_proj.weight", (H, heads, D(d_h)))], tags=qkv)
     (k,) = fb.op("linear", "k_proj", [xn], [("attn.k", (B, S_FULL, kv_heads, D(d_h)))],
-                 [Weight("self_attn.k_proj.weight", (H, kv_heads, D(d_h)))])
+                 [Weight("self_attn.k_proj.weight", (H, kv_heads, D(d_h)))], tags=qkv)
     (v,) = fb.op("linear", "v_proj", [xn], [("attn.v", (B, S_FULL, kv_heads, D(d_h)))],
-                 [Weight("self_attn.v_proj.weight", (H, kv_heads, D(d_h)))])
+                 [Weight("self_attn.v_proj.weight", (H, kv_heads, D(d_h)))], tags=qkv)
     (qr,) = fb.op("rope", "q_rope", [q], [("attn.query", (B, S_FULL, heads, D(d_h)))], tags=prep)
     (kr,) = fb.op("rope", "k_rope", [k], [("attn.key", (B, S_FULL, kv_heads, D(d_h)))], tags=prep)
     core = ["core_attention"]

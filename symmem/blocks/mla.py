@@ -51,10 +51,11 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
                        [Weight("q_a_layernorm.weight", (D(d_cq),))])
         idx = indexer(fb, xn, cqn) if indexer is not None else None
         (q_nope,) = fb.op("linear", "q_b_proj.nope", [cqn], [("attn.q_nope", (B, S_FULL, heads, D(d_h)))],
-                          [Weight("W_UQ", (D(d_cq), heads, D(d_h)))], tags=["up_projection"])
+                          [Weight("W_UQ", (D(d_cq), heads, D(d_h)))], tags=["up_projection", "module:linear_q_up_proj"])
         qr_heads = heads if convention == "megatron" else D(n_h)
         (q_pe_all,) = fb.op("linear", "q_b_proj.rope", [cqn], [("attn.q_pe_all", (B, S_FULL, qr_heads, D(d_hr)))],
-                            [Weight("W_QR", (D(d_cq), qr_heads, D(d_hr)))], tags=["up_projection"])
+                            [Weight("W_QR", (D(d_cq), qr_heads, D(d_hr)))],
+                            tags=["up_projection", "module:linear_q_up_proj"])
         # A replicated W_QR computes every head's rope part; each rank keeps its own heads.
         (q_pe,) = fb.op("view", "q_pe_local_heads", [q_pe_all], [("attn.q_pe", (B, S_FULL, heads, D(d_hr)))],
                         tags=prep)
@@ -65,16 +66,17 @@ def mla(fb: DataflowBuilder, x_in: str, *, resid_axis: str, q_latent: bool, conv
                          [Weight("W_Q", (H, heads, D(d_h + d_hr)))])
         q_nope, q_pe = fb.op("view", "q_split", [q_all], [("attn.q_nope", (B, S_FULL, heads, D(d_h))),
                                                           ("attn.q_pe", (B, S_FULL, heads, D(d_hr)))], tags=prep)
-    (ckv,) = fb.op("linear", "kv_a_proj", [xn], [("attn.c_kv", (B, S_SP, D(d_c)))], [Weight("W_DKV", (H, D(d_c)))])
+    (ckv,) = fb.op("linear", "kv_a_proj", [xn], [("attn.c_kv", (B, S_SP, D(d_c)))], [Weight("W_DKV", (H, D(d_c)))],
+                     tags=["module:linear_kv_down_proj"])
     (kpe,) = fb.op("linear", "kv_a_proj.rope", [xn], [("attn.k_pe", (B, S_SP, D(d_hr)))],
-                   [Weight("W_KR", (H, D(d_hr)))])
+                   [Weight("W_KR", (H, D(d_hr)))], tags=["module:linear_kv_down_proj"])
     # "kv_cache": what inference keeps per token across decoding steps (the latent and the rope key)
     (ckvn,) = fb.op("rmsnorm", "kv_a_layernorm", [ckv], [("attn.c_kv_norm", (B, S_SP, D(d_c)))],
                     [Weight("kv_a_layernorm.weight", (D(d_c),))], tags=["kv_cache"])
     (k_nope,) = fb.op("linear", "kv_b_proj.k", [ckvn], [("attn.k_nope", (B, S_FULL, heads, D(d_h)))],
-                      [Weight("W_UK", (D(d_c), heads, D(d_h)))], tags=["up_projection"])
+                      [Weight("W_UK", (D(d_c), heads, D(d_h)))], tags=["up_projection", "module:linear_kv_up_proj"])
     (v,) = fb.op("linear", "kv_b_proj.v", [ckvn], [("attn.v", (B, S_FULL, heads, D(d_v)))],
-                 [Weight("W_UV", (D(d_c), heads, D(d_v)))], tags=["up_projection"])
+                 [Weight("W_UV", (D(d_c), heads, D(d_v)))], tags=["up_projection", "module:linear_kv_up_proj"])
     (q_pe_r,) = fb.op("rope", "q_rope", [q_pe], [("attn.q_pe_rot", (B, S_FULL, heads, D(d_hr)))], tags=prep)
     (k_pe_r,) = fb.op("rope", "k_rope", [kpe], [("attn.k_pe_rot", (B, S_SP, D(d_hr)))], tags=prep + ["kv_cache"])
     # W_KR's output is shared by all heads: gathered over the sequence and broadcast to the local heads.

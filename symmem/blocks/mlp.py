@@ -24,10 +24,11 @@ def swiglu(
     `rows` are the token dimensions of the intermediate tensors (after any sequence all-gather), `out_rows` those
     of the output (after any reduce-scatter); `lead` are leading weight dimensions (the local experts).
     """
+    fc1 = [f"module:{name}.linear_fc1"]  # Megatron-Core fuses gate and up into one linear_fc1
     (g,) = fb.op("linear", f"{name}.gate_proj", [x], [(f"{name}.gate", rows + (width,))],
-                 [Weight(f"{name}.gate_proj", lead + (H, width), group)])
+                 [Weight(f"{name}.gate_proj", lead + (H, width), group)], tags=fc1)
     (u,) = fb.op("linear", f"{name}.up_proj", [x], [(f"{name}.up", rows + (width,))],
-                 [Weight(f"{name}.up_proj", lead + (H, width), group)])
+                 [Weight(f"{name}.up_proj", lead + (H, width), group)], tags=fc1)
     (a,) = fb.op("silu", f"{name}.act", [g], [(f"{name}.act", rows + (width,))], tags=["swiglu"])
     (p,) = fb.op("mul", f"{name}.mul", [a, u], [(f"{name}.prod", rows + (width,))], tags=["swiglu"])
     (o,) = fb.op("linear", f"{name}.down_proj", [p], [(f"{name}.out", out_rows + (H,))],

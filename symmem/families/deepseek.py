@@ -90,7 +90,7 @@ class DeepSeek(Family):
             return hf.layer(fb, x, kind, model=model, impl=impl, resid_axis=axis)
         y = blocks.mla(fb, x, resid_axis=axis, q_latent=q_latent(model), convention=convention,
                        d_v=d_v_symbol(model))
-        return blocks.moe(fb, y) if kind == "moe" else blocks.dense_mlp(fb, y, resid_axis=axis)
+        return blocks.moe(fb, y, convention) if kind == "moe" else blocks.dense_mlp(fb, y, resid_axis=axis)
 
     def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
         ids = token_ids(fb)

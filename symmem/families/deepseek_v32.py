@@ -79,7 +79,7 @@ class DeepSeekV32(DeepSeek):
             return hf.layer(fb, x, kind, model=model, impl=impl, resid_axis=axis)
         y = blocks.mla(fb, x, resid_axis=axis, q_latent=True, convention=convention, d_v=d_v_symbol(model),
                        indexer=v32_indexer, keys=v32_keys())
-        return blocks.moe(fb, y) if kind == "moe" else blocks.dense_mlp(fb, y, resid_axis=axis)
+        return blocks.moe(fb, y, convention) if kind == "moe" else blocks.dense_mlp(fb, y, resid_axis=axis)
 
     def hf_impl(self, model, attn, experts, router, unit_batch, unit_seq):
         kind = router or ("v3-norm" if model.option("norm_topk_prob") else "v3")

@@ -1,0 +1,180 @@
+"""Implementation profiles: what a framework keeps is a rule set (what each op saves and allocates), a model-state
+layout and the framework's own buffers.
+
+* `paper`: the paper's accounting (Korthikanti et al. 2022 as arXiv 2502.07846 applies it); no framework buffers.
+* `torch-eager`: PyTorch eager autograd as Hugging Face transformers runs a model on one device.
+* `megatron-te`: Megatron-Core at Megatron-LM commit 23e00ed0963c35382dfe8a5a94fb3cda4d21e133 with
+  TransformerEngine 2.11 (BF16, distributed optimizer, FP32 gradient accumulation): rule set `megatron-te`
+  (symmem/rules/megatron_te.py), Megatron's padded vocabulary, the DDP buffers' padding, TransformerEngine's dummy
+  weight-gradient buffers, cuBLAS workspaces and the 1F1B loop's gradient buffers. Every constant that cannot be
+  derived from the model is named, sourced and shown in the breakdown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sympy
+
+from symmem.errors import SymmemError
+from symmem.graph import Dataflow, Op, Tensor, local_size
+from symmem.symbols import s as s_symbol
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A framework buffer held for the whole step: its bytes on one GPU and where the rule comes from."""
+
+    name: str
+    nbytes: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    rules: str
+    description: str
+    # the vocabulary the framework allocates: V -> padded V (tensor-parallel size given)
+    padded_vocabulary: Callable[[int, int], int] | None = None
+    # static buffers of one GPU of a stage: (scenario, stage, parts, values) -> buffers
+    buffers: Callable | None = None
+    # tensors alive during every backward event of a stage: (scenario, stage) -> [(name, Tensor)]
+    backward_tensors: Callable | None = None
+
+
+# --------------------------------------------------------------------------------------------- megatron-te
+TE_CUBLAS_WORKSPACE = 32 * MiB + 1024  # TE pytorch/cpp_extensions/gemm.py:31-36 (sm >= 9.0), one per device
+TE_GROUPED_GEMM_STREAMS = 4  # TE gemm.py:50-56, tex.get_num_cublas_streams() (common/util/multi_stream.cpp:52-55)
+TORCH_CUBLAS_WORKSPACE = 32 * MiB  # ATen CublasHandlePool.cpp parseChosenWorkspaceSize (sm90/sm100); uncertain
+PARAM_ALIGN = 64  # MLM megatron/core/distributed/param_and_grad_buffer.py:569-576: each param start, in elements
+BUCKET_ALIGN = 128  # param_and_grad_buffer.py:550-567: the bucket end to a multiple of lcm(DP, 128)
+
+
+def megatron_vocabulary(v: int, tp: int) -> int:
+    """NullTokenizer adds one end-of-document token (MLM megatron/training/tokenizer/tokenizer.py:822-823), then
+    the size is rounded up to a multiple of make_vocab_size_divisible_by (128) x TP (tokenizer.py:115-128)."""
+    step = 128 * tp
+    return -(-(v + 1) // step) * step
+
+
+def _feature_size(t: Tensor, axes, values) -> int:
+    """The size of a tensor's trailing feature dims (those without b, s or a token count)."""
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.symbols import E_tok, b, s
+
+    size = sympy.Integer(1)
+    for d in reversed(t.dims):
+        if d.size.free_symbols & {b, s, E_tok}:
+            break
+        size *= local_size((d,), axes)
+    return ceil_int(evaluate(size, values))
+
+
+def _te_weight_shapes(parts, axes, values) -> set[tuple[int, int]]:
+    """(out, in) of every TransformerEngine weight of the stage, one per expert for grouped GEMMs: the members of a
+    fused Megatron module (tag `module:NAME`, e.g. linear_qkv) are stacked along the output features."""
+    shapes: set[tuple[int, int]] = set()
+    for part in parts:
+        flow: Dataflow = part.flow
+        fused: dict[str, list[Op]] = {}
+        for op in flow.ops:
+            if op.kind != "linear" or not op.weights or "routing" in op.tags:
+                continue  # the router is Megatron's own F.linear, not a TE module
+            module = next((t for t in op.tags if t.startswith("module:")), op.name)
+            fused.setdefault(module, []).append(op)
+        for ops in fused.values():
+            x = flow.tensors[ops[0].inputs[0]]
+            cols = _feature_size(x, axes, values)
+            rows = sum(_feature_size(flow.tensors[o.outputs[0]], axes, values) for o in ops)
+            shapes.add((rows, cols))
+    return shapes
+
+
+def _ddp_padding(weights: list[int], dp: int) -> int:
+    """Extra elements of one DDP buffer: each parameter padded to 64 elements, the bucket end to lcm(DP, 128)
+    (one bucket: overlap_grad_reduce is off, MLM distributed_data_parallel.py:62-68)."""
+    if not weights:
+        return 0
+    n = sum(-(-w // PARAM_ALIGN) * PARAM_ALIGN for w in weights[:-1]) + weights[-1]
+    step = math.lcm(dp, BUCKET_ALIGN)
+    return -(-n // step) * step - sum(weights)
+
+
+def _megatron_buffers(scn, stage, parts, values) -> list[Buffer]:
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.accounting.params import weight_uses
+
+    axes = scn.parallel.axis_sizes()
+    out: list[Buffer] = []
+    dense, expert = [], []
+    for use in weight_uses(parts):
+        n = ceil_int(evaluate(local_size(use.weight.dims, axes), values))
+        if use.weight.group == "routed_expert":
+            per = n // max(1, ceil_int(evaluate(local_size(use.weight.dims[:1], axes), values)))
+            expert += [per] * (use.count * (n // per))
+        else:
+            dense += [n] * use.count
+    p = scn.precision
+    for label, ws, group in (("dense", dense, scn.parallel.dense_shard), ("expert", expert, scn.parallel.expert_dp)):
+        pad = _ddp_padding(ws, group)
+        if pad:
+            nbytes = pad * (p.weight_bytes + p.grad_bytes) + -(-pad // group) * (p.master_bytes + p.optimizer_bytes)
+            out.append(Buffer(f"DDP {label} buffer padding ({pad:,} elements)", nbytes,
+                              "MLM megatron/core/distributed/param_and_grad_buffer.py:550-576"))
+    shapes = _te_weight_shapes(parts, axes, values)
+    if shapes:
+        out.append(Buffer(f"TE dummy weight-gradient buffers ({len(shapes)} shapes, BF16)",
+                          sum(2 * r * c for r, c in shapes),
+                          "TE pytorch/module/base.py:64-92 (one per distinct weight shape); MLM "
+                          "megatron/core/tensor_parallel/layers.py:573-602 (the output layer)"))
+    out.append(Buffer("TE cuBLAS workspace", TE_CUBLAS_WORKSPACE, "TE pytorch/cpp_extensions/gemm.py:31-36"))
+    if any(op.kind == "dispatch" for part in parts for op in part.flow.ops):
+        out.append(Buffer(f"TE grouped-GEMM cuBLAS workspaces ({TE_GROUPED_GEMM_STREAMS} streams)",
+                          TE_GROUPED_GEMM_STREAMS * TE_CUBLAS_WORKSPACE,
+                          "TE pytorch/cpp_extensions/gemm.py:50-56; common/util/multi_stream.cpp:52-55"))
+    if stage.head or any("routing" in op.tags for part in parts for op in part.flow.ops):
+        out.append(Buffer("PyTorch cuBLAS workspace (output layer / router matmuls; size uncertain for this build)",
+                          TORCH_CUBLAS_WORKSPACE, "ATen cuda/CublasHandlePool.cpp parseChosenWorkspaceSize"))
+    ropes = [(op, part.flow) for part in parts for op in part.flow.ops if op.kind == "rope"]
+    if ropes:  # the rotary frequency table: FP32 [s, 1, 1, d_rope], lru-cached, one per process
+        op, flow = ropes[0]
+        d_rope = _feature_size(Tensor("rope", flow.tensors[op.outputs[0]].dims[-1:]), axes, values)
+        out.append(Buffer("RoPE frequency table (FP32, cached)", 4 * values[s_symbol] * d_rope,
+                          "MLM megatron/core/models/common/embeddings/rotary_pos_embedding.py:150-151"))
+    return out
+
+
+def _pipeline_gradients(scn, stage) -> list[tuple[str, Tensor]]:
+    """The 1F1B loop (MLM megatron/core/pipeline_parallel/schedules.py): a non-last stage keeps the received output
+    gradient for its whole backward; a non-first stage keeps the previous micro-batch's input gradient until the
+    next backward_step returns (schedules.py:2236-2255)."""
+    from symmem.blocks._dims import B, H, seq
+
+    out = []
+    if not stage.head:
+        out.append(("received output gradient (1F1B)", Tensor("pp.output_grad", (B, seq("sp"), H))))
+    if not stage.embedding:
+        out.append(("previous input gradient (1F1B)", Tensor("pp.input_grad", (B, seq("sp"), H))))
+    return out
+
+
+PROFILES = {
+    "paper": Profile("paper", "paper", "the paper's accounting (Korthikanti et al. 2022, arXiv 2502.07846)"),
+    "torch-eager": Profile("torch-eager", "torch-eager", "PyTorch eager autograd (transformers on one device)"),
+    "megatron-te": Profile(
+        "megatron-te", "megatron-te",
+        "Megatron-Core 23e00ed0 + TransformerEngine 2.11, BF16, distributed optimizer",
+        padded_vocabulary=megatron_vocabulary, buffers=_megatron_buffers, backward_tensors=_pipeline_gradients),
+}
+
+
+def profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise SymmemError(f"profile = {name!r}: unknown; known: {', '.join(PROFILES)}") from None
