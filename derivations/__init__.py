@@ -22,4 +22,5 @@ MODULES = (
     "rules_comparison",
     "korthikanti_table2",
     "deepseek_generations",
+    "measured_runs",
 )

@@ -45,6 +45,10 @@ class Profile:
     buffers: Callable | None = None
     # tensors alive during every backward event of a stage: (scenario, stage) -> [(name, Tensor)]
     backward_tensors: Callable | None = None
+    # the model-state layout it implies when chosen on the command line (None: the scenario's)
+    precision: str | None = None  # a recipe of symmem.accounting.states
+    zero: int | None = None  # Megatron's distributed optimizer shards master weights and moments: ZeRO-1
+    convention: str | None = None  # the TP convention, where the model's family has it
 
 
 # --------------------------------------------------------------------------------------------- megatron-te
@@ -169,7 +173,8 @@ PROFILES = {
     "megatron-te": Profile(
         "megatron-te", "megatron-te",
         "Megatron-Core 23e00ed0 + TransformerEngine 2.11, BF16, distributed optimizer",
-        padded_vocabulary=megatron_vocabulary, buffers=_megatron_buffers, backward_tensors=_pipeline_gradients),
+        padded_vocabulary=megatron_vocabulary, buffers=_megatron_buffers, backward_tensors=_pipeline_gradients,
+        precision="megatron", zero=1, convention="megatron"),
 }
 
 

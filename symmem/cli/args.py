@@ -56,6 +56,8 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
         g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
         g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
         g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
+        g.add_argument("--profile", help="implementation profile: paper, torch-eager, megatron-te (its rules, "
+                                         "state layout and framework buffers; --precision/--zero override)")
         g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
         g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
         g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS),
@@ -134,6 +136,18 @@ def scenario_from_args(args: argparse.Namespace):
                 ch[k] = getattr(args, k)
         if args.rules:
             ch["rules_name"] = args.rules
+        if args.profile:
+            from symmem.profiles import profile
+
+            prof = profile(args.profile)
+            ch["profile_name"] = prof.name
+            if prof.precision and not args.precision:
+                ch["precision"] = recipe(prof.precision)
+            if prof.zero is not None and args.zero is None:
+                ch["zero"] = zero_stage(prof.zero)
+            model = ch.get("model", scn.model)
+            if prof.convention in model.family.conventions and not args.convention:
+                ch["convention"] = prof.convention
         if args.recompute:
             ch["recompute_name"] = args.recompute
         if args.chunks is not None and (args.schedule or scn.schedule.name) != "interleaved":

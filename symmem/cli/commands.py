@@ -204,20 +204,33 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _in_flight(k) -> int | float:
+    return int(k) if k.denominator == 1 else float(k)
+
+
 def memory_rows(scn):
-    from symmem.accounting.analysis import memory, peak, verdict
+    from symmem.accounting.analysis import memory, verdict
 
     mems = memory(scn)
-    top = peak(mems)
+    top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))
     rows = []
     for m in mems:
+        ev = m.peak.event
+        low, high = m.reserved
         rows.append({"stage": m.stage.index, "params_per_gpu": m.params.total, "weights": m.states.weights,
                      "gradients": m.states.gradients, "optimizer": m.states.optimizer,
-                     "activations_per_microbatch": m.activation_per_microbatch, "in_flight": str(m.in_flight),
-                     "activations": m.activations, "allocated": m.allocated,
-                     "fragmentation": list(m.fragmentation), "comm_buffers": list(m.comm_buffers),
-                     "total_low": m.low, "total_high": m.high,
-                     "verdict": verdict(m.low, m.high, scn.gpu_memory), "peak": m is top})
+                     "framework_buffers": {k: v for k, v in m.peak.static.items()
+                                           if k not in ("weights", "gradients", "optimizer states")},
+                     "activations_per_microbatch": m.activation_per_microbatch,
+                     "in_flight": _in_flight(m.in_flight), "in_flight_exact": str(m.in_flight),
+                     "activations": m.activations,
+                     "allocated": m.allocated,  # model states + saved activations in flight: the sum, not the peak
+                     "peak_allocated": m.peak_allocated,
+                     "peak_event": {"phase": ev.phase, "part": ev.part, "op": ev.op,
+                                    "microbatch": "the last in flight" if ev.phase != "optimizer step" else None},
+                     "peak_breakdown": {**m.peak.static, **m.peak.dynamic},
+                     "reserved_low": low, "reserved_high": high,
+                     "verdict": verdict(low, high, scn.gpu_memory), "peak": m is top})
     return rows, top
 
 
@@ -225,27 +238,30 @@ def _memory_run(args) -> int:
     scn = scenario_from_args(args)
     rows, top = memory_rows(scn)
     settings = {**_settings(scn), "zero": scn.zero.label, "precision": scn.precision.name,
-                "gpu_memory": scn.gpu_memory, "fragmentation": list(scn.fragmentation),
+                "profile": scn.profile.name, "gpu_memory": scn.gpu_memory, "fragmentation": list(scn.fragmentation),
                 "comm_buffers": list(scn.comm_buffers)}
     if args.json:
         _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows})
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}")
-    print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; rules {scn.rules.name}, "
-          f"recompute {scn.policy.label}, routing {scn.routing.label}; schedule {scn.schedule.label}, M = {scn.m}, "
-          f"b = {scn.b}, s = {scn.s}")
+    print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
+          f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing.label}; schedule "
+          f"{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}")
     print(f"GPU capacity {scn.gpu_memory:,} bytes ({fmt_gb(scn.gpu_memory)} GB, {fmt_gib(scn.gpu_memory)} GiB); "
-          f"fragmentation {scn.fragmentation[0]:.0%}-{scn.fragmentation[1]:.0%}, communication buffers "
+          f"reserved = peak x (1 + {scn.fragmentation[0]:.0%}..{scn.fragmentation[1]:.0%}) + communication buffers "
           f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")
-    print(f"{'stage':>5} {'weights':>8} {'grads':>8} {'optim':>8} {'act/mb':>8} {'x':>5} {'acts':>8} "
-          f"{'total GiB (low-high)':>22}  verdict")
+    print(f"{'stage':>5} {'weights':>8} {'grads':>8} {'optim':>8} {'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} "
+          f"{'reserved (low-high)':>20}  verdict; peak event")
     for r in rows:
         mark = "  <- peak" if r["peak"] else ""
+        ev = r["peak_event"]
         print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} {fmt_gib(r['gradients']):>8} "
-              f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {r['in_flight']:>5} "
-              f"{fmt_gib(r['activations']):>8} {fmt_gib(r['total_low']) + '-' + fmt_gib(r['total_high']):>22}  "
-              f"{r['verdict']}{mark}")
-    print("(all sizes in GiB = 2^30 bytes)")
+              f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {r['in_flight_exact']:>5} "
+              f"{fmt_gib(r['allocated']):>8} {fmt_gib(r['peak_allocated']):>8} "
+              f"{fmt_gib(r['reserved_low']) + '-' + fmt_gib(r['reserved_high']):>20}  "
+              f"{r['verdict']}; {ev['phase']} {ev['part']} {ev['op']}{mark}")
+    print("(GiB = 2^30 bytes; sum = model states + saved activations in flight, as the paper adds them; peak = "
+          "the busiest moment of the step, with framework buffers, transients and activation gradients)")
     return 0
 
 

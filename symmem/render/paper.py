@@ -25,6 +25,8 @@ FIGURES = {
     "params_by_block": "DeepSeek-V3 parameters by block",
     "deepseek_generations_activations": "Beyond the paper: activations per layer per GPU against s (log-log), "
                                         "DeepSeek V3, V3.2, V4-Flash, V4-Pro (derivations/deepseek_generations.py)",
+    "measured_runs": "Six measured Megatron-LM runs: measured peak, symmem's megatron-te peak and the peer "
+                     "simulator's, per run and stage (derivations/measured_runs.py)",
 }
 
 
@@ -40,9 +42,9 @@ def collect() -> list[Table]:
 
 # Figures are drawn in two groups of about equal cost, each in its own process, beside the tables.
 FIGURE_GROUPS = (("stage_memory", "params_by_block", "deepseek_generations_activations"),
-                 ("memory_vs_microbatch", "memory_vs_seqlen"))
+                 ("memory_vs_microbatch", "memory_vs_seqlen", "measured_runs"))
 # figures a derivation draws itself (not the paper scenario's plots)
-DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations"}
+DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations", "measured_runs": "measured_runs"}
 
 
 def figure_files(names: tuple[str, ...] = tuple(FIGURES)) -> dict[str, bytes]:
