@@ -144,3 +144,24 @@ def _link_or_copy(src, dst) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+
+
+def write_file(out: str | Path, data: bytes, field: str = "--out") -> Path:
+    """One file, all or nothing: written beside the target, then renamed over it (permissions by the umask)."""
+    path = Path(out)
+    if not str(out) or path.is_dir():
+        raise _fail(field, str(out), "must name a file")
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _fail(field, str(out), f"cannot write: {_os_why(e)}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise _fail(field, str(out), f"cannot write: {_os_why(e)}") from None
+    return path

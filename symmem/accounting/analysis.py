@@ -16,7 +16,7 @@ from symmem.accounting.activations import Term, part_terms, tensor_bytes
 from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.accounting.params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
 from symmem.accounting.states import StateBytes, state_bytes
-from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage_events, stage_peak
+from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage_events, stage_peak, step_series
 from symmem.config import ModelConfig
 from symmem.model import model_parts, stage_parts
 from symmem.parallel.layout import Stage
@@ -220,6 +220,22 @@ def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back) -> list[E
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
     return stage_events(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), k, zero,
                         weight_bytes, grad_bytes, back)
+
+
+def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
+    """Every event of one training step on one GPU of `stage`, in time order (1F1B order; other schedules are
+    drawn as 1F1B with their in-flight count)."""
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    key = _activation_key(scn)
+    _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
+    axes = scn.parallel.axis_sizes()
+    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
+    warm = math.ceil(k) - 1  # forwards before the first backward, as the schedule holds them
+    order = ["F"] * warm + ["F", "B"] * (scn.m - warm) + ["B"] * warm
+    extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
+    back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
+    return step_series(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order, int(scn.zero),
+                       scn.precision.weight_bytes, scn.precision.grad_bytes, back)
 
 
 def stage_buffers(scn: Scenario, stage: Stage) -> list:

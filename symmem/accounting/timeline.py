@@ -281,3 +281,68 @@ def reserved_range(peak_allocated: int, fragmentation: tuple[float, float], comm
     the scenario's fragmentation range and the communication buffers allocated through it."""
     return (math.ceil(peak_allocated * (1 + fragmentation[0])) + comm[0],
             math.ceil(peak_allocated * (1 + fragmentation[1])) + comm[1])
+
+
+# ------------------------------------------------------------------------------------------- the whole step
+def one_f_one_b_order(stage: int, pp: int, m: int) -> list[str]:
+    """The order of forward (F) and backward (B) micro-batches on `stage` under 1F1B (Megatron's
+    forward_backward_pipelining_without_interleaving: PP - stage - 1 warm-up forwards, then one forward and one
+    backward in turn, then the cool-down backwards)."""
+    warm = min(pp - stage - 1, m)
+    order = ["F"] * warm
+    for _ in range(m - warm):
+        order += ["F", "B"]
+    return order + ["B"] * warm
+
+
+def step_series(parts, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int, e_tok: sympy.Expr,
+                order: list[str], zero: int, weight_bytes: int, grad_bytes: int,
+                backward_extra: tuple[Amount, ...] = ()) -> list[Event]:
+    """Every event of one training step on one GPU of a stage, in time order, micro-batch by micro-batch (for a
+    figure, and as a check: its largest event is the candidate peak of `stage_events` under 1F1B)."""
+    timelines = [part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts]
+    per_mb = sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, timelines, strict=True)])
+    held = 0  # micro-batches whose forward is done and backward not yet
+    series: list[Event] = []
+    for step, phase in enumerate(order):
+        base = [Amount(SAVED_OTHER, f"{held} x saved per micro-batch", held * per_mb)] if held else []
+        mb = f"micro-batch {step}"
+        if phase == "F":
+            earlier = sympy.Integer(0)
+            for p, tl in zip(parts, timelines, strict=True):
+                layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights()
+                                            if w.shared_with is None])
+                for copy in range(p.count):
+                    common = base + [Amount(SAVED_EARLIER, "earlier parts and copies", earlier + copy * tl.saved)]
+                    for ev in tl.events:
+                        if ev.phase != "forward":
+                            continue
+                        extra = [Amount(GATHERED, "gathered", (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights)
+                                 ] if p.is_layers and zero >= 3 else []
+                        series.append(Event("forward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive
+                                            + tuple(extra)))
+                earlier += p.count * tl.saved
+            held += 1
+        else:
+            held -= 1
+            base = [Amount(SAVED_OTHER, f"{held} x saved per micro-batch", held * per_mb)] if held else []
+            before = per_mb
+            for p, tl in reversed(list(zip(parts, timelines, strict=True))):
+                before -= p.count * tl.saved
+                layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights()
+                                            if w.shared_with is None])
+                for copy in range(p.count - 1, -1, -1):
+                    common = base + [Amount(SAVED_EARLIER, "earlier parts and copies", before + copy * tl.saved)]
+                    for ev in tl.events:
+                        if ev.phase != "backward":
+                            continue
+                        extra = list(backward_extra)
+                        if p.is_layers and zero >= 3:
+                            extra.append(Amount(GATHERED, "gathered",
+                                                (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights))
+                        if p.is_layers and zero >= 2:
+                            extra.append(Amount(UNREDUCED, "the layer's gradients", grad_bytes * layer_weights))
+                        series.append(Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive
+                                            + tuple(extra)))
+    series.append(Event("optimizer step", "", "step", ()))
+    return series

@@ -303,4 +303,5 @@ COMMANDS = {
     "plot": _optional("export", "PLOT"),
     "sweep": _optional("sweep"),
     "measure": _optional("measure"),
+    "timeline": _optional("timeline"),
 }
