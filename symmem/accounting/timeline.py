@@ -183,8 +183,10 @@ def part_timeline(flow: Dataflow, rules: RuleSet, policy: Policy, axes: AxisSize
         if first_recomputed <= j <= last_recomputed:  # recomputed: its own saves exist again until released
             alive += [Amount(SAVED_CURRENT, r, s_bytes[r]) for r, k in kept_all.items()
                       if k <= j and r not in kept and k >= first_recomputed]
+        # An in-place gradient (TE's cross-entropy writes it into the logits it saved) takes no memory while the
+        # saved tensor is alive, and keeps that storage alive after it, until its producer's backward.
         alive += [Amount(GRADS, "grad " + t, nbytes(flow.tensors[t])) for t in grads
-                  if g_prod[t] <= j <= last_use[t] and t not in in_place]
+                  if g_prod[t] <= j <= last_use[t] and not (t in in_place and j == last_use[t])]
         events.append(OpEvent("backward", label(j), tuple(alive + workspace(j, "backward"))))
     return PartTimeline(saved, tuple(events))
 
