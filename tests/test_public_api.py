@@ -20,3 +20,14 @@ def test_every_module_imports():
 def test_docstring_examples_run():
     result = doctest.testmod(symmem, verbose=False)
     assert result.attempted >= 1 and result.failed == 0
+
+
+def test_help_imports_no_sympy():
+    """`symmem --help` builds every command's parser without importing sympy or numpy (they take most of the time
+    of a cold start; the benchmark compares the two side by side)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom symmem.cli.main import build_parser\nbuild_parser().format_help()\n"
+            "import symmem\nassert 'sympy' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import sympy
-
 from symmem._numbers import MAX_STAGE_INDEX
 from symmem.cli.args import add_scenario_args, int_arg, scenario_from_args
 from symmem.units import fmt_gib
@@ -26,6 +24,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _claimed(text: str, scn):
+    import sympy
 
     from symmem.check import parse_formula
     from symmem.symbols import sym

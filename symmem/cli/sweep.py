@@ -14,8 +14,6 @@ import re
 import sys
 import time
 
-import numpy as np
-
 from symmem import _numbers as num
 from symmem.cli.args import _bool_flag
 from symmem.errors import SymmemError
@@ -27,7 +25,7 @@ _ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::(x?)([0-9]+))?)?$", re.ASCII)
 _MAX_DIGITS = 12  # digits of one number in a list or range (every bound below has at most 10)
 
 
-def _array(text: str, field: str, minimum: int = 1, maximum: int = num.MAX_S) -> np.ndarray:
+def _array(text: str, field: str, minimum: int = 1, maximum: int = num.MAX_S):
     """The sorted unique values of `1,2,4`, `1-64`, `1024-32768:1024`, `1-256:x2` as an int64 array.
 
     Every number is checked in the text (ASCII digits, at most 12 of them) and against [minimum, maximum]
@@ -38,7 +36,9 @@ def _array(text: str, field: str, minimum: int = 1, maximum: int = num.MAX_S) ->
     if len(items) > MAX_VALUES:
         raise SymmemError(f"{field}: {len(items):,} items, more than the limit of {MAX_VALUES:,} values")
     shown = text if len(text) <= 60 else f"{text[:40]}... ({len(text):,} characters)"
-    parts: list[np.ndarray] = []
+    import numpy as np  # here: the CLI's parser imports this module, and numpy takes a fifth of a second
+
+    parts: list = []
     count = 0
     for item in items:
         m = _ITEM.match(item)
