@@ -104,7 +104,7 @@ def generations() -> list[Table]:
                "V3 attends densely (10 b n_h s² / t); V3.2 to min(k_I, s) keys; V4 to min(s_w, s) window keys plus "
                "floor(s/m_H) (HCA) or min(k_I, floor(s/m_C)) (CSA) compressed entries: V4's activations grow "
                "linearly in s, dominated by the mHC streams (FP32 copies of n_hc h per token) and the MoE block.",
-               "No context parallelism: at s ≥ 64K one GPU cannot hold a V3 micro-batch; the rows say by how much."),
+               "No context parallelism: at s >= 64K one GPU cannot hold a V3 micro-batch; the rows say by how much."),
               align="llrrrrrl"),
     ]
 

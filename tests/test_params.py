@@ -54,9 +54,13 @@ def test_zero_table8(paper):
 def test_megatron_convention_difference(paper):
     meg = paper.replace(convention="megatron")
     a, b = stage_params(paper, paper.stages[1]), stage_params(meg, meg.stages[1])
-    # W_QR (d_cq x n_h d_hr = 12,582,912) split over TP 2: 6,291,456 fewer per layer, four layers
-    assert a.total - b.total == 4 * 6_291_456
-    assert a.moe == b.moe
+    # Per layer, by hand from V3's sizes at TP 2: W_QR (d_cq x n_h d_hr = 1536 x 128 x 64 = 12,582,912) split:
+    # 6,291,456 fewer; the shared expert (3 h h_E N_s = 3 x 7168 x 2048 = 44,040,192) split as Megatron's
+    # SharedExpertMLP: 22,020,096 fewer. Four layers.
+    assert a.total - b.total == 4 * (6_291_456 + 22_020_096)
+    # the routed experts are untouched; the router and the shared expert move to the dense parameters
+    assert a.per_gpu["routed_expert"] == b.per_gpu["routed_expert"]
+    assert b.dense - a.dense == 4 * (256 * 7168 + 22_020_096) - 4 * 6_291_456
 
 
 def test_megatron_precision_recipe(paper):
@@ -226,5 +230,6 @@ def test_tied_embeddings_with_mtp_count_one_replica_on_the_last_stage(paper):
 def test_megatron_splits_mtp_eh_proj(paper):
     p = paper.replace(mtp=True)
     m = p.replace(convention="megatron")
-    diff = stage_params(p, p.stages[15]).dense - stage_params(m, m.stages[15]).dense
-    assert diff == 7168 * 7168 + 2 * 6_291_456  # eh_proj (2h x h) halved, W_QR of layer 60 and of the MTP layer
+    diff = stage_params(p, p.stages[15]).total - stage_params(m, m.stages[15]).total
+    # eh_proj (2h x h) halved, W_QR and the shared expert (see above) of layer 60 and of the MTP layer
+    assert diff == 7168 * 7168 + 2 * (6_291_456 + 22_020_096)
