@@ -109,6 +109,15 @@ class Poly:
             out.append((int(c * d), tuple(sorted((n, e) for n, e in exps.items() if e))))
         return tuple(out), shifts, d
 
+    def fraction_array(self, arrays: Mapping[str, object]) -> tuple[object, object]:
+        """(numerator, denominator) arrays (int64; object if it must be) of the exact value over arrays."""
+        poly = Poly(self.terms)
+        terms, shifts, d = poly.integer_form()
+        num = Poly(tuple((Fraction(n), powers) for n, powers in terms)).ceil_array(arrays)
+        den = Poly(((Fraction(d), tuple((v, sh) for v, sh in shifts.items())),)).ceil_array(
+            {k: v for k, v in arrays.items() if k in shifts}) if shifts else d
+        return num, den
+
     def ceil_array(self, arrays: Mapping[str, object]) -> np.ndarray:
         """The exact ceiling over broadcastable arrays of positive integers (int64; object if it must be).
 

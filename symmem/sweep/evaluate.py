@@ -365,7 +365,8 @@ def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple
     shape = (len(tep["t"]), s.shape[1], b.shape[2])
     out = []
     for c in case.classes:
-        saved = np.broadcast_to(c.saved.ceil_array(arrays), shape)
+        num, den = c.saved.fraction_array(arrays)
+        saved = (np.broadcast_to(num, shape), den if np.ndim(den) == 0 else np.broadcast_to(den, shape))
         dyn: dict[int, np.ndarray] = {}
         for g in c.groups:
             m = None
@@ -393,7 +394,7 @@ def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray,
     n_cls = len(acts_mb)
     state_tot = states.sum(axis=3)  # (classes, arrangements, ZeRO)
     variants = [_variant(z) for z in zeros]
-    a_max = [int(a.max()) for a, _ in acts_mb]
+    a_max = [int(a[0].max()) for a, _ in acts_mb]
     d_max = [max(int(d[v].max()) for v in set(variants)) for _, d in acts_mb]
     k_max = [int(kn[c].max()) for c in range(n_cls)]
     alloc_bound = max(int(state_tot[c].max()) + a_max[c] * k_max[c] + d_max[c] for c in range(n_cls))
@@ -402,10 +403,11 @@ def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray,
     dt = np.int64 if exact else object
     best = cls = None
     for c in range(n_cls):
-        saved, dyn = acts_mb[c]
-        other = saved.astype(dt)[:, None] * (kn[c] - kd).astype(dt)[None, :, None, None]  # (P, M, s, b)
-        if kd != 1:
-            other = -((-other) // kd)
+        (num, den), dyn = acts_mb[c]
+        other = num.astype(dt)[:, None] * (kn[c] - kd).astype(dt)[None, :, None, None]  # (P, M, s, b)
+        den = den * kd if np.ndim(den) == 0 else den.astype(dt)[:, None] * kd
+        if np.ndim(den) != 0 or den != 1:
+            other = -((-other) // den)  # ceil((k − 1) · saved), exactly
         if len(set(variants)) == 1:
             d = dyn[variants[0]].astype(dt)[:, None]  # (P, 1, s, b)
         else:
