@@ -248,14 +248,20 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     return out
 
 
-def compiled_records(space: Space, chunk: int = CHUNK) -> tuple[dict[int, dict], list[Rejection]]:
-    """Every valid configuration's record by the compiled path, keyed by ordinal (for tests: small spaces)."""
+def compiled_records(space: Space, chunk: int = CHUNK, ordinals=None) -> tuple[dict[int, dict], list[Rejection]]:
+    """Every valid configuration's record by the compiled path (those of `ordinals` only, if given), keyed by
+    ordinal (for tests: small spaces)."""
     raw: list = []
     recs = {}
+    wanted = None if ordinals is None else set(ordinals)
     for blk in iter_blocks(space, chunk, raw):
-        for i in range(blk.size):
-            r = blk.record(i)
-            recs[r["ordinal"]] = r
+        ords = blk.ordinals(np.arange(blk.size))
+        for i, o in enumerate(ords.tolist()):
+            if wanted is None or o in wanted:
+                r = blk.record(i)
+                recs[r["ordinal"]] = r
+            else:
+                recs[o] = None
     return recs, [Rejection(*x) for x in raw]
 
 
