@@ -252,14 +252,15 @@ def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ..
 
     def comp(amounts, variables=VARIABLES) -> Poly:
         """Sum of amounts, each compiled once (the same storages recur in many events)."""
-        acc: dict[Powers, Fraction] = {}
+        acc: dict = {}
         for a in amounts:
             key = (a.nbytes, variables)
-            if key not in known:
-                known[key] = Poly.compile(a.nbytes, consts, variables)
-            for c, k in known[key].terms:
-                acc[k] = acc.get(k, Fraction(0)) + c
-        return Poly._make(acc)
+            if key not in known:  # integer coefficients as int: adding them is much faster than Fractions
+                known[key] = tuple((int(c) if c.denominator == 1 else c, k)
+                                   for c, k in Poly.compile(a.nbytes, consts, variables).terms)
+            for c, k in known[key]:
+                acc[k] = acc.get(k, 0) + c
+        return Poly._make({k: Fraction(c) for k, c in acc.items()})
 
     saved = None
     out: list[PeakEvent] = []
