@@ -9,7 +9,9 @@ Measured side by side in one run, each in a child process pinned to one core:
 * a sweep of more than 10 million configurations (ranges much wider than realistic) streamed in tiles:
   configurations per second, wall time, and the child's peak resident memory (getrusage maxrss).
 
-Targets (issue 6): >= 5,000,000 evaluations/s on one core, >= 100x the loop, 10M configurations in < 1 GiB.
+Targets (issue 6): >= 5,000,000 evaluations/s on one core, >= 100x the loop, 10M configurations in < 1 GiB;
+issue 10 raises the rate to >= 10,000,000/s with the sweep ranking by the timeline's peak (a maximum over the
+undominated candidate events of every stage, each compiled; the loop calls `stage_memory(...).peak_allocated`).
 """
 
 from __future__ import annotations
@@ -138,14 +140,14 @@ def run(quick: bool = False) -> dict:
           f"{real_rate:,.0f} configurations/s, ratio {real_rate / loop_rate:,.0f}x the loop; cold (deriving "
           f"{r['derive_seconds']:.2f} s) {r['cold_seconds']:.2f} s = {r['valid'] / r['cold_seconds']:,.0f}/s, "
           f"ratio {r['valid'] / r['cold_seconds'] / loop_rate:,.0f}x")
-    ok_rate = wide_rate >= 5e6
+    ok_rate = wide_rate >= 1e7
     ok_ratio = wide_rate / loop_rate >= 100
     ok_mem = w["maxrss"] < GIB
     print(f"sweep, compiled, wide space ({w['configurations']:,} configurations, {w['valid']:,} valid, streamed "
           f"in tiles, one core): {w['warm_seconds']:.2f} s = {wide_rate:,.0f} configurations/s (first run, "
           f"deriving {w['derive_seconds']:.2f} s: {w['first_seconds']:.2f} s = {wide_first:,.0f}/s); "
           f"ratio {wide_rate / loop_rate:,.0f}x the loop; peak RSS {w['maxrss'] / 2**20:.0f} MiB "
-          f"({w['maxrss_before'] / 2**20:.0f} MiB after imports); targets >= 5,000,000/s: "
+          f"({w['maxrss_before'] / 2**20:.0f} MiB after imports); targets >= 10,000,000/s: "
           f"{'met' if ok_rate else 'MISSED'}, >= 100x: {'met' if ok_ratio else 'MISSED'}, < 1 GiB: "
           f"{'met' if ok_mem else 'MISSED'}")
     return {"rates": r, "wide": w, "loop_rate": loop_rate}

@@ -303,8 +303,8 @@ class Progress:
 
 # ------------------------------------------------------------------------------------------------- output
 COLUMNS = ("rank", "tp", "pp", "ep", "etp", "dp", "edp", "layout", "recompute", "schedule", "microbatches", "zero",
-           "b", "s", "stage", "binding", "weights", "gradients", "optimizer", "activations", "allocated", "low",
-           "high", "headroom", "verdict")
+           "b", "s", "stage", "binding", "event", "weights", "gradients", "optimizer", "dynamic", "peak_allocated",
+           "low", "high", "headroom", "verdict")
 REJECT_COLUMNS = ("rule", "tp", "pp", "ep", "etp", "schedule", "microbatches", "reason", "configurations")
 
 
@@ -377,18 +377,19 @@ def _text(summary, top: int, rejected: bool) -> str:
     if summary.ranked:
         what = "fit or fit at the low end" if any(r["verdict"] != "fits" for r in summary.ranked) else "fit"
         lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by headroom "
-                     "(capacity - high estimate); sizes in GiB = 2^30 bytes; the peak stage and its largest "
-                     "component bind:")
+                     "(capacity - high estimate of what is reserved at the peak); sizes in GiB = 2^30 bytes; the "
+                     "stage with the highest peak, its largest component (dynamic: what the step adds at the "
+                     "peak event) and the event that binds:")
         head = (f"{'rank':>4} {'TP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} {'recompute':<10} "
                 f"{'schedule':<13} {'M':>4} {'ZeRO':>4} {'b':>4} {'s':>7} {'stage':>5} {'binding':<11} "
-                f"{'low-high GiB':>15} {'headroom':>8}")
+                f"{'low-high GiB':>15} {'headroom':>8}  peak event")
         lines.append(head)
         for r in _ranked(summary):
             lines.append(
                 f"{r['rank']:>4} {r['tp']:>3} {r['pp']:>3} {r['ep']:>4} {r['etp']:>3} {r['dp']:>5} {r['edp']:>5} "
                 f"{r['recompute']:<10} {r['schedule']:<13} {r['microbatches']:>4} {r['zero']:>4} {r['b']:>4} "
                 f"{r['s']:>7} {r['stage']:>5} {r['binding']:<11} "
-                f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f}")
+                f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f}  {r['event']}")
     else:
         lines.append("no configuration fits")
     if rejected:

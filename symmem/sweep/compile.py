@@ -109,6 +109,15 @@ class Poly:
             out.append((int(c * d), tuple(sorted((n, e) for n, e in exps.items() if e))))
         return tuple(out), shifts, d
 
+    def fraction_array(self, arrays: Mapping[str, object]) -> tuple[object, object]:
+        """(numerator, denominator) arrays (int64; object if it must be) of the exact value over arrays."""
+        poly = Poly(self.terms)
+        terms, shifts, d = poly.integer_form()
+        num = Poly(tuple((Fraction(n), powers) for n, powers in terms)).ceil_array(arrays)
+        den = Poly(((Fraction(d), tuple((v, sh) for v, sh in shifts.items())),)).ceil_array(
+            {k: v for k, v in arrays.items() if k in shifts}) if shifts else d
+        return num, den
+
     def ceil_array(self, arrays: Mapping[str, object]) -> np.ndarray:
         """The exact ceiling over broadcastable arrays of positive integers (int64; object if it must be).
 
@@ -151,13 +160,37 @@ class Poly:
 
 
 @dataclass(frozen=True)
+class PeakEvent:
+    """One candidate peak event of a stage (`timeline.stage_events`) split by what the sweep varies: bytes alive
+    = (k − 1) · saved + `own` + `zero2` under ZeRO-2 (the layer's unreduced gradients) or `zero3` under ZeRO-3
+    (its gathered parameters, and those gradients in backward)."""
+
+    label: str  # "phase part op"
+    own: Poly  # in b, s, t, ep, etp
+    zero2: Poly  # in t, ep, etp
+    zero3: Poly
+
+
+@dataclass(frozen=True)
+class PeakGroup:
+    """Candidates sharing their ZeRO extras: only those no other candidate dominates (see `prune`)."""
+
+    candidates: tuple[Poly, ...]
+    zero2: Poly
+    zero3: Poly
+
+
+@dataclass(frozen=True)
 class StageClass:
     """Stages with identical expressions: `index` is the lowest stage index (the one named when it peaks)."""
 
     index: int
     members: tuple[int, ...]
-    activation: Poly  # bytes per micro-batch on one GPU, in b, s, t, ep, etp
+    activation: Poly  # bytes per micro-batch on one GPU, in b, s, t, ep, etp (the sum's saved tensors)
     params: tuple[Poly, ...]  # parameters per GPU by `GROUPS`, in t, ep, etp
+    saved: Poly  # the timeline's saved bytes per micro-batch (what each other micro-batch in flight holds)
+    events: tuple[PeakEvent, ...]  # every candidate, in the timeline's order (which binds: the first maximum)
+    groups: tuple[PeakGroup, ...]  # the undominated candidates, evaluated vectorised
 
 
 @dataclass(frozen=True)
@@ -169,13 +202,94 @@ class CompiledCase:
     created: float  # time.perf_counter() when compiled
 
 
+def _dominates(p: dict, q: Poly) -> bool:
+    """p ≥ q for every positive value of the variables: p − q has only non-negative coefficients."""
+    return all(p.get(k, 0) >= c for c, k in q.terms) and all(c >= 0 for c in p.values())
+
+
+def dominates(p: Poly, q: Poly) -> bool:
+    """p ≥ q for every positive value of the variables: p − q has only non-negative coefficients."""
+    return _dominated(q, {k: c for c, k in p.terms})
+
+
+def prune(polys: list[Poly]) -> tuple[Poly, ...]:
+    """The polynomials that no other one dominates (of equal ones, one): their maximum is everyone's.
+
+    Dominance is a partial order and implies a value at least as large at every positive point (all variables 1
+    here), so in order of decreasing value a dominated polynomial comes after one that dominates it and is
+    dominated by a kept one (transitivity): only the kept ones need be checked."""
+    unique = sorted(set(polys), key=lambda p: sum((c for c, _ in p.terms), Fraction(0)), reverse=True)
+    kept: list[tuple[Poly, dict]] = []
+    for p in unique:
+        if not any(_dominated(p, qd) for _, qd in kept):
+            kept.append((p, {k: c for c, k in p.terms}))
+    return tuple(p for p, _ in kept)
+
+
+def _dominated(p: Poly, qd: dict) -> bool:
+    """q − p has only non-negative coefficients (q given as a dict)."""
+    pk = set()
+    for c, k in p.terms:
+        pk.add(k)
+        if qd.get(k, 0) < c:
+            return False
+    return all(c >= 0 for k, c in qd.items() if k not in pk)
+
+
+def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ...], tuple[PeakGroup, ...]]:
+    """The stage's candidate peak events (`timeline.stage_events`) with t, ep, etp symbolic, compiled."""
+    from symmem.accounting import timeline as T
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert
+    from symmem.model import stage_parts
+
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    axes = scn.parallel.axis_sizes(True)
+    e_tok = _tokens_per_expert(_activation_key(scn), axes)
+    # in flight 2: the one other micro-batch's amount is the saved bytes per micro-batch; ZeRO-3: every extra
+    events = T.stage_events(parts, scn.rules, scn.policy, axes, scn.act_bytes, e_tok, Fraction(2), 3,
+                            scn.precision.weight_bytes, scn.precision.grad_bytes)
+    known: dict = {}
+
+    def comp(amounts, variables=VARIABLES) -> Poly:
+        """Sum of amounts, each compiled once (the same storages recur in many events)."""
+        acc: dict = {}
+        for a in amounts:
+            key = (a.nbytes, variables)
+            if key not in known:  # integer coefficients as int: adding them is much faster than Fractions
+                known[key] = tuple((int(c) if c.denominator == 1 else c, k)
+                                   for c, k in Poly.compile(a.nbytes, consts, variables).terms)
+            for c, k in known[key]:
+                acc[k] = acc.get(k, 0) + c
+        return Poly._make({k: Fraction(c) for k, c in acc.items()})
+
+    saved = None
+    out: list[PeakEvent] = []
+    for ev in events:
+        if ev.phase == "optimizer step":
+            continue  # no dynamic bytes: every other event holds at least as much
+        other = [a for a in ev.amounts if a.component == T.SAVED_OTHER]
+        zero3 = [a for a in ev.amounts if a.component in (T.GATHERED, T.UNREDUCED)]
+        zero2 = [a for a in zero3 if a.component == T.UNREDUCED]
+        own = [a for a in ev.amounts if a.component not in (T.SAVED_OTHER, T.GATHERED, T.UNREDUCED)]
+        if saved is None:
+            saved = comp(other)
+        out.append(PeakEvent(" ".join(x for x in (ev.phase, ev.part, ev.op) if x), comp(own),
+                             comp(zero2, ("t", "ep", "etp")), comp(zero3, ("t", "ep", "etp"))))
+    by_extra: dict[tuple[Poly, Poly], list[Poly]] = {}
+    for e in out:
+        by_extra.setdefault((e.zero2, e.zero3), []).append(e.own)
+    groups = tuple(PeakGroup(prune(c), z2, z3) for (z2, z3), c in by_extra.items())
+    return saved if saved is not None else Poly(()), tuple(out), groups
+
+
 def structural_key(scn: Scenario) -> tuple:
     """What the derived expressions depend on (not t, EP, ETP, DP, ZeRO, precision, schedule or M; b and s only
     through the Hugging Face dataflow's implementation, `Scenario.flow_impl`)."""
     par = scn.parallel
     hist_ep = par.ep if scn.routing.kind == "histogram" else None
     return (scn.model, scn.layout, par.pp, scn.convention, scn.rules_name, scn.recompute_name, scn.routing,
-            par.sequence_parallel, par.moe_sp, scn.mtp, scn.act_bytes, hist_ep, getattr(scn, "flow_impl", None))
+            par.sequence_parallel, par.moe_sp, scn.mtp, scn.act_bytes, hist_ep, getattr(scn, "flow_impl", None),
+            scn.precision.weight_bytes, scn.precision.grad_bytes)  # the timeline's ZeRO-2/3 extras
 
 
 _CASES: dict[tuple, CompiledCase] = {}
@@ -196,8 +310,9 @@ def compile_case(scn: Scenario) -> CompiledCase:
         act = Poly.compile(stage_activation_expr(scn, st, symbolic_parallel=True), consts)
         per_gpu = stage_params(scn, st, symbolic_parallel=True).per_gpu_expr
         params = tuple(Poly.compile(per_gpu[g], consts, ("t", "ep", "etp")) for g in GROUPS)
-        groups.setdefault((act, params), []).append(st.index)
-    classes = tuple(StageClass(min(idx), tuple(idx), act, params) for (act, params), idx in groups.items())
+        peak = peak_events(scn, st, consts)
+        groups.setdefault((act, params, peak), []).append(st.index)
+    classes = tuple(StageClass(min(idx), tuple(idx), act, params, *peak) for (act, params, peak), idx in groups.items())
     case = CompiledCase(key, scn.parallel.pp, tuple(sorted(classes, key=lambda c: c.index)),
                         time.perf_counter() - t0, t0)
     if len(_CASES) > 4096:

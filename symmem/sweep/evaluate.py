@@ -20,6 +20,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
@@ -30,7 +31,7 @@ from symmem.errors import SymmemError
 from symmem.parallel.schedule import Schedule
 from symmem.sweep.compile import INT64_SAFE, compile_case
 
-COMPONENTS = ("weights", "gradients", "optimizer", "activations")
+COMPONENTS = ("weights", "gradients", "optimizer", "dynamic")  # dynamic: what the step adds at the peak event
 CHUNK = 1 << 18  # configurations per evaluated tile
 
 
@@ -55,6 +56,9 @@ class Block:
     cls: np.ndarray  # which stage class peaks
     stage_index: tuple[int, ...]  # the stage each class is named by
     states: np.ndarray  # (classes, arrangements, ZeRO, 3): weights, gradients, optimizer bytes
+    classes: tuple = ()  # the structural case's stage classes (which event binds, in `record`)
+    kn: np.ndarray | None = None  # in flight per class and M: kn / kd
+    kd: int = 1
 
     @property
     def size(self) -> int:
@@ -75,8 +79,12 @@ class Block:
         w, g, o = (int(x) for x in self.states[c, pi, zi])
         alloc = int(self.alloc.flat[flat])
         comps = (w, g, o, alloc - w - g - o)
-        low, high = int(self.low.flat[flat]), int(self.high.flat[flat])
         sp = self.space
+        at = {"t": int(self.par["tp"][pi]), "ep": int(self.par["ep"][pi]), "etp": int(self.par["etp"][pi]),
+              "s": sp.s[self.s_idx[si]], "b": sp.b[self.b_idx[bi]]}
+        event = binding_event(self.classes[c], at, zero_stage(sp.zero[self.z_idx[zi]]),
+                              Fraction(int(self.kn[c, mi]), self.kd))
+        low, high = int(self.low.flat[flat]), int(self.high.flat[flat])
         cap = sp.capacity
         par = {k: int(self.par[k][pi]) for k in ("tp", "ep", "etp", "dp", "edp")}
         return {
@@ -86,9 +94,43 @@ class Block:
             "zero": sp.zero[self.z_idx[zi]], "microbatches": int(self.m_values[mi]),
             "s": sp.s[self.s_idx[si]], "b": sp.b[self.b_idx[bi]],
             "stage": self.stage_index[c], **dict(zip(COMPONENTS, comps, strict=True)),
-            "binding": COMPONENTS[comps.index(max(comps))], "allocated": alloc, "low": low, "high": high,
+            "binding": COMPONENTS[comps.index(max(comps))], "event": event, "peak_allocated": alloc,
+            "low": low, "high": high,
             "headroom": cap - high, "verdict": verdict(low, high, cap),
         }
+
+
+def _value(poly, at: dict) -> Fraction:
+    total = Fraction(0)
+    for c, powers in poly.terms:
+        for name, e in powers:
+            c = c * Fraction(at[name]) ** e
+        total += c
+    return total
+
+
+_BINDING: dict = {}
+
+
+def binding_event(cls, at: dict, zero: int, k: Fraction) -> str:
+    """Which candidate event of the stage class binds at one configuration, exactly as `timeline.stage_peak`
+    picks it: the first of the largest ceil((k − 1) · saved + own + ZeRO extras)."""
+    key = (id(cls), tuple(sorted(at.items())), min(zero, 3) if zero >= 2 else 0, k)
+    hit = _BINDING.get(key)
+    if hit is not None and hit[0] is cls:
+        return hit[1]
+    base = (k - 1) * _value(cls.saved, at)
+    best, label = None, "optimizer step"
+    for ev in cls.events:
+        extra = ev.zero3 if zero >= 3 else ev.zero2 if zero >= 2 else None
+        v = base + _value(ev.own, at) + (_value(extra, at) if extra is not None else 0)
+        v = -((-v.numerator) // v.denominator)
+        if best is None or v > best:
+            best, label = v, ev.label
+    if len(_BINDING) > 100_000:
+        _BINDING.clear()
+    _BINDING[key] = (cls, label)
+    return label
 
 
 def tiles(sizes: tuple[int, ...], limit: int) -> Iterator[tuple[slice, ...]]:
@@ -153,13 +195,6 @@ def state_arrays(dense: np.ndarray, moe: np.ndarray, dp: np.ndarray, edp: np.nda
     z = zero_stage(zero)
     return (part(precision.weight_bytes, z >= 3), part(precision.grad_bytes, z >= 2),
             part(precision.master_bytes + precision.optimizer_bytes, z >= 1))
-
-
-def _frag(alloc: np.ndarray, f: float) -> np.ndarray:
-    """ceil(alloc · f) with alloc converted to a float first, as `math.ceil(alloc * f)` in the reference."""
-    if alloc.dtype == object:
-        return np.array([math.ceil(x * f) for x in alloc.flat], dtype=object).reshape(alloc.shape)
-    return np.ceil(alloc.astype(np.float64) * f).astype(np.int64)
 
 
 def _clip(x: np.ndarray) -> np.ndarray:
@@ -276,12 +311,14 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                                     acts_cache.clear()
                                 acts_cache[key] = _activations(case, space, {k: v[p_sl] for k, v in tep.items()},
                                                                s_sl, b_sl)
-                            blk = _evaluate(space, acts_cache[key], kn[:, m_sl], kd, states[:, p_sl, z_sl])
+                            blk = _evaluate(space, acts_cache[key], kn[:, m_sl], kd, states[:, p_sl, z_sl],
+                                            [zero_stage(z) for z in space.zero[z_sl]])
                             yield Block(space, pp, layout.kind, rc, sched_label(sched),
                                         {**{k: v[p_sl] for k, v in par.items()}, "base": bases[p_sl]},
                                         np.arange(len(space.zero))[z_sl], valid[m_sl],
                                         np.arange(len(space.s))[s_sl], np.arange(len(space.b))[b_sl],
-                                        np.array(m_values)[valid[m_sl]], *blk, reps, states[:, p_sl, z_sl])
+                                        np.array(m_values)[valid[m_sl]], *blk, reps, states[:, p_sl, z_sl],
+                                        case.classes, kn[:, m_sl], kd)
                             if progress:
                                 progress(int(blk[0].size))
 
@@ -317,39 +354,79 @@ def _states(space, counts, par, copies: int) -> np.ndarray:
     return out
 
 
-def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[np.ndarray]:
-    """Bytes per micro-batch of each stage class, shaped (arrangement, s, b)."""
+def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple[np.ndarray, dict]]:
+    """Per stage class, shaped (arrangement, s, b): the saved bytes per micro-batch, and the largest candidate
+    event's bytes without the other micro-batches in flight, by ZeRO variant (0: below 2, 2, 3): the elementwise
+    maximum of the undominated candidates' exact ceilings, plus each group's ZeRO extras."""
     s = np.array(space.s[s_sl], dtype=np.int64)[None, :, None]
     b = np.array(space.b[b_sl], dtype=np.int64)[None, None, :]
     arrays = {"b": b, "s": s, **{k: v[:, None, None] for k, v in tep.items()}}
+    tep3 = {k: v[:, None, None] for k, v in tep.items()}
     shape = (len(tep["t"]), s.shape[1], b.shape[2])
-    return [np.broadcast_to(c.activation.ceil_array(arrays), shape) for c in case.classes]
+    out = []
+    for c in case.classes:
+        num, den = c.saved.fraction_array(arrays)
+        saved = (np.broadcast_to(num, shape), den if np.ndim(den) == 0 else np.broadcast_to(den, shape))
+        dyn: dict[int, np.ndarray] = {}
+        for g in c.groups:
+            m = None
+            for p in g.candidates:
+                v = p.ceil_array(arrays)
+                m = v if m is None else np.maximum(m, v)
+            m = np.broadcast_to(m, shape)
+            for zv, extra in ((0, None), (2, g.zero2), (3, g.zero3)):
+                v = m if extra is None or not extra.terms else m + extra.ceil_array(tep3)
+                dyn[zv] = v if zv not in dyn else np.maximum(dyn[zv], v)
+        out.append((saved, dyn))
+    return out
 
 
-def _evaluate(space, acts_mb: list[np.ndarray], kn: np.ndarray, kd: int, states: np.ndarray):
-    """(low, high, alloc, peak class) over (arrangement, ZeRO, M, s, b)."""
+def _variant(z: int) -> int:
+    return 3 if z >= 3 else 2 if z == 2 else 0
+
+
+def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray, zeros: list[int]):
+    """(low, high, peak allocated, peak class) over (arrangement, ZeRO, M, s, b): per class, the model states +
+    ceil((k − 1) · saved per micro-batch) + the largest event's own bytes under the configuration's ZeRO; then
+    the reserved range at the peak as `analysis.StageMemory.reserved` applies it."""
     base = space.base
     frag, bufs = base.fragmentation, base.comm_buffers
     n_cls = len(acts_mb)
     state_tot = states.sum(axis=3)  # (classes, arrangements, ZeRO)
-    a_max = [int(a.max()) for a in acts_mb]
+    variants = [_variant(z) for z in zeros]
+    a_max = [int(a[0].max()) for a, _ in acts_mb]
+    d_max = [max(int(d[v].max()) for v in set(variants)) for _, d in acts_mb]
     k_max = [int(kn[c].max()) for c in range(n_cls)]
-    alloc_bound = max(int(state_tot[c].max()) + a_max[c] * k_max[c] for c in range(n_cls))
+    alloc_bound = max(int(state_tot[c].max()) + a_max[c] * k_max[c] + d_max[c] for c in range(n_cls))
     exact = (max(a_max[c] * k_max[c] for c in range(n_cls)) < INT64_SAFE
              and alloc_bound * (1 + max(frag[1], 1.0)) + bufs[1] < INT64_SAFE)
     dt = np.int64 if exact else object
     best = cls = None
     for c in range(n_cls):
-        acts = acts_mb[c].astype(dt)[:, None] * kn[c].astype(dt)[None, :, None, None]  # (P, M, s, b)
-        if kd != 1:
-            acts = -((-acts) // kd)
-        alloc = state_tot[c].astype(dt)[:, :, None, None, None] + acts[:, None]  # (P, Z, M, s, b)
+        (num, den), dyn = acts_mb[c]
+        other = num.astype(dt)[:, None] * (kn[c] - kd).astype(dt)[None, :, None, None]  # (P, M, s, b)
+        den = den * kd if np.ndim(den) == 0 else den.astype(dt)[:, None] * kd
+        if np.ndim(den) != 0 or den != 1:
+            other = -((-other) // den)  # ceil((k − 1) · saved), exactly
+        if len(set(variants)) == 1:
+            d = dyn[variants[0]].astype(dt)[:, None]  # (P, 1, s, b)
+        else:
+            d = np.stack([dyn[v].astype(dt) for v in variants], axis=1)  # (P, Z, s, b)
+        alloc = (state_tot[c].astype(dt)[:, :, None, None, None] + other[:, None]) + d[:, :, None]
         if best is None:
             best, cls = alloc, np.zeros(alloc.shape, dtype=np.int8)
         else:
             up = alloc > best
             best = np.where(up, alloc, best)
             cls[up] = c
-    low = best + _frag(best, frag[0]) + bufs[0]
-    high = best + _frag(best, frag[1]) + bufs[1]
+    low = _reserved(best, frag[0]) + bufs[0]
+    high = _reserved(best, frag[1]) + bufs[1]
     return _clip(low), _clip(high), _clip(best), cls
+
+
+def _reserved(alloc: np.ndarray, f: float) -> np.ndarray:
+    """ceil(alloc · (1 + f)) with alloc converted to a float first, as `StageMemory.reserved`."""
+    g = 1 + f
+    if alloc.dtype == object:
+        return np.array([math.ceil(x * g) for x in alloc.flat], dtype=object).reshape(alloc.shape)
+    return np.ceil(alloc.astype(np.float64) * g).astype(np.int64)

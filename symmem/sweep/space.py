@@ -248,14 +248,20 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     return out
 
 
-def compiled_records(space: Space, chunk: int = CHUNK) -> tuple[dict[int, dict], list[Rejection]]:
-    """Every valid configuration's record by the compiled path, keyed by ordinal (for tests: small spaces)."""
+def compiled_records(space: Space, chunk: int = CHUNK, ordinals=None) -> tuple[dict[int, dict], list[Rejection]]:
+    """Every valid configuration's record by the compiled path (those of `ordinals` only, if given), keyed by
+    ordinal (for tests: small spaces)."""
     raw: list = []
     recs = {}
+    wanted = None if ordinals is None else set(ordinals)
     for blk in iter_blocks(space, chunk, raw):
-        for i in range(blk.size):
-            r = blk.record(i)
-            recs[r["ordinal"]] = r
+        ords = blk.ordinals(np.arange(blk.size))
+        for i, o in enumerate(ords.tolist()):
+            if wanted is None or o in wanted:
+                r = blk.record(i)
+                recs[r["ordinal"]] = r
+            else:
+                recs[o] = None
     return recs, [Rejection(*x) for x in raw]
 
 
@@ -263,7 +269,7 @@ def compiled_records(space: Space, chunk: int = CHUNK) -> tuple[dict[int, dict],
 def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dict[int, str]]:
     """The per-configuration loop: a `Scenario` per configuration through `analysis.memory`, `peak`, `verdict`.
     Returns records of valid configurations and the reason of every rejected one, keyed by ordinal."""
-    from symmem.accounting.analysis import memory, peak, verdict
+    from symmem.accounting.analysis import memory, verdict
 
     base, cap = space.base, space.capacity
     records: dict[int, dict] = {}
@@ -282,14 +288,18 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
             rejected[ordinal] = str(e)
             continue
         mems = memory(scn)
-        top = peak(mems)
-        comps = (top.states.weights, top.states.gradients, top.states.optimizer, top.activations)
+        top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))  # the stage with the highest peak
+        pk = top.peak
+        low, high = top.reserved
+        comps = (top.states.weights, top.states.gradients, top.states.optimizer,
+                 top.peak_allocated - top.states.total)
+        event = " ".join(x for x in (pk.event.phase, pk.event.part, pk.event.op) if x)
         records[ordinal] = {
             "ordinal": ordinal, "tp": tp, "pp": pp, "ep": ep, "etp": etp, "dp": dp, "edp": par.expert_dp,
             "layout": layout.kind, "recompute": rc, "schedule": schedule_name(sched), "zero": z,
             "microbatches": scn.m, "s": s, "b": b, "stage": top.stage.index,
             **dict(zip(COMPONENTS, comps, strict=True)),
-            "binding": COMPONENTS[comps.index(max(comps))], "allocated": top.allocated, "low": top.low,
-            "high": top.high, "headroom": cap - top.high, "verdict": verdict(top.low, top.high, cap)}
+            "binding": COMPONENTS[comps.index(max(comps))], "event": event, "peak_allocated": top.peak_allocated,
+            "low": low, "high": high, "headroom": cap - high, "verdict": verdict(low, high, cap)}
     return records, rejected
 
