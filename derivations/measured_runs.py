@@ -67,7 +67,8 @@ def tables() -> list[Table]:
          "peer (SimuMax)", "peer error %", "measured reserved", "symmem reserved range", "inside"),
         body,
         ("Measured: SimuMax's published runs (github.com/MooreThreads/SimuMax, "
-         "docs/b200/b200_release_v1.2_summary.md): 8x NVIDIA B200, Megatron-LM 23e00ed0, TransformerEngine 2.11, BF16, micro-batch 1, s = 4096, 1F1B, "
+         "docs/b200/b200_release_v1.2_summary.md): 8x NVIDIA B200, Megatron-LM 23e00ed0, TransformerEngine 2.11, "
+         "BF16, micro-batch 1, s = 4096, 1F1B, "
          "distributed optimizer; max over the ranks of a stage of torch.cuda.max_memory_allocated().",
          "symmem: the megatron-te profile (symmem/profiles.py, symmem/rules/megatron_te.py) on the scenario named "
          "like the run (symmem memory --scenario RUN --json); the peak is the largest event of the step's "
