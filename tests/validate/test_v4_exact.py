@@ -1,0 +1,27 @@
+"""DeepSeek-V4 decoder layers (transformers 5.24) measured against the torch-eager derivation, to the byte:
+mHC around every block, sliding attention with hash-routed MoE (layer 0) and with sqrt-softplus routed MoE
+(layer 1 of a config whose layers are all sliding), FP32 and BF16, b = 1 (the expanded KV head flattens to a view)
+and b = 2 (to copies), grouped_mm experts (transformers' default)."""
+
+from __future__ import annotations
+
+import pytest
+
+from symmem.validate.harness import tiny_config
+from symmem.validate.predict import predict
+
+pytestmark = pytest.mark.torch
+
+SLIDING = {"layer_types": ["sliding_attention"] * 3}
+POINTS = [(layer, dtype, b, s) for layer in (0, 1) for dtype in ("fp32", "bf16") for b, s in ((2, 5), (1, 20))]
+
+
+@pytest.mark.parametrize("layer, dtype, b, s", POINTS)
+def test_v4_sliding_layer_exact(measure, layer, dtype, b, s):
+    cfg = tiny_config("deepseek-v4", **SLIDING)
+    m = measure(cfg, layer, b, s, dtype, "eager", "grouped_mm")
+    p = predict(cfg, layer, b, s, dtype, "eager", "grouped_mm")
+    assert p.layer_kind == ("sliding_hash" if layer == 0 else "sliding_moe")
+    assert m.saved_bytes - m.shared_saved_bytes == p.layer_bytes
+    assert m.shared_saved_bytes == p.shared_bytes == 0
+    assert {k: m.param_counts.get(k) for k in p.params} == p.params
