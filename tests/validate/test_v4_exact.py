@@ -25,3 +25,19 @@ def test_v4_sliding_layer_exact(measure, layer, dtype, b, s):
     assert m.saved_bytes - m.shared_saved_bytes == p.layer_bytes
     assert m.shared_saved_bytes == p.shared_bytes == 0
     assert {k: m.param_counts.get(k) for k in p.params} == p.params
+
+
+# HCA (layer 2 of the tiny config, compress rate 8): W = floor(s / 8) entries; s = 5, 7 give none (the compressor
+# returns no entry and kv_proj's output is not kept), s = 8 one, s = 20, 23 two (the tail rounds down).
+HCA_POINTS = [(dtype, b, s) for dtype in ("fp32", "bf16") for b, s in ((2, 5), (1, 7), (1, 8), (1, 20), (2, 23))]
+
+
+@pytest.mark.parametrize("dtype, b, s", HCA_POINTS)
+def test_v4_hca_layer_exact(measure, dtype, b, s):
+    cfg = tiny_config("deepseek-v4")
+    m = measure(cfg, 2, b, s, dtype, "eager", "grouped_mm")
+    p = predict(cfg, 2, b, s, dtype, "eager", "grouped_mm")
+    assert p.layer_kind == "hca_moe"
+    assert m.saved_bytes - m.shared_saved_bytes == p.layer_bytes
+    assert m.shared_saved_bytes == p.shared_bytes == 0
+    assert {k: m.param_counts.get(k) for k in p.params} == p.params

@@ -96,11 +96,12 @@ def rms_unweighted(fb: DataflowBuilder, name: str, x: str, out: str, dims: tuple
     return y
 
 
-def rope(fb: DataflowBuilder, name: str, x: str, out: str, dims: tuple[Dim, ...], positions: Dim) -> str:
+def rope(fb: DataflowBuilder, name: str, x: str, out: str, dims: tuple[Dim, ...], positions: Dim,
+         batch: Dim = D(1)) -> str:
     """apply_rotary_pos_emb on the last d_hr dims (M4:353-370): fresh cos/sin [1, 1, positions, d_hr]
     (position_ids have batch 1) in the model dtype (repeat_interleave), kept by the two multiplications; the
     result is a new tensor (cat [nope | rope])."""
-    table = (D(1), D(1), positions, D(d_hr))
+    table = (batch, D(1), positions, D(d_hr))
     y, _cos, _sin = fb.op("rope_tables_mul", name, [x], [(out, dims), (f"{out}.cos", table), (f"{out}.sin", table)],
                           tags=PREP)
     return y
@@ -166,11 +167,17 @@ def attention(fb: DataflowBuilder, x: str, kind: str, impl: V4Impl) -> str:
     kvn = rms_fp32w(fb, "self_attn.kv_norm", kv, "attn.kv_norm", rows + (D(d_k),))
     kvr = rope(fb, "attn.kv_rope", kvn, "attn.kv_rot", (B, D(1), S, D(d_k)), S)
     W = compressed_entries(kind)
-    if kind != "sliding":
-        raise SymmemError(f"layer type {kind!r}: the Hugging Face dataflow of DeepSeek-V4 covers sliding attention "
-                          "only so far")
+    if kind == "csa":
+        raise SymmemError("layer type 'csa': the Hugging Face dataflow of DeepSeek-V4 covers sliding and HCA "
+                          "attention only so far")
     T = D(s + W)
-    kv_all = kvr
+    if kind == "sliding":
+        kv_all = kvr
+    else:
+        ckv = hca_compressor(fb, xn, W)
+        fb.block = "attn"
+        # torch.cat([kv, compressed_kv], 2): a new [b, 1, s + W, d] tensor (also when W = 0)
+        (kv_all,) = fb.op("concat", "attn.kv_cat", [kvr, ckv], [("attn.kv_all", (B, D(1), T, D(d_k)))], tags=PREP)
     # repeat_kv: one head expanded over n_h (stride 0); matmul flattens (b, n_h): a view when b = 1, else a copy
     key_flat, val_flat = (("attn.key_flat", (B, heads, D(d_k), T)), ("attn.value_flat", (B, heads, T, D(d_k))))
     (kf,) = fb.op("reshape", "attn.key_flatten", [kv_all], [key_flat], tags=CORE)
@@ -197,6 +204,31 @@ def attention(fb: DataflowBuilder, x: str, kind: str, impl: V4Impl) -> str:
                 (groups, D(d_o), D(n_h * d_k / n_g)))
     (ob_in,) = fb.op("contiguous", "attn.token_major", [oa], [("attn.o_b_in", rows + (groups, D(d_o)))])
     return linear(fb, "self_attn.o_b_proj", ob_in, ("attn.out", rows + (H,)), (groups, D(d_o), H))
+
+
+def hca_compressor(fb: DataflowBuilder, xn: str, W: sympy.Expr) -> str:
+    """DeepseekV4HCACompressor.forward without a cache (M4:414-445): kv, gate = kv_proj(x), gate_proj(x) [b, s, d];
+    the first usable = W·m_H tokens (W = floor(s / m_H)) viewed as [b, W, m_H, d]; gate + position_bias (FP32:
+    promotes); softmax over the m_H slots in FP32, cast to the model dtype; Σ kv · weights; kv_norm; RoPE at the
+    windows' first positions (cos/sin of batch b: the positions are expanded over the batch). The kv window view
+    keeps kv_proj's whole output alive. W = 0 (s < m_H) returns an empty entry list: every term below is 0."""
+    fb.block = "compressor"
+    p = "self_attn.compressor"
+    Wd, m = D(W), D(m_H)
+    # The windows' view keeps kv_proj's output [b, s, d] alive only when there is a window (chunk_kv.shape[1] > 0,
+    # M4:424): its rows are declared min(W, 1) · s, i.e. s when W >= 1 and 0 when s < m_H.
+    kv_rows = D(sympy.Min(W, 1) * s, "cp", "sp")
+    kv = linear(fb, f"{p}.kv_proj", xn, ("compressor.kv", (B, kv_rows, D(d_k))), (H, D(d_k)))
+    gate = linear(fb, f"{p}.gate_proj", xn, ("compressor.gate", _rows() + (D(d_k),)), (H, D(d_k)))
+    (kw,) = views(fb, "view", "compressor.kv_windows", kv, [("compressor.kv_win", (B, Wd, m, D(d_k)))])
+    (gw,) = fb.op("add", "compressor.position_bias", [gate], [("compressor.gate_win", (B, Wd, m, D(d_k)), FP32)],
+                  [Weight(f"{p}.position_bias", (m, D(d_k)))])
+    (sm,) = fb.op("softmax", "compressor.softmax", [gw], [("compressor.weights_fp32", (B, Wd, m, D(d_k)), FP32)])
+    sd = cast(fb, "compressor.weights_cast", sm, "compressor.weights", (B, Wd, m, D(d_k)))
+    (pk,) = fb.op("mul", "compressor.pool_mul", [kw, sd], [("compressor.weighted", (B, Wd, m, D(d_k)))])
+    (pooled,) = fb.op("sum", "compressor.pool", [pk], [("compressor.pooled", (B, Wd, D(d_k)))])
+    cn = rms_fp32w(fb, f"{p}.kv_norm", pooled, "compressor.normed", (B, Wd, D(d_k)))
+    return rope(fb, "compressor.rope", cn, "compressor.entries", (B, D(1), Wd, D(d_k)), Wd, batch=B)
 
 
 def _clamped_swiglu_tail(fb: DataflowBuilder, name: str, g: str, u: str, rows: tuple[Dim, ...], width: Dim) -> str:
