@@ -41,3 +41,36 @@ def test_v4_hca_layer_exact(measure, dtype, b, s):
     assert m.saved_bytes - m.shared_saved_bytes == p.layer_bytes
     assert m.shared_saved_bytes == p.shared_bytes == 0
     assert {k: m.param_counts.get(k) for k in p.params} == p.params
+
+
+# CSA (layer 1, compress rate 4, with the lightning indexer): W = floor(s / 4) entries (s = 3: none; s = 4: one;
+# s = 17: four, the tail rounds down; s = 20: five); the indexer picks min(index_topk, W) of them, but its indices
+# only build a mask over the dense s + W keys, so the saved bytes do not depend on index_topk: index_topk 4 is
+# below W = 5 at s = 20 and above W at s = 3, 4, 17 (and 64 above W everywhere).
+CSA_POINTS = [(dtype, b, s, k) for dtype in ("fp32", "bf16") for b, s in ((2, 3), (1, 4), (2, 17), (1, 20))
+              for k in (4, 64)]
+
+
+@pytest.mark.parametrize("dtype, b, s, index_topk", CSA_POINTS)
+def test_v4_csa_layer_exact(measure, dtype, b, s, index_topk):
+    cfg = tiny_config("deepseek-v4", index_topk=index_topk)
+    m = measure(cfg, 1, b, s, dtype, "eager", "grouped_mm")
+    p = predict(cfg, 1, b, s, dtype, "eager", "grouped_mm")
+    assert p.layer_kind == "csa_moe"
+    assert m.saved_bytes - m.shared_saved_bytes == p.layer_bytes
+    assert m.shared_saved_bytes == p.shared_bytes == 0
+    assert {k: m.param_counts.get(k) for k in p.params} == p.params
+
+
+def test_v4_csa_bytes_do_not_depend_on_index_topk():
+    """The derivation itself: index_topk below and above W gives the same bytes (the dense eager attention)."""
+    below = predict(tiny_config("deepseek-v4", index_topk=4), 1, 1, 20, "bf16", "eager", "grouped_mm")
+    above = predict(tiny_config("deepseek-v4", index_topk=64), 1, 1, 20, "bf16", "eager", "grouped_mm")
+    assert below.layer_bytes == above.layer_bytes
+
+
+def test_v4_eager_experts_refused():
+    from symmem.errors import SymmemError
+
+    with pytest.raises(SymmemError, match="grouped_mm"):
+        predict(tiny_config("deepseek-v4"), 0, 1, 5, "fp32", "eager", "eager")

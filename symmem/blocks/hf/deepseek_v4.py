@@ -34,6 +34,7 @@ import sympy
 
 from symmem.blocks._dims import S_FULL, S_SP, B, H
 from symmem.blocks.hf._ops import cast, linear, views
+from symmem.blocks.indexer import v4_indexer
 from symmem.blocks.symbols import N, N_r, d_cq, d_hr, d_k, d_o, h, h_E, m_C, m_H, n_g, n_h, n_hc
 from symmem.errors import SymmemError
 from symmem.graph import ACT, FP32, INT32, INT64, D, DataflowBuilder, Dim, DType, Weight
@@ -97,11 +98,11 @@ def rms_unweighted(fb: DataflowBuilder, name: str, x: str, out: str, dims: tuple
 
 
 def rope(fb: DataflowBuilder, name: str, x: str, out: str, dims: tuple[Dim, ...], positions: Dim,
-         batch: Dim = D(1)) -> str:
+         batch: Dim | None = None) -> str:
     """apply_rotary_pos_emb on the last d_hr dims (M4:353-370): fresh cos/sin [1, 1, positions, d_hr]
     (position_ids have batch 1) in the model dtype (repeat_interleave), kept by the two multiplications; the
     result is a new tensor (cat [nope | rope])."""
-    table = (batch, D(1), positions, D(d_hr))
+    table = (batch or D(1), D(1), positions, D(d_hr))
     y, _cos, _sin = fb.op("rope_tables_mul", name, [x], [(out, dims), (f"{out}.cos", table), (f"{out}.sin", table)],
                           tags=PREP)
     return y
@@ -167,14 +168,11 @@ def attention(fb: DataflowBuilder, x: str, kind: str, impl: V4Impl) -> str:
     kvn = rms_fp32w(fb, "self_attn.kv_norm", kv, "attn.kv_norm", rows + (D(d_k),))
     kvr = rope(fb, "attn.kv_rope", kvn, "attn.kv_rot", (B, D(1), S, D(d_k)), S)
     W = compressed_entries(kind)
-    if kind == "csa":
-        raise SymmemError("layer type 'csa': the Hugging Face dataflow of DeepSeek-V4 covers sliding and HCA "
-                          "attention only so far")
     T = D(s + W)
     if kind == "sliding":
         kv_all = kvr
     else:
-        ckv = hca_compressor(fb, xn, W)
+        ckv = hca_compressor(fb, xn, W) if kind == "hca" else csa_compressor(fb, xn, qr, W)
         fb.block = "attn"
         # torch.cat([kv, compressed_kv], 2): a new [b, 1, s + W, d] tensor (also when W = 0)
         (kv_all,) = fb.op("concat", "attn.kv_cat", [kvr, ckv], [("attn.kv_all", (B, D(1), T, D(d_k)))], tags=PREP)
@@ -229,6 +227,35 @@ def hca_compressor(fb: DataflowBuilder, xn: str, W: sympy.Expr) -> str:
     (pooled,) = fb.op("sum", "compressor.pool", [pk], [("compressor.pooled", (B, Wd, D(d_k)))])
     cn = rms_fp32w(fb, f"{p}.kv_norm", pooled, "compressor.normed", (B, Wd, D(d_k)))
     return rope(fb, "compressor.rope", cn, "compressor.entries", (B, D(1), Wd, D(d_k)), Wd, batch=B)
+
+
+def csa_compressor(fb: DataflowBuilder, xn: str, qr: str, W: sympy.Expr) -> str:
+    """DeepseekV4CSACompressor.forward without a cache (M4:643-712): kv, gate = kv_proj(x), gate_proj(x) [b, s, 2d];
+    W = floor(s / m_C) windows; new_kv / new_gate [b, W, 2 m_C, d] are new tensors (new_zeros / new_full, then
+    slice copies of the two series: kv_proj's output is not kept); softmax over the 2 m_C slots in FP32, cast;
+    Σ new_kv · weights; kv_norm; RoPE (cos/sin of batch b). W = 0 (s < m_C): no entry, every term below is 0.
+    The lightning indexer (M4:520-597) then picks min(index_topk, W) entries per query: its product is integer
+    indices that only build the block bias (a −inf / 0 mask, no grad), so nothing it computes reaches the loss and
+    nothing it saves outlives the forward (its weights get no gradient); the attention stays dense over all s + W
+    keys, so the saved sizes depend on W, not on index_topk."""
+    fb.block = "compressor"
+    p = "self_attn.compressor"
+    Wd, slots = D(W), D(2 * m_C)
+    kv = linear(fb, f"{p}.kv_proj", xn, ("compressor.kv", _rows() + (D(2 * d_k),)), (H, D(2 * d_k)))
+    gate = linear(fb, f"{p}.gate_proj", xn, ("compressor.gate", _rows() + (D(2 * d_k),)), (H, D(2 * d_k)))
+    (nkv,) = fb.op("concat", "compressor.kv_overlap", [kv], [("compressor.kv_win", (B, Wd, slots, D(d_k)))])
+    (ngate,) = fb.op("concat", "compressor.gate_overlap", [gate], [("compressor.gate_win", (B, Wd, slots, D(d_k)),
+                                                                    FP32)],
+                     [Weight(f"{p}.position_bias", (D(m_C), D(2 * d_k)))])
+    (sm,) = fb.op("softmax", "compressor.softmax", [ngate], [("compressor.weights_fp32", (B, Wd, slots, D(d_k)),
+                                                              FP32)])
+    sd = cast(fb, "compressor.weights_cast", sm, "compressor.weights", (B, Wd, slots, D(d_k)))
+    (pk,) = fb.op("mul", "compressor.pool_mul", [nkv, sd], [("compressor.weighted", (B, Wd, slots, D(d_k)))])
+    (pooled,) = fb.op("sum", "compressor.pool", [pk], [("compressor.pooled", (B, Wd, D(d_k)))])
+    cn = rms_fp32w(fb, f"{p}.kv_norm", pooled, "compressor.normed", (B, Wd, D(d_k)))
+    entries = rope(fb, "compressor.rope", cn, "compressor.entries", (B, D(1), Wd, D(d_k)), Wd, batch=B)
+    v4_indexer(fb, xn, qr)
+    return entries
 
 
 def _clamped_swiglu_tail(fb: DataflowBuilder, name: str, g: str, u: str, rows: tuple[Dim, ...], width: Dim) -> str:
