@@ -1,7 +1,8 @@
 """DeepSeek-V4 decoder layers (transformers 5.24) measured against the torch-eager derivation, to the byte:
 mHC around every block, sliding attention with hash-routed MoE (layer 0) and with sqrt-softplus routed MoE
 (layer 1 of a config whose layers are all sliding), FP32 and BF16, b = 1 (the expanded KV head flattens to a view)
-and b = 2 (to copies), grouped_mm experts (transformers' default)."""
+and b = 2 (to copies), grouped_mm experts (transformers' default) and eager ones; HCA and CSA layers on both sides
+of their compressed lengths' rounding."""
 
 from __future__ import annotations
 
@@ -69,8 +70,21 @@ def test_v4_csa_bytes_do_not_depend_on_index_topk():
     assert below.layer_bytes == above.layer_bytes
 
 
-def test_v4_eager_experts_refused():
+# experts_implementation="eager" (the per-expert loop of the modeling file): every layer type, both dtypes
+EAGER_POINTS = [(layer, dtype, b, s) for layer in (0, 1, 2) for dtype in ("fp32", "bf16") for b, s in ((2, 5), (1, 20))]
+
+
+@pytest.mark.parametrize("layer, dtype, b, s", EAGER_POINTS)
+def test_v4_eager_experts_exact(measure, layer, dtype, b, s):
+    cfg = tiny_config("deepseek-v4")
+    m = measure(cfg, layer, b, s, dtype, "eager", "eager")
+    p = predict(cfg, layer, b, s, dtype, "eager", "eager")
+    assert m.saved_bytes - m.shared_saved_bytes == p.layer_bytes
+    assert {k: m.param_counts.get(k) for k in p.params} == p.params
+
+
+def test_v4_sdpa_refused():
     from symmem.errors import SymmemError
 
-    with pytest.raises(SymmemError, match="grouped_mm"):
-        predict(tiny_config("deepseek-v4"), 0, 1, 5, "fp32", "eager", "eager")
+    with pytest.raises(SymmemError, match="eager attention only"):
+        predict(tiny_config("deepseek-v4"), 0, 1, 5, "fp32", "sdpa", "grouped_mm")

@@ -56,9 +56,8 @@ class V4Impl:
         if self.attn != "eager":
             raise SymmemError(f"attn_impl = {self.attn!r}: transformers' DeepSeek-V4 runs eager attention only "
                               "(_supports_sdpa = False, M4:1224-1226)")
-        if self.experts != "grouped_mm":
-            raise SymmemError(f"experts_impl = {self.experts!r}: the Hugging Face dataflow of DeepSeek-V4 follows "
-                              "transformers' default 'grouped_mm' experts only")
+        if self.experts not in ("grouped_mm", "eager"):
+            raise SymmemError(f"experts_impl = {self.experts!r}: unknown; known: grouped_mm, eager")
 
 
 def compressed_entries(kind: str) -> sympy.Expr:
@@ -282,6 +281,21 @@ def moe(fb: DataflowBuilder, x: str, hashed: bool, impl: V4Impl) -> str:
     (den,) = fb.op("sum", "gate.denominator", [w], [("moe.topk_den", rows + (D(1),))], tags=ROUTING)
     (wn,) = fb.op("div", "gate.normalize", [w, den], [("moe.topk_normalized", rows + (D(N_r),))], tags=ROUTING)
     (weights,) = fb.op("scale", "gate.routed_scaling", [wn], [("moe.topk_weights", rows + (D(N_r),))], tags=ROUTING)
+    if impl.experts == "grouped_mm":
+        yr = _experts_grouped_mm(fb, xn, weights, idx)
+    else:
+        yr = _experts_eager(fb, xn, weights, idx)
+    sh = "mlp.shared_experts"
+    sg = linear(fb, f"{sh}.gate_proj", xn, (f"{sh}.gate", rows + (D(h_E),)), (H, D(h_E)), "shared_expert")
+    su = linear(fb, f"{sh}.up_proj", xn, (f"{sh}.up", rows + (D(h_E),)), (H, D(h_E)), "shared_expert")
+    sp_ = _clamped_swiglu_tail(fb, sh, sg, su, rows, D(h_E))
+    ys = linear(fb, f"{sh}.down_proj", sp_, (f"{sh}.out", rows + (H,)), (D(h_E), H), "shared_expert")
+    (y,) = fb.op("add", "moe_sum", [yr, ys], [("moe.out", rows + (H,))])
+    return y
+
+
+def _experts_grouped_mm(fb: DataflowBuilder, xn: str, weights: str, idx: str) -> str:
+    """grouped_mm_experts_forward (integrations/moe.py:424-537) with V4's clamped gate (`_apply_gate`)."""
     experts = D(N, "ep")
     slots, width = (experts, D(E_tok)), D(h_E, "etp")
     gw = lambda name, dims: Weight(name, dims, "routed_expert")  # noqa: E731
@@ -301,13 +315,32 @@ def moe(fb: DataflowBuilder, x: str, hashed: bool, impl: V4Impl) -> str:
     (wo,) = fb.op("mul", "experts.weigh", [dn, ws], [("experts.weighted", slots + (H,))])
     (inv,) = fb.op("no_grad", "experts.inv_perm", [perm], [("experts.inv_perm", slots, INT64)])
     (wu,) = fb.op("index", "experts.unsort", [wo, inv], [("experts.unsorted", slots + (H,))])
-    (yr,) = fb.op("sum", "experts.sum_topk", [wu], [("moe.routed_out", rows + (H,))])
-    sh = "mlp.shared_experts"
-    sg = linear(fb, f"{sh}.gate_proj", xn, (f"{sh}.gate", rows + (D(h_E),)), (H, D(h_E)), "shared_expert")
-    su = linear(fb, f"{sh}.up_proj", xn, (f"{sh}.up", rows + (D(h_E),)), (H, D(h_E)), "shared_expert")
-    sp_ = _clamped_swiglu_tail(fb, sh, sg, su, rows, D(h_E))
-    ys = linear(fb, f"{sh}.down_proj", sp_, (f"{sh}.out", rows + (H,)), (D(h_E), H), "shared_expert")
-    (y,) = fb.op("add", "moe_sum", [yr, ys], [("moe.out", rows + (H,))])
+    (yr,) = fb.op("sum", "experts.sum_topk", [wu], [("moe.routed_out", _rows() + (H,))])
+    return yr
+
+
+def _experts_eager(fb: DataflowBuilder, xn: str, weights: str, idx: str) -> str:
+    """DeepseekV4Experts.forward (M4:1050-1065): a loop over the experts hit; torch.where(mask[e]) gives
+    (top_k_pos, token_idx), views of one int64 storage; current = _apply_gate(linear(x[token_idx])), then
+    linear(down) · top_k_weights[token_idx, top_k_pos] (model dtype: V4's router weights are not FP32), and
+    index_add_ of it (`.to(final.dtype)` is no copy). Per expert the rows are its token count; the sum over
+    experts is b·s·N_r (as V3's eager experts, symmem.blocks.hf.ffn.experts_eager)."""
+    experts = D(N, "ep")
+    slots, width = (experts, D(E_tok)), D(h_E, "etp")
+    (where,) = fb.op("no_grad", "experts.where", [idx], [("experts.where", (D(2),) + slots, INT64)])
+    tok, pos = views(fb, "split", "experts.where_unbind", where, [("experts.token_idx", slots, INT64),
+                                                                  ("experts.topk_pos", slots, INT64)])
+    (xs,) = fb.op("index", "experts.gather_tokens", [xn, tok], [("experts.x", slots + (H,))])
+    (gu,) = fb.op("linear", "experts.gate_up", [xs], [("experts.gate_up", slots + (D(2 * h_E, "etp"),))],
+                  [Weight("mlp.experts.gate_up_proj", (experts, D(2 * h_E, "etp"), H), "routed_expert")])
+    g, u = views(fb, "split", "experts.chunk", gu, [("experts.gate", slots + (width,)),
+                                                    ("experts.up", slots + (width,))])
+    p = _clamped_swiglu_tail(fb, "experts", g, u, slots, width)
+    (dn,) = fb.op("linear", "experts.down", [p], [("experts.down", slots + (H,))],
+                  [Weight("mlp.experts.down_proj", (experts, H, width), "routed_expert")])
+    (ws,) = fb.op("index", "experts.gather_weights", [weights, tok, pos], [("experts.weights", slots + (D(1),))])
+    (wo,) = fb.op("mul", "experts.weigh", [dn, ws], [("experts.weighted", slots + (H,))])
+    (y,) = fb.op("index_add", "experts.index_add", [tok, wo], [("moe.routed_out", _rows() + (H,))])
     return y
 
 
