@@ -80,7 +80,7 @@ def _cross_entropy(op: Op, flow: Dataflow) -> list[Saved]:
 
 RULES = RuleSet(
     "torch-eager",
-    "PyTorch eager autograd (torch 2.13) as Hugging Face transformers 5.24.0 runs DeepSeek-V3/V2 and Llama: "
+    "PyTorch eager autograd (torch 2.13) as Hugging Face transformers 5.24.0 runs DeepSeek-V4/V3.2/V3/V2 and Llama: "
     "measured",
     {
         "linear": inputs(0),  # MmBackward0 / AddmmBackward0: the input (and the weight, a parameter)
