@@ -116,7 +116,10 @@ RULES = RuleSet(
         "max": outputs(0),
         # V4's apply_rotary_pos_emb: repeat_interleave builds new cos and sin per call (outputs 1 and 2); the
         # MulBackward0 nodes keep them (other of x·cos, x·sin; cos/sin need no grad, so x is not kept)
-        "rope_tables_mul": outputs(1, 2),  # only indices leave it: its node and what it saved die at once
+        "rope_tables_mul": outputs(1, 2),
+        # the hyper head's mixes · hc_scale + hc_base (paper-style blocks.mhc, used outside the layers): the
+        # MulBackward0 by a learned parameter keeps the mixes (unmeasured: the harness measures decoder layers)
+        "affine": inputs(0),  # only indices leave it: its node and what it saved die at once
         # ScaledDotProductFlashAttentionForCpuBackward0: q, k, v (as passed: Llama's k, v at n_kv heads with
         # enable_gqa), output, FP32 logsumexp
         "sdpa_flash": combine(inputs(0, 1, 2), outputs(0, 1)),
