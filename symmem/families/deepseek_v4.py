@@ -32,6 +32,7 @@ from symmem import blocks
 from symmem.blocks._dims import S_SP, B, H
 from symmem.blocks.embedding import token_ids
 from symmem.blocks.hash_moe import v4_moe
+from symmem.blocks.hf import deepseek_v4 as hf_v4
 from symmem.blocks.mhc import hc_post, hc_pre, hyper_head
 from symmem.blocks.symbols import n_hc
 from symmem.blocks.v4_attention import v4_attention
@@ -129,7 +130,7 @@ class DeepSeekV4(Family):
     def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
                     impl: object | None) -> str:
         if impl is not None:
-            raise SymmemError("model family 'deepseek_v4': has no Hugging Face dataflow yet; use rules = 'paper'")
+            return hf_v4.layer(fb, x, kind, iters=model.option("sinkhorn_iters"), impl=impl)
         attn, mlp = kind.split("_")
         rows = (B, S_SP)
         iters = model.option("sinkhorn_iters")
@@ -142,6 +143,10 @@ class DeepSeekV4(Family):
         f = v4_moe(fb, col, hashed=(mlp == "hash"))
         fb.block = "mhc"
         return hc_post(fb, "ffn_hc", x1, f, post, comb, rows)
+
+    def hf_impl(self, model, attn, experts, router, unit_batch, unit_seq):
+        # transformers' DeepSeek-V4 has one router per layer type (hash / sqrt-softplus top-k): `router` is ignored
+        return hf_v4.V4Impl(attn, experts, unit_batch=unit_batch, unit_seq=unit_seq)
 
     def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
         e = blocks.embedding(fb, token_ids(fb))

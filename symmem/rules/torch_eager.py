@@ -80,7 +80,7 @@ def _cross_entropy(op: Op, flow: Dataflow) -> list[Saved]:
 
 RULES = RuleSet(
     "torch-eager",
-    "PyTorch eager autograd (torch 2.13) as Hugging Face transformers 5.24.0 runs DeepSeek-V3/V2 and Llama: "
+    "PyTorch eager autograd (torch 2.13) as Hugging Face transformers 5.24.0 runs DeepSeek-V4/V3.2/V3/V2 and Llama: "
     "measured",
     {
         "linear": inputs(0),  # MmBackward0 / AddmmBackward0: the input (and the weight, a parameter)
@@ -101,7 +101,25 @@ RULES = RuleSet(
         "index_add": inputs(0, 1),  # IndexAddBackward0: the index and the source
         "masked_fill": inputs(1),  # MaskedFillBackward0: the bool mask
         "topk": outputs(1),  # TopkBackward0: the int64 indices
-        "argtopk": nothing,  # only indices leave it: its node and what it saved die at once
+        "argtopk": nothing,
+        # DeepSeek-V4 (transformers 5.24 modeling_deepseek_v4.py; symmem.blocks.hf.deepseek_v4), measured:
+        # rsqrt(x.pow(2).mean(-1, keepdim=True) + eps): PowBackward0 keeps x (tools/autograd/derivatives.yaml,
+        # pow.Tensor_Scalar: self), RsqrtBackward0 keeps its result (rsqrt: result)
+        "rms_rsqrt": combine(inputs(0), outputs(0)),
+        # a tensor times a learned parameter (RMSNorm's FP32 weight, mHC's `scale`): MulBackward0 keeps the tensor
+        # (mul.Tensor: other needs self for its gradient) and the parameter (a weight, not counted here)
+        "param_mul": inputs(0),
+        "softplus": inputs(0),  # SoftplusBackward0 keeps self (derivatives.yaml softplus: self, beta, threshold)
+        "sqrt": outputs(0),  # SqrtBackward0 keeps its result (derivatives.yaml sqrt: result)
+        "clamp": inputs(0),  # ClampBackward1 keeps self (clamp: self, min, max; the mask is recomputed)
+        # max(dim, keepdim).values: MaxBackward0 keeps the int64 indices (derivatives.yaml max.dim: indices)
+        "max": outputs(0),
+        # V4's apply_rotary_pos_emb: repeat_interleave builds new cos and sin per call (outputs 1 and 2); the
+        # MulBackward0 nodes keep them (other of x·cos, x·sin; cos/sin need no grad, so x is not kept)
+        "rope_tables_mul": outputs(1, 2),
+        # the hyper head's mixes · hc_scale + hc_base (paper-style blocks.mhc, used outside the layers): the
+        # MulBackward0 by a learned parameter keeps the mixes (unmeasured: the harness measures decoder layers)
+        "affine": inputs(0),  # only indices leave it: its node and what it saved die at once
         # ScaledDotProductFlashAttentionForCpuBackward0: q, k, v (as passed: Llama's k, v at n_kv heads with
         # enable_gqa), output, FP32 logsumexp
         "sdpa_flash": combine(inputs(0, 1, 2), outputs(0, 1)),

@@ -14,6 +14,13 @@ storage's ``nbytes`` (a saved view keeps its whole base alive).  Storages of par
 excluded; storages of the layer's inputs (its hidden-states input, the position embeddings shared by all
 layers, the mask) are counted in ``saved_bytes`` and flagged by ``SavedTensor.source``.
 
+One artifact of the method: a node that saves its own output (ReluBackward0, SoftmaxBackward0, ...) holds, through
+the pack hook's holder, that output and so its own grad_fn: a reference cycle through C++ that Python's collector
+cannot break. Without hooks PyTorch saves an output without its grad_fn, and such a branch dies with its last
+tensor. So a live storage that no node reachable from the layer's output saved (DeepSeek-V4's lightning indexer,
+whose only product is integer top-k indices) is flagged ``source = "unreachable"`` and left out of
+``saved_bytes`` (`LayerMeasurement.unreachable_saved_bytes` keeps the figure).
+
 torch and transformers are imported lazily; without them every entry point raises ``SymmemError``.
 """
 
@@ -52,7 +59,8 @@ class SavedTensor:
     nbytes: int  # bytes of the whole untyped storage (what is kept alive)
     grad_fn: str  # name of the autograd node that saved it ("" when not found)
     source: str  # "layer" (made inside the layer), "input" (the layer's hidden-states input),
-    # "shared" (an input the model passes to every layer: position embeddings, mask)
+    # "shared" (an input the model passes to every layer: position embeddings, mask), "unreachable" (alive only
+    # through a hook-made reference cycle on a branch the loss does not reach: not counted in saved_bytes)
     view_numel: int  # numel of the saved tensor itself (< storage numel when a view keeps a bigger base)
     savers: tuple[str, ...] = ()  # every node that saved a tensor on this storage
 
@@ -67,7 +75,7 @@ class LayerMeasurement:
     dtype: str
     attn: str
     experts: str
-    saved_bytes: int  # all distinct live storages, inputs included, parameters/buffers excluded
+    saved_bytes: int  # distinct live storages, inputs included, parameters/buffers and unreachable excluded
     saved: tuple[SavedTensor, ...]
     param_counts: dict[str, int] = field(default_factory=dict)
     freed_saved: int = 0  # saved tensors packed during the forward but already dead at layer return
@@ -78,6 +86,11 @@ class LayerMeasurement:
     def layer_saved_bytes(self) -> int:
         """Saved bytes excluding storages that are the layer's inputs (hidden-states input and shared inputs)."""
         return sum(t.nbytes for t in self.saved if t.source == "layer")
+
+    @property
+    def unreachable_saved_bytes(self) -> int:
+        """Live only through the hooks' reference cycles, on branches the layer output does not reach."""
+        return sum(t.nbytes for t in self.saved if t.source == "unreachable")
 
     @property
     def input_saved_bytes(self) -> int:
@@ -460,6 +473,8 @@ def measure_layer(
         t0 = holders[0].t
         names = tuple(n for n in dict.fromkeys(savers.get(h.idx, "") for h in holders) if n)
         source = "input" if ptr in input_ptrs else "shared" if ptr in shared_ptrs else "layer"
+        if not any(h.idx in savers for h in holders):
+            source = "unreachable"
         saved.append(
             SavedTensor(
                 shape=tuple(t0.shape),
@@ -481,7 +496,7 @@ def measure_layer(
         dtype=dtype,
         attn=attn,
         experts=experts,
-        saved_bytes=sum(st.nbytes for st in saved),
+        saved_bytes=sum(st.nbytes for st in saved if st.source != "unreachable"),
         saved=tuple(saved),
         param_counts=_param_counts(target),
         freed_saved=freed,
@@ -519,7 +534,8 @@ def format_measurement(m: LayerMeasurement) -> str:
     lines = [
         f"{m.family} layer {m.layer} ({m.layer_kind}) b={m.b} s={m.s} {m.dtype} attn={m.attn} "
         f"experts={m.experts}: saved_bytes={m.saved_bytes} (layer {m.layer_saved_bytes}, input "
-        f"{m.input_saved_bytes}, shared {m.shared_saved_bytes}); {len(m.saved)} storages, "
+        f"{m.input_saved_bytes}, shared {m.shared_saved_bytes}, unreachable {m.unreachable_saved_bytes} not counted); "
+        f"{len(m.saved)} storages, "
         f"{m.freed_saved} saved tensors freed before return"
     ]
     for shape, dt, nb in m.freed:
