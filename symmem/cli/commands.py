@@ -173,7 +173,7 @@ def _act_run(args) -> int:
         row = {"stage": st.index,
                "per_block": {blk: to_int(e, vals) for blk, e in sorted(blocks.items())},
                "per_layer": {p: to_int(e, vals) for p, e in per_layer.items()},
-               "per_microbatch": per_mb, "in_flight": str(k),
+               "per_microbatch": per_mb, **in_flight_fields(k),
                "per_gpu": -(-per_mb * k.numerator // k.denominator)}
         if args.symbolic:
             row["expression"] = plain(total)
@@ -190,12 +190,24 @@ def _act_run(args) -> int:
           "  blocks (bytes per micro-batch)")
     for r in stages:
         blocks = ", ".join(f"{k} {v:,}" for k, v in r["per_block"].items())
-        print(f"{r['stage']:>5} {r['per_microbatch']:>24,} {fmt_gib(r['per_microbatch']):>8} {r['in_flight']:>9} "
+        print(f"{r['stage']:>5} {r['per_microbatch']:>24,} {fmt_gib(r['per_microbatch']):>8} {_in_flight_text(r):>9} "
               f"{fmt_gib(r['per_gpu']):>11} {fmt_gb(r['per_gpu']):>8}  {blocks}")
         if args.symbolic:
             for blk, e in r["per_block_expression"].items():
                 print(f"      {blk}: {e}")
     return 0
+
+
+def in_flight_fields(k) -> dict:
+    """Micro-batches in flight for JSON: a number, an int when whole; otherwise a float, with the exact fraction
+    beside it as a string ("in_flight_exact": "15/2")."""
+    if k.denominator == 1:
+        return {"in_flight": int(k)}
+    return {"in_flight": float(k), "in_flight_exact": f"{k.numerator}/{k.denominator}"}
+
+
+def _in_flight_text(row: dict) -> str:
+    return row.get("in_flight_exact", str(row["in_flight"]))
 
 
 # ------------------------------------------------------------------------------------------------ memory
@@ -213,7 +225,7 @@ def memory_rows(scn):
     for m in mems:
         rows.append({"stage": m.stage.index, "params_per_gpu": m.params.total, "weights": m.states.weights,
                      "gradients": m.states.gradients, "optimizer": m.states.optimizer,
-                     "activations_per_microbatch": m.activation_per_microbatch, "in_flight": str(m.in_flight),
+                     "activations_per_microbatch": m.activation_per_microbatch, **in_flight_fields(m.in_flight),
                      "activations": m.activations, "allocated": m.allocated,
                      "fragmentation": list(m.fragmentation), "comm_buffers": list(m.comm_buffers),
                      "total_low": m.low, "total_high": m.high,
@@ -242,7 +254,7 @@ def _memory_run(args) -> int:
     for r in rows:
         mark = "  <- peak" if r["peak"] else ""
         print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} {fmt_gib(r['gradients']):>8} "
-              f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {r['in_flight']:>5} "
+              f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {_in_flight_text(r):>5} "
               f"{fmt_gib(r['activations']):>8} {fmt_gib(r['total_low']) + '-' + fmt_gib(r['total_high']):>22}  "
               f"{r['verdict']}{mark}")
     print("(all sizes in GiB = 2^30 bytes)")
