@@ -47,7 +47,10 @@ class Table:
 
 
 _TEX_ESCAPE = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-               "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+               "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+               # non-ASCII characters of our own texts that pdflatex's default input encoding does not set up
+               "→": r"$\rightarrow$", "≥": r"$\geq$", "≤": r"$\leq$", "≈": r"$\approx$", "×": r"$\times$",
+               "·": r"$\cdot$", "−": "-", "–": "--", "²": r"\textsuperscript{2}", "…": r"\ldots{}"}
 
 
 def tex_escape(text: str) -> str:
