@@ -30,8 +30,8 @@ def tables() -> list[Table]:
                          Math(latex(local_size(wm[name].dims, axes_sym)), ""), na, nb, na - nb, layers,
                          layers * (na - nb)))
     sp, sm = stage_params(paper, st), stage_params(meg, st)
-    rows.append(("total per GPU, stages 1-14", "", "", sp.total, sm.total, sp.total - sm.total, "",
-                 sp.total - sm.total))
+    # a per-GPU total: its difference goes in the per-GPU column only (it is no per-layer figure)
+    rows.append(("total per GPU, stages 1-14", "", "", sp.total, sm.total, "", "", sp.total - sm.total))
     return [Table("convention_difference",
                   "TP conventions: the paper's (W_QR replicated) against Megatron-Core's (W_QR split with W_UQ)",
                   ("weight", "per GPU, paper", "per GPU, megatron", "paper (t = 2)", "megatron (t = 2)",

@@ -1,4 +1,5 @@
-"""The two hypotheses of PAPER.md, tested by derivation: the paper's accounting against Megatron's dataflow.
+"""Two hypotheses about the paper (Zhang & Su, arXiv 2502.07846), tested by derivation: the paper's accounting
+against Megatron's dataflow.
 
 H1 (routed tokens per GPU): with real expert-parallel dispatch a GPU's N/EP experts process b·s_moe·N_r
 token-slots, EP/t (with SP) or EP (without) times what E_tok = bsN_r/N of the GPU's own tokens gives.

@@ -25,10 +25,13 @@ def tables() -> list[Table]:
                              verdict(top.low, top.high, scn.gpu_memory)))
     return [Table("peak_stage",
                   f"Peak stage per GPU ({base.schedule.label}, M = {base.m}, s = {base.s}; capacity 80 GB)",
-                  ("recomputation", "ZeRO", "b", "peak stage", "most parameters", "peak allocated bytes",
+                  ("recomputation", "ZeRO", "b", "peak stage", "stage with the most parameters", "peak allocated bytes",
                    "peak GiB", "with overheads GiB", "verdict at 80 GB"), tuple(rows),
                   ("Allocated = model states + activations x micro-batches in flight. Overheads: 5-30 % "
-                   "allocator fragmentation and 0.8-2 GB communication buffers (the paper's ranges).",),
+                   "allocator fragmentation and 0.8-2 GB communication buffers (the paper's ranges).",
+                   "Peak stage: the stage whose GPU allocates the most bytes. Stage with the most parameters: the "
+                   "stage whose GPU holds the most parameters (the first of equals), where the paper looks for the "
+                   "peak."),
                   align="llrrrrrll")]
 
 

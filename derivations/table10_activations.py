@@ -31,8 +31,7 @@ def tables() -> list[Table]:
                   ("recomputation", "b", "MLA bytes", "MoE bytes", "total bytes", "GiB", "GB",
                    "the paper (b = 1)"), tuple(rows),
                   ("Per micro-batch, as the paper counts: a GPU of stage i holds several micro-batches under a "
-                   "pipeline schedule (see activations_per_stage). The review calls 24,671,158,272 bytes "
-                   "'about 24.7 GiB'; it is 22.98 GiB = 24.67 GB.",
+                   "pipeline schedule (see activations_per_stage). 24,671,158,272 bytes are 22.98 GiB = 24.67 GB.",
                    "Paper conventions: rule set paper, MoE block not sequence-sharded, E_tok = b s N_r / N."),
                   align="lrrrrrrl")]
 

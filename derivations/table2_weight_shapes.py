@@ -44,8 +44,11 @@ def tables() -> list[Table]:
     model = scn.model
     flows = [("embedding", embedding_flow(model)), ("dense layer", layer_flow(model, "dense", "paper")),
              ("MoE layer", layer_flow(model, "moe", "paper")), ("head", head_flow(model))]
-    meg = layer_flow(model, "moe", "megatron")
-    meg_split = {w.name: split_text(w.dims, w.group) for _, w in meg.weights()}
+    # the megatron convention's split of every weight, per layer kind (it differs from the paper's for W_QR in
+    # every MLA, the dense layers' included)
+    meg_split = {(kind, op.block, w.name): split_text(w.dims, w.group)
+                 for kind in ("dense", "moe") for op, w in layer_flow(model, kind, "megatron").weights()}
+    kinds = {"dense layer": "dense", "MoE layer": "moe"}
     axes = scn.parallel.axis_sizes()
     subs = model.substitutions()
     rows = []
@@ -61,8 +64,9 @@ def tables() -> list[Table]:
             rows.append((where, op.block, w.name, Math(shape_latex(w.dims), str(w.dims and [str(d.size) for d in
                                                                                             w.dims])),
                          Math(latex(n), str(n)), int(sympy.sympify(n).subs(subs)),
-                         split_text(w.dims, w.group), meg_split.get(w.name, "-") if where == "MoE layer" else
-                         split_text(w.dims, w.group), per_gpu, w.group))
+                         split_text(w.dims, w.group),
+                         meg_split[(kinds[where], op.block, w.name)] if where in kinds else split_text(w.dims, w.group),
+                         per_gpu, w.group))
     return [Table("table2_weight_shapes",
                   "Table 2: weight shapes of DeepSeek-V3 (symbolic), their size, and how they split",
                   ("in", "block", "weight", "shape", "parameters", "DeepSeek-V3", "paper TP convention",

@@ -218,3 +218,19 @@ def test_latex_and_plot_take_json(capsys, tmp_path):
     assert code == 0 and json.loads(out)["files"] == ["params_by_block.pdf", "params_by_block.png"]
     code, out, _ = run(capsys, "latex", "--out", str(tmp_path / "tex"), "--json")
     assert code == 0 and "report.tex" in json.loads(out)["files"]
+
+
+def test_in_flight_is_a_number(capsys):
+    """JSON gives micro-batches in flight as a number: an int when whole, else a float with the exact fraction."""
+    from fractions import Fraction
+
+    from symmem.cli.commands import in_flight_fields
+
+    for cmd in ("memory", "activations"):
+        code, out, _ = run(capsys, cmd, "--scenario", "paper", "--json")
+        d = json.loads(out)
+        assert code == 0
+        assert [r["in_flight"] for r in d["stages"]][:2] == [16, 15]
+        assert all(type(r["in_flight"]) is int and "in_flight_exact" not in r for r in d["stages"])
+    assert in_flight_fields(Fraction(15, 2)) == {"in_flight": 7.5, "in_flight_exact": "15/2"}
+    assert in_flight_fields(Fraction(7)) == {"in_flight": 7}

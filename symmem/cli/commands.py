@@ -173,7 +173,7 @@ def _act_run(args) -> int:
         row = {"stage": st.index,
                "per_block": {blk: to_int(e, vals) for blk, e in sorted(blocks.items())},
                "per_layer": {p: to_int(e, vals) for p, e in per_layer.items()},
-               "per_microbatch": per_mb, "in_flight": str(k),
+               "per_microbatch": per_mb, **in_flight_fields(k),
                "per_gpu": -(-per_mb * k.numerator // k.denominator)}
         if args.symbolic:
             row["expression"] = plain(total)
@@ -190,7 +190,7 @@ def _act_run(args) -> int:
           "  blocks (bytes per micro-batch)")
     for r in stages:
         blocks = ", ".join(f"{k} {v:,}" for k, v in r["per_block"].items())
-        print(f"{r['stage']:>5} {r['per_microbatch']:>24,} {fmt_gib(r['per_microbatch']):>8} {r['in_flight']:>9} "
+        print(f"{r['stage']:>5} {r['per_microbatch']:>24,} {fmt_gib(r['per_microbatch']):>8} {_in_flight_text(r):>9} "
               f"{fmt_gib(r['per_gpu']):>11} {fmt_gb(r['per_gpu']):>8}  {blocks}")
         if args.symbolic:
             for blk, e in r["per_block_expression"].items():
@@ -198,14 +198,22 @@ def _act_run(args) -> int:
     return 0
 
 
+def in_flight_fields(k) -> dict:
+    """Micro-batches in flight for JSON: a number, an int when whole; otherwise a float, with the exact fraction
+    beside it as a string ("in_flight_exact": "15/2")."""
+    if k.denominator == 1:
+        return {"in_flight": int(k)}
+    return {"in_flight": float(k), "in_flight_exact": f"{k.numerator}/{k.denominator}"}
+
+
+def _in_flight_text(row: dict) -> str:
+    return row.get("in_flight_exact", str(row["in_flight"]))
+
+
 # ------------------------------------------------------------------------------------------------ memory
 def _memory_args(p: argparse.ArgumentParser) -> None:
     add_scenario_args(p)
     p.add_argument("--json", action="store_true")
-
-
-def _in_flight(k) -> int | float:
-    return int(k) if k.denominator == 1 else float(k)
 
 
 def memory_rows(scn):
@@ -222,7 +230,7 @@ def memory_rows(scn):
                      "framework_buffers": {k: v for k, v in m.peak.static.items()
                                            if k not in ("weights", "gradients", "optimizer states")},
                      "activations_per_microbatch": m.activation_per_microbatch,
-                     "in_flight": _in_flight(m.in_flight), "in_flight_exact": str(m.in_flight),
+                     **in_flight_fields(m.in_flight),
                      "activations": m.activations,
                      "allocated": m.allocated,  # model states + saved activations in flight: the sum, not the peak
                      "peak_allocated": m.peak_allocated,
@@ -256,7 +264,7 @@ def _memory_run(args) -> int:
         mark = "  <- peak" if r["peak"] else ""
         ev = r["peak_event"]
         print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} {fmt_gib(r['gradients']):>8} "
-              f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {r['in_flight_exact']:>5} "
+              f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {_in_flight_text(r):>5} "
               f"{fmt_gib(r['allocated']):>8} {fmt_gib(r['peak_allocated']):>8} "
               f"{fmt_gib(r['reserved_low']) + '-' + fmt_gib(r['reserved_high']):>20}  "
               f"{r['verdict']}; {ev['phase']} {ev['part']} {ev['op']}{mark}")

@@ -53,7 +53,8 @@ class Schedule:
             if m == pp:
                 return Fraction(m)
             return Fraction(min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp + 1), v)
-        # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device.
+        # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device, which needs
+        # M >= PP + 1 (M even, so PP + 2); with fewer, all M: min(M, PP + 1), i.e. PP at the default M = PP.
         return Fraction(min(m, pp + 1))
 
     @property

@@ -120,15 +120,25 @@ def report(tables: list[Table]) -> dict[str, str]:
 
 
 def _warm_up() -> None:
-    """Derive, once and before forking, what both the tables and the figures evaluate: every stage of the paper
-    scenario under each recomputation policy. The forked processes inherit these caches."""
-    from symmem.accounting.analysis import memory
+    """Import and derive, once and before forking, what both the tables and the figures need: matplotlib with its
+    PNG and PDF backends (imported in each child, it cost each child its own import), every stage of the paper
+    scenario under each recomputation policy, and the activations of the generations figure. The forked
+    processes inherit these modules and caches."""
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.backends.backend_pdf  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+
+    from derivations import deepseek_generations
+    from symmem.accounting.analysis import memory, stage_activation_expr
     from symmem.render.plots import POLICIES
     from symmem.scenario import load_scenario
 
     scn = load_scenario("paper")
     for policy in POLICIES:
         memory(scn.replace(recompute_name=policy))
+    for name in deepseek_generations.MODELS:
+        gen = deepseek_generations.scenario(name)
+        stage_activation_expr(gen, gen.stages[1])
 
 
 def generate(figures: bool = True) -> dict[str, str | bytes]:

@@ -16,6 +16,8 @@ _PDF_META = {"CreationDate": None, "Producer": None, "Creator": None}
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "overheads (high)")
 COLORS = ("#4477aa", "#66ccee", "#228833", "#ee6677", "#bbbbbb")
 POLICIES = ("none", "selective", "deepseek", "full")
+# line style and marker per policy: `none` and `deepseek` nearly coincide, so they differ in both
+_STYLES = {"none": ("-", "o", 6), "selective": ("-", "^", 6), "deepseek": ("--", "x", 8), "full": ("-", "s", 5)}
 
 
 def _figure(**kw):
@@ -70,8 +72,11 @@ def figure_stage_memory(scenarios: list[tuple[str, object]]):
             ax.bar(x, vals, bottom=bottom, color=color, label=comp, width=0.8)
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         cap = scn.gpu_memory / GIB
-        ax.axhline(cap, color="black", linestyle="--", linewidth=1)
-        ax.text(len(rows) - 0.5, cap, f"capacity {scn.gpu_memory / 1e9:.0f} GB", ha="right", va="bottom")
+        # the capacity is named in the legend, never by a text on the plot, where it would sit on the bars
+        line = ax.axhline(cap, color="black", linestyle="--", linewidth=1,
+                          label=f"capacity {scn.gpu_memory / 1e9:.0f} GB")
+        if ax is not axes[0][0]:
+            ax.legend(handles=[line], fontsize=7, loc="center right")
         ax.set_xlabel("pipeline stage")
         ax.set_ylabel("memory per GPU (GiB)")
         ax.set_title(f"{title}\n{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}", fontsize=9, y=1.0)
@@ -89,13 +94,20 @@ def _peak_allocated(scn) -> int:
 
 def figure_memory_sweep(scn, axis: str, values: list[int]):
     """Peak per-GPU memory (model states + activations in flight) against b or s, one line per policy."""
-    fig = _figure(figsize=(5.5, 3.8))
+    fig = _figure(figsize=(7.6, 3.8))
     ax = fig.subplots()
     data = {}
     for policy in POLICIES:
-        ys = [_peak_allocated(scn.replace(recompute_name=policy, **{axis: v})) for v in values]
-        data[policy] = ys
-        ax.plot(values, [y / GIB for y in ys], marker="o", label=f"recompute {policy}")
+        data[policy] = [_peak_allocated(scn.replace(recompute_name=policy, **{axis: v})) for v in values]
+    for policy in POLICIES:
+        ys = data[policy]
+        label = f"recompute {policy}"
+        if policy == "deepseek" and "none" in data:
+            below = [100 * (1 - d / n) for d, n in zip(ys, data["none"], strict=True)]
+            lo, hi = f"{min(below):.0f}", f"{max(below):.0f}"
+            label += f"\n(dashed: {lo if lo == hi else lo + '-' + hi} % below none,\nnearly the same line)"
+        style, marker, size = _STYLES[policy]
+        ax.plot(values, [y / GIB for y in ys], linestyle=style, marker=marker, markersize=size, label=label)
     ax.axhline(scn.gpu_memory / GIB, color="black", linestyle="--", linewidth=1,
                label=f"capacity {scn.gpu_memory / 1e9:.0f} GB")
     ax.set_yscale("log")
@@ -105,9 +117,9 @@ def figure_memory_sweep(scn, axis: str, values: list[int]):
     ax.set_title(f"{scn.model.name}, {scn.parallel.describe().split(' (')[0]}\nZeRO {int(scn.zero)}, "
                  f"{scn.schedule.label}, M = {scn.m}" + (f", s = {scn.s}" if axis == "b" else f", b = {scn.b}"),
                  fontsize=9, y=1.0)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # beside, off the lines
     _plain_log_ticks(ax)
-    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.13, top=0.86)
+    fig.subplots_adjust(left=0.1, right=0.7, bottom=0.13, top=0.86)
     return fig, data
 
 

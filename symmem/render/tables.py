@@ -47,7 +47,10 @@ class Table:
 
 
 _TEX_ESCAPE = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-               "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+               "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+               # non-ASCII characters of our own texts that pdflatex's default input encoding does not set up
+               "→": r"$\rightarrow$", "≥": r"$\geq$", "≤": r"$\leq$", "≈": r"$\approx$", "×": r"$\times$",
+               "·": r"$\cdot$", "−": "-", "–": "--", "²": r"\textsuperscript{2}", "…": r"\ldots{}"}
 
 
 def tex_escape(text: str) -> str:
@@ -106,16 +109,18 @@ def to_markdown(t: Table) -> str:
         t=t, header=[c.replace("|", r"\|") for c in t.columns], rows=[[_md_cell(v) for v in r] for r in t.rows])
 
 
-def _caption(title: str) -> str:
-    """LaTeX numbers its own tables: "Table 8: X" becomes "X (the paper's Table 8)"."""
+def _caption(title: str) -> tuple[str | None, str]:
+    """A table is captioned by its own name, never by LaTeX's running count: "Table 8: X" is numbered 8 (the paper's
+    number, set locally as \thetable), any other title is printed as it is, unnumbered."""
     m = re.match(r"^Table (\d+): (.*)$", title)
-    return f"{m.group(2)} (the paper's Table {m.group(1)})" if m else title
+    return (m.group(1), m.group(2)) if m else (None, title)
 
 
 def to_latex(t: Table) -> str:
     align = t.align or ("l" + "r" * (len(t.columns) - 1))
+    number, title = _caption(t.title)
     return _env(tex=True).get_template("table.tex.j2").render(
-        t=t, align=align, title=tex_escape(_caption(t.title)), header=[tex_escape(c) for c in t.columns],
+        t=t, align=align, number=number, title=tex_escape(title), header=[tex_escape(c) for c in t.columns],
         rows=[[_tex_cell(v) for v in r] for r in t.rows], notes=[tex_escape(n) for n in t.notes])
 
 

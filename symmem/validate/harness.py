@@ -33,7 +33,7 @@ from typing import Any
 
 from symmem.errors import SymmemError
 
-_MISSING = "torch/transformers not installed: pip install 'symmem[validate]' (torch==2.13.0, transformers==5.24.0)"
+_MISSING = "torch/transformers not installed: pip install -e '.[validate]' (torch==2.13.0, transformers==5.24.0)"
 
 FAMILIES = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "llama", "deepseek-v3.2", "deepseek-v4")
 DTYPES = ("fp32", "bf16")

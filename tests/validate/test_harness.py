@@ -167,5 +167,5 @@ def test_missing_torch_raises_symmem_error(monkeypatch):
     from symmem.validate import harness
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` raise ImportError
-    with pytest.raises(SymmemError, match=r"pip install 'symmem\[validate\]'"):
+    with pytest.raises(SymmemError, match=r"pip install -e '\.\[validate\]'"):
         harness.measure_layer(tiny_config("deepseek-v3"), 0, 1, 2)

@@ -51,7 +51,7 @@ def test_text_output(v3_path, capsys, measure):
 
 def test_missing_torch_is_one_line(v3_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(SymmemError, match=r"pip install 'symmem\[validate\]'") as e:
+    with pytest.raises(SymmemError, match=r"pip install -e '\.\[validate\]'") as e:
         _run(["--config", v3_path])
     assert "\n" not in str(e.value)
 

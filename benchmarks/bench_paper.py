@@ -1,0 +1,74 @@
+"""`symmem paper` from a cold start, against its floor, side by side and on one core.
+
+Floor: `python -c "import sympy, jinja2, matplotlib.pyplot"`, the libraries `symmem paper` cannot do without.
+Both are run alternately, pinned to one core (`taskset -c 0`, when there is taskset), and measured in CPU seconds
+(user + system of the process and its children, which is what one core has to give) and in wall seconds.
+Targets: `symmem paper` within 1.5 s of CPU and within twice the floor's time.
+
+Run alone: `python benchmarks/bench_paper.py [--repeat N]`; `benchmarks/run.py` runs it with the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+FLOOR = [sys.executable, "-c", "import sympy, jinja2, matplotlib.pyplot"]
+CPU_TARGET = 1.5  # seconds of CPU
+RATIO_TARGET = 2.0  # times the floor
+
+
+def _pin(cmd: list[str]) -> list[str]:
+    return ["taskset", "-c", "0", *cmd] if shutil.which("taskset") else cmd
+
+
+def measure(cmd: list[str]) -> tuple[float, float]:
+    """(CPU seconds of the child and its children, wall seconds) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(_pin(cmd), check=True, capture_output=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall
+
+
+def run(repeat: int = 5) -> dict[str, float]:
+    floor_cpu, floor_wall, paper_cpu, paper_wall = [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "paper_tables")
+        paper = [sys.executable, "-m", "symmem", "paper", "--out", out]
+        measure(FLOOR)  # warm the file cache for both
+        measure(paper)
+        for _ in range(repeat):  # alternately, so that both see the same load
+            c, w = measure(FLOOR)
+            floor_cpu.append(c)
+            floor_wall.append(w)
+            c, w = measure(paper)
+            paper_cpu.append(c)
+            paper_wall.append(w)
+    r = {"floor_cpu": statistics.median(floor_cpu), "floor_wall": statistics.median(floor_wall),
+         "paper_cpu": statistics.median(paper_cpu), "paper_wall": statistics.median(paper_wall)}
+    r["ratio_cpu"] = r["paper_cpu"] / r["floor_cpu"]
+    r["ratio_wall"] = r["paper_wall"] / r["floor_wall"]
+    pinned = "one core (taskset -c 0)" if shutil.which("taskset") else "all cores (no taskset)"
+    print(f"symmem paper, cold start, on {pinned}, median of {repeat}: {r['paper_cpu']:.2f} s CPU, "
+          f"{r['paper_wall']:.2f} s wall; floor (python + import sympy, jinja2, matplotlib.pyplot): "
+          f"{r['floor_cpu']:.2f} s CPU, {r['floor_wall']:.2f} s wall; ratio {r['ratio_cpu']:.1f}x CPU, "
+          f"{r['ratio_wall']:.1f}x wall")
+    print(f"  targets: within {CPU_TARGET} s of CPU: {'met' if r['paper_cpu'] <= CPU_TARGET else 'MISSED'}; "
+          f"within {RATIO_TARGET:.0f}x the floor (CPU): {'met' if r['ratio_cpu'] <= RATIO_TARGET else 'MISSED'}")
+    return r
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeat", type=int, default=5)
+    run(p.parse_args().repeat)
