@@ -26,7 +26,7 @@ _EXPORTS = {
     "Recompute": "symmem.accounting.recompute", "policy": "symmem.accounting.recompute",
     "Precision": "symmem.accounting.states", "ZeroStage": "symmem.accounting.states",
     "recipe": "symmem.accounting.states",
-    "parse_formula": "symmem.check", "compare": "symmem.check.compare", "derive": "symmem.check.quantities",
+    "check_formula": "symmem.check", "parse_formula": "symmem.check", "compare": "symmem.check.compare", "derive": "symmem.check.quantities",
     "ModelConfig": "symmem.config", "load_model": "symmem.config", "from_dict": "symmem.config",
     "SymmemError": "symmem.errors",
     "Family": "symmem.family",
