@@ -42,6 +42,13 @@ ACT_DTYPES = {"fp32": 4, "bf16": 2}
 
 @dataclass(frozen=True)
 class Scenario:
+    """A whole training case: model, parallelism, layout, conventions, precision, ZeRO and activation settings.
+
+    Fields not given take the defaults of the built-in `paper` scenario (what the CLI runs without flags),
+    except `mtp`, which places the config's MTP modules on the last stage unless set False (the paper omits
+    them; a TOML scenario without `mtp` keeps them too). `load_scenario` reads one; `replace` and
+    `with_parallel` change fields of a copy, as the CLI's flags do."""
+
     name: str
     model: ModelConfig
     parallel: Parallel

@@ -503,3 +503,17 @@ def test_juxtaposed_names_parse_as_products(monomials: list) -> None:
         expected += term
         parts.append(text)
     assert same(parse_formula(" + ".join(parts)), expected)
+
+
+def test_every_pair_of_declared_names_juxtaposes_unambiguously() -> None:
+    """Every family's symbols are declared in one table: any two spellings written back to back must still read
+    as their product (a new symbol such as `cp` must not make `n_h` + `cp` read as another name + `p`)."""
+    from symmem.family import registry
+
+    registry()
+    specs = list(SYMBOLS.values())
+    for a in specs:
+        for b in specs:
+            for sa in (a.name, a.latex):
+                for sb in (b.name, b.latex):
+                    assert same(parse_formula(sa + sb), a.symbol * b.symbol), (sa, sb)

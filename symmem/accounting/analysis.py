@@ -39,6 +39,12 @@ def values(scn: Scenario, b_value: int | None = None, s_value: int | None = None
 # ---------------------------------------------------------------------------------------------- parameters
 @lru_cache(maxsize=16)
 def model_totals(model: ModelConfig, convention: str = "paper") -> ModelTotals:
+    """Whole-model parameter counts: `total` (no MTP), `activated` per token, and the MTP module's own `mtp`.
+
+    >>> from symmem import load_model
+    >>> model_totals(load_model("deepseek-v3")).total
+    671026404352
+    """
     uses = weight_uses(model_parts(model, convention), unique=True)
     subs = model.substitutions()
     total = to_int(sum(count_by_group(uses, None).values()), subs)
@@ -50,6 +56,9 @@ def model_totals(model: ModelConfig, convention: str = "paper") -> ModelTotals:
 
 @dataclass(frozen=True)
 class StageParams:
+    """Parameters of one GPU of a stage, by group (`dense`, the routers and experts): `total`, `dense`, `moe`;
+    `whole_total` counts the stage's distinct parameters over all its ranks."""
+
     stage: Stage
     per_gpu: dict[str, int]  # parameters one GPU of the stage holds, by group
     per_gpu_expr: dict[str, sympy.Expr]  # the same in the model's symbols (parallel sizes substituted)
@@ -73,6 +82,8 @@ class StageParams:
 
 
 def stage_params(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -> StageParams:
+    """The parameters one GPU of `stage` holds under the scenario's parallelism and TP convention
+    (`symbolic_parallel`: keep t, EP, ETP as symbols in `per_gpu_expr`)."""
     parts = stage_parts(scn.model, stage, scn.convention)
     sizes = tuple(sorted(scn.size_values().items(), key=lambda kv: kv[0].name))
     local, per_gpu, whole = _stage_counts(sizes, scn.parallel, parts, symbolic_parallel)
@@ -90,6 +101,8 @@ def _stage_counts(sizes: tuple, parallel, parts: tuple, symbolic_parallel: bool)
 
 
 def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
+    """Model-state bytes (weights, gradients, optimizer states) of one GPU holding `sp`, under the scenario's
+    precision recipe, ZeRO stage and schedule."""
     return state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero,
                        scn.schedule.weight_copies)
 
@@ -166,6 +179,7 @@ class StageMemory:
 
     @property
     def peak_allocated(self) -> int:
+        """Bytes allocated at the busiest moment of one GPU of the stage (`peak.event` names the moment)."""
         return self.peak.peak_allocated
 
     @property
@@ -194,6 +208,8 @@ def verdict(low: int, high: int, capacity: int) -> str:
 
 
 def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
+    """The per-GPU memory of one stage: model states plus the saved activations of the micro-batches in flight
+    (`allocated`), with fragmentation and communication-buffer ranges; `peak` derives the busiest moment."""
     sp = stage_params(scn, stage)
     st = stage_states(scn, sp)
     act = to_int(stage_activation_expr(scn, stage), values(scn))
@@ -253,6 +269,7 @@ def stage_peak_of(scn: Scenario, stage: Stage, states: StateBytes, k: Fraction) 
 
 
 def memory(scn: Scenario) -> list[StageMemory]:
+    """`stage_memory` of every stage of the scenario, in stage order (what `symmem memory` prints)."""
     return [stage_memory(scn, st) for st in scn.stages]
 
 

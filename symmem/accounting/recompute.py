@@ -18,6 +18,8 @@ LAYER_TAG = "decoder_layer"
 
 
 class Recompute(Enum):
+    """The activation-recomputation policies (`policy(name)` builds one; `custom:OPS` names the ops)."""
+
     NONE = "none"
     """Keep everything each op saves."""
     FULL = "full"

@@ -46,6 +46,7 @@ RECIPES = {
 
 
 def recipe(name: str) -> Precision:
+    """A named precision recipe: `paper` (2 + 4 + 8 bytes per parameter) or `megatron` (2 + 4 + 4 + 8)."""
     try:
         return RECIPES[name]
     except KeyError:

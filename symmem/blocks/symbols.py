@@ -27,7 +27,7 @@ k_I = declare("k_I", "k_I", "lightning indexer top-k (tokens, or compressed entr
 d_k = declare("d_k", "d_k", "shared key/value head dimension (DeepSeek-V4: one KV head, K = V)")
 n_g = declare("n_g", "n_g", "groups of the grouped low-rank output projection (o_groups)")
 d_o = declare("d_o", "d_o", "rank of each output-projection group (o_lora_rank)")
-n_hc = declare("n_hc", "n_{hc}", "hyper-connection streams (hc_mult)")
+n_hc = declare("m_hc", "m_{hc}", "hyper-connection streams (hc_mult)")
 s_w = declare("s_w", "s_w", "sliding window")
 m_C = declare("m_C", "m_C", "compression rate of CSA (compressed sparse attention)")
 m_H = declare("m_H", "m_H", "compression rate of HCA (heavily compressed attention)")

@@ -15,7 +15,7 @@ from symmem.check.lexer import name_table, tokenize
 from symmem.check.parse import Parser
 from symmem.errors import SymmemError
 
-__all__ = ["parse_formula"]
+__all__ = ["check_formula", "parse_formula", "scenario_formula"]
 
 
 def parse_formula(text: str, symbols: Mapping[str, sympy.Symbol] | None = None) -> sympy.Expr:
@@ -32,3 +32,30 @@ def parse_formula(text: str, symbols: Mapping[str, sympy.Symbol] | None = None) 
     except RecursionError:  # a safety net only: the lexer's depth limit keeps the parser shallow
         raise SymmemError("formula: nested too deeply for the parser's stack; flatten the brackets") from None
     return expr
+
+
+def scenario_formula(text: str, scn) -> sympy.Expr:
+    """Parse `text` and give it the scenario's parallel sizes (t, pp, ep, etp, dp, edp, cp) and the model family's
+    aliases (DeepSeek: d_v is written d_h), expanded: the claimed side of `symmem check`."""
+    from symmem.symbols import sym
+
+    expr = parse_formula(text)
+    par = scn.parallel
+    subs = {sym("t"): par.tp, sym("pp"): par.pp, sym("ep"): par.ep, sym("etp"): par.etp, sym("dp"): par.dp,
+            sym("edp"): par.expert_dp, sym("cp"): par.cp}
+    subs.update(scn.model.family.formula_aliases(scn.model))
+    return sympy.expand(expr.subs(subs))
+
+
+def check_formula(text: str, scn, quantity: str = "stage.activations", stage: int = 1, layer: int | None = None):
+    """`symmem check` in Python: compare the formula `text` with the derived `quantity` of `stage` (and `layer`)
+    of the scenario `scn`, term by term. Returns a `symmem.check.compare.Comparison` (`verdict`, `difference`,
+    `worth` in bytes or parameters at the scenario's sizes, `differing` rows with their sources)."""
+    from symmem.accounting.analysis import values
+    from symmem.check.compare import compare
+    from symmem.check.quantities import derive
+    from symmem.check.quantities import quantity as find
+
+    q = find(quantity, scn)
+    derived, sources = derive(q.name, scn, stage, layer)
+    return compare(derived, scenario_formula(text, scn), values(scn), sources)

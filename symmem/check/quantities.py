@@ -160,6 +160,9 @@ def quantity(name: str, scn: Scenario | None = None) -> Quantity:
 
 def derive(name: str, scn: Scenario, stage: int, layer: int | None = None
            ) -> tuple[sympy.Expr, dict[sympy.Expr, list[str]]]:
+    """The quantity `name` (`symmem check --list`) of `stage` (and `layer`, for `layer.*`), derived as a sympy
+    expression in the model's symbols, b and s, with the parallel sizes substituted; with, for each monomial,
+    which ops' saved tensors or weights it comes from."""
     if not 0 <= stage < len(scn.stages):
         raise SymmemError(f"stage = {stage}: the scenario has stages 0..{len(scn.stages) - 1}")
     return quantity(name, scn).derive(scn, stage, layer)

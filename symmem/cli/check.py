@@ -24,19 +24,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _claimed(text: str, scn):
-    import sympy
+    from symmem.check import scenario_formula
 
-    from symmem.check import parse_formula
-    from symmem.symbols import sym
-
-    expr = parse_formula(text)
-    # Parallel sizes take the scenario's values; the family says which symbols stand for one another in this
-    # model (DeepSeek: d_v is the paper's d_h where the two are equal).
-    par = scn.parallel
-    subs = {sym("t"): par.tp, sym("pp"): par.pp, sym("ep"): par.ep, sym("etp"): par.etp, sym("dp"): par.dp,
-            sym("edp"): par.expert_dp, sym("cp"): par.cp}
-    subs.update(scn.model.family.formula_aliases(scn.model))
-    return sympy.expand(expr.subs(subs))
+    return scenario_formula(text, scn)
 
 
 def run(args) -> int:

@@ -60,7 +60,7 @@ class DeepSeekV4(Family):
         "h": "hidden_size", "d_cq": "q_lora_rank", "n_h": "num_attention_heads", "d_k": "head_dim",
         "n_g": "o_groups", "d_o": "o_lora_rank", "h_E": "moe_intermediate_size", "N": "n_routed_experts",
         "N_r": "num_experts_per_tok", "n_I": "index_n_heads", "d_I": "index_head_dim", "k_I": "index_topk",
-        "s_w": "sliding_window", "n_hc": "hc_mult", "V": "vocab_size", "L": "num_hidden_layers",
+        "s_w": "sliding_window", "m_hc": "hc_mult", "V": "vocab_size", "L": "num_hidden_layers",
     }
     structural_keys = (
         "layer_types", "compress_ratios", "mlp_layer_types", "num_hash_layers", "compress_rates", "compress_rate_csa",

@@ -16,6 +16,9 @@ LAYOUT_KINDS = ("paper", "even", "explicit", "megatron")
 
 @dataclass(frozen=True)
 class LayoutSpec:
+    """How the decoder layers are spread over the pipeline stages: `paper` (ceil(L/PP) per stage, the remainder on
+    the last), `even`, `explicit` (`layers_per_stage`) or `megatron` (`first`/`last` stage counts, the rest even)."""
+
     kind: str = "paper"
     layers_per_stage: tuple[int, ...] = ()  # for "explicit"
     first: int | None = None  # for "megatron": layers on the first stage
@@ -35,6 +38,9 @@ class LayoutSpec:
 
 @dataclass(frozen=True)
 class Stage:
+    """One pipeline stage: its index, its decoder layers and whether it holds the embedding, the final norm and
+    head, and how many MTP modules (`Scenario.stages` builds them from the layout)."""
+
     index: int
     layers: tuple[int, ...]
     embedding: bool

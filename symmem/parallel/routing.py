@@ -44,6 +44,9 @@ def _exact(value: object, field_name: str) -> sympy.Rational:
 
 @dataclass(frozen=True)
 class Routing:
+    """How many tokens the routed experts of one GPU receive: `paper` (E_tok = b·s·N_r/N of the GPU's own tokens),
+    `dispatch`, `capacity` (`capacity_factor`), `dynamic` (`rank_load`) or `histogram` (one load per expert)."""
+
     kind: str = "paper"
     capacity_factor: object = None  # for "capacity"
     rank_load: object = None  # for "dynamic": busiest rank's token-slots over the balanced share (>= 1)

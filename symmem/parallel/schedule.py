@@ -16,6 +16,9 @@ SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
 
 @dataclass(frozen=True)
 class Schedule:
+    """The pipeline schedule, which says how many micro-batches each stage keeps in flight: `gpipe`, `1f1b`,
+    `zb1p`, `interleaved` (with `chunks` virtual stages per GPU) or `dualpipe`."""
+
     name: str = "1f1b"
     chunks: int = 1  # virtual stages per GPU, for "interleaved"
 

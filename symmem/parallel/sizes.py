@@ -31,7 +31,16 @@ def _check_size(field: str, value: object) -> int:
 @dataclass(frozen=True)
 class Parallel:
     """How the GPUs are arranged. World size = DP × TP × CP × PP (Megatron's order tp-cp-ep-dp-pp); the expert
-    layers regroup the DP × TP × CP GPUs of a stage as EDP × EP × ETP."""
+    layers regroup the DP × TP × CP GPUs of a stage as EDP × EP × ETP.
+
+    The defaults are one GPU, sequence parallelism off, and the MoE block not sequence-sharded even when
+    sequence parallelism is on (the paper's accounting, which the built-in scenarios and the CLI default to);
+    pass `moe_sequence_parallel=True` for Megatron-Core's sequence-sharded MoE block.
+
+    >>> par = Parallel(dp=32, tp=2, pp=16, ep=8, sequence_parallel=True)
+    >>> par.world_size, par.expert_dp, par.moe_sp
+    (1024, 8, False)
+    """
 
     tp: int = 1  # tensor-parallel size (--tensor-model-parallel-size)
     pp: int = 1  # pipeline-parallel size (--pipeline-model-parallel-size)
@@ -40,7 +49,10 @@ class Parallel:
     dp: int = 1  # data-parallel size
     edp: int | None = None  # expert data-parallel size; derived when None
     sequence_parallel: bool = False  # --sequence-parallel: activations outside TP regions split over s
-    moe_sequence_parallel: bool | None = None  # is the MoE block sequence-sharded too? None: as sequence_parallel
+    # is the MoE block sequence-sharded too? False (the default, as the paper and the built-in `paper` scenario
+    # count it, and as the CLI runs unless --moe-sequence-parallel is given); True (Megatron-Core; needs
+    # sequence_parallel); None: as sequence_parallel
+    moe_sequence_parallel: bool | None = False
     world: int | None = None  # total GPUs, checked against DP·TP·CP·PP when given
     cp: int = 1  # context-parallel size (--context-parallel-size): every activation split over the sequence
     cp_comm_type: str = "p2p"  # --cp-comm-type: p2p (ring exchange of K/V) or a2a (all-to-all over heads)

@@ -1,0 +1,75 @@
+"""The README's Python examples run, and say what they say (a doctest of every ```python block)."""
+
+import doctest
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import symmem
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_python_blocks_run():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) >= 4
+    text = "\n".join(blocks)
+    parser = doctest.DocTestParser()
+    test = parser.get_doctest(text, {}, "README.md", str(README), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted >= 20 and result.failed == 0
+
+
+# symmem/rules/ belongs to another branch of work; its rule_set gets its docstring there.
+NOT_YET_DOCUMENTED = {"rule_set"}
+
+
+def test_every_exported_name_has_a_docstring():
+    missing = []
+    for name in symmem.__all__:
+        obj = getattr(symmem, name)
+        if inspect.isclass(obj):
+            doc = obj.__dict__.get("__doc__") or ""
+            if not doc or doc.startswith(f"{name}("):  # a dataclass's generated signature is no docstring
+                missing.append(name)
+        elif callable(obj):
+            if not (obj.__doc__ or "").strip():
+                missing.append(name)
+        else:  # data (SYMBOLS): documented by name in its module's docstring
+            module = importlib.import_module(symmem._EXPORTS[name])
+            if f"`{name}`" not in (module.__doc__ or ""):
+                missing.append(name)
+    assert sorted(set(missing) - NOT_YET_DOCUMENTED) == []
+
+
+def _cli_memory(capsys, *flags):
+    import json
+
+    from symmem.cli.main import main
+
+    assert main(["memory", "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)["stages"]
+
+
+def test_python_defaults_give_the_cli_numbers(capsys):
+    # Issue 9, item 5: a case built in Python from the defaults of Parallel and Scenario gave other bytes than
+    # the CLI's (Parallel() sharded the MoE block over the sequence; the paper scenario does not). The same case,
+    # both ways, must give identical numbers for every stage.
+    from symmem import Parallel, Scenario, load_model, memory
+
+    for tp, dp in ((2, 32), (4, 16)):
+        scn = Scenario("mine", load_model("deepseek-v3"), Parallel(dp=dp, tp=tp, pp=16, ep=8, sequence_parallel=True),
+                       mtp=False)
+        assert not scn.parallel.moe_sp
+        cli = _cli_memory(capsys, "--tp", str(tp))
+        py = memory(scn)
+        assert [s["allocated"] for s in cli] == [m.allocated for m in py]
+        assert [(s["total_low"], s["total_high"]) for s in cli] == [(m.low, m.high) for m in py]
+    # and with the MoE block sharded, asked for in both
+    scn = Scenario("mine", load_model("deepseek-v3"),
+                   Parallel(dp=32, tp=2, pp=16, ep=8, sequence_parallel=True, moe_sequence_parallel=True), mtp=False)
+    cli = _cli_memory(capsys, "--moe-sequence-parallel")
+    assert [s["allocated"] for s in cli] == [m.allocated for m in memory(scn)]
