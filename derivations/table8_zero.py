@@ -48,7 +48,8 @@ def tables() -> list[Table]:
                    "parameter. The paper's prose swaps the gradient (23.3) and optimizer (46.6) labels; its table "
                    "and this one agree.",
                    "The paper states: its figures as printed (GiB, written GB there); equal means the derived value "
-                   "rounds to the paper's figure at the paper's precision (23.28 to 23.3, 46.57 to 46.6)."), align="lrrrrrrrrl")]
+                   "rounds to the paper's figure at the paper's precision (23.28 to 23.3, 46.57 to 46.6)."),
+                  align="lrrrrrrrrl")]
 
 
 if __name__ == "__main__":

@@ -512,8 +512,8 @@ def test_every_pair_of_declared_names_juxtaposes_unambiguously() -> None:
 
     registry()
     specs = list(SYMBOLS.values())
-    for a in specs:
-        for b in specs:
-            for sa in (a.name, a.latex):
-                for sb in (b.name, b.latex):
-                    assert same(parse_formula(sa + sb), a.symbol * b.symbol), (sa, sb)
+    for first in specs:
+        for second in specs:
+            for sa in (first.name, first.latex):
+                for sb in (second.name, second.latex):
+                    assert same(parse_formula(sa + sb), first.symbol * second.symbol), (sa, sb)

@@ -67,7 +67,8 @@ def test_python_defaults_give_the_cli_numbers(capsys):
         cli = _cli_memory(capsys, "--tp", str(tp))
         py = memory(scn)
         assert [s["allocated"] for s in cli] == [m.allocated for m in py]
-        assert [(s["total_low"], s["total_high"]) for s in cli] == [(m.low, m.high) for m in py]
+        assert [(s["peak_allocated"], s["reserved_low"], s["reserved_high"]) for s in cli] == [
+            (m.peak_allocated, *m.reserved) for m in py]
     # and with the MoE block sharded, asked for in both
     scn = Scenario("mine", load_model("deepseek-v3"),
                    Parallel(dp=32, tp=2, pp=16, ep=8, sequence_parallel=True, moe_sequence_parallel=True), mtp=False)
