@@ -93,6 +93,11 @@ def _registry() -> dict[str, RuleSet]:
 
 
 def rule_set(name: str) -> RuleSet:
+    """The rule set called `name`: `paper`, `torch-eager` or `megatron-te`.
+
+    >>> rule_set("paper").rules["softmax"].__name__
+    'rule'
+    """
     sets = _registry()
     try:
         return sets[name]
@@ -101,4 +106,5 @@ def rule_set(name: str) -> RuleSet:
 
 
 def rule_set_names() -> tuple[str, ...]:
+    """The names of every rule set."""
     return tuple(_registry())
