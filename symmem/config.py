@@ -89,6 +89,16 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:40] + "..."
 
 
+def check_layer_types(types: object, key: str, known: tuple[str, ...], n_layers: int, source: str) -> None:
+    """A per-layer list of layer types (HF's `layer_types`): one known type per layer."""
+    if not isinstance(types, list) or len(types) != n_layers:
+        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)[:40]
+        raise SymmemError(f"{source}: {key} = {got}: must list one type per layer (num_hidden_layers = {n_layers})")
+    for i, t in enumerate(types):
+        if t not in known:
+            raise SymmemError(f"{source}: {key}[{i}] = {t!r:.40}: unknown layer type; known: {', '.join(known)}")
+
+
 def require(raw: Mapping, keys: Iterable[str], source: str, what: str) -> None:
     missing = [k for k in keys if k not in raw]
     if missing:

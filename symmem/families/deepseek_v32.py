@@ -20,7 +20,16 @@ from symmem import blocks
 from symmem.blocks import hf
 from symmem.blocks.indexer import v32_indexer, v32_keys
 from symmem.blocks.mla import d_v_symbol
-from symmem.config import ModelConfig, boolean, ignored, non_negative_int, positive_int, read_sizes, require
+from symmem.config import (
+    ModelConfig,
+    boolean,
+    check_layer_types,
+    ignored,
+    non_negative_int,
+    positive_int,
+    read_sizes,
+    require,
+)
 from symmem.errors import SymmemError
 from symmem.families.deepseek import DeepSeek, _resid_axis
 
@@ -48,10 +57,10 @@ class DeepSeekV32(DeepSeek):
         mlp_types = raw.get("mlp_layer_types")
         if mlp_types is None:
             mlp_types = ["dense"] * first_k + ["sparse"] * (n_layers - first_k)
-        _check_types(mlp_types, "mlp_layer_types", tuple(MLP_TYPES), n_layers, source)
+        check_layer_types(mlp_types, "mlp_layer_types", tuple(MLP_TYPES), n_layers, source)
         attn_types = raw.get("layer_types")
         if attn_types is not None:
-            _check_types(attn_types, "layer_types", ("indexed_attention",), n_layers, source)
+            check_layer_types(attn_types, "layer_types", ("indexed_attention",), n_layers, source)
         if values["N_r"] > values["N"]:
             raise SymmemError(
                 f"{source}: num_experts_per_tok = {values['N_r']}: more than n_routed_experts = {values['N']}")
@@ -84,15 +93,6 @@ class DeepSeekV32(DeepSeek):
     def hf_impl(self, model, attn, experts, router, unit_batch, unit_seq):
         kind = router or ("v3-norm" if model.option("norm_topk_prob") else "v3")
         return hf.HFImpl(attn, experts, kind, unit_batch=unit_batch, unit_seq=unit_seq)
-
-
-def _check_types(types: object, key: str, known: tuple[str, ...], n_layers: int, source: str) -> None:
-    if not isinstance(types, list) or len(types) != n_layers:
-        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)[:40]
-        raise SymmemError(f"{source}: {key} = {got}: must list one type per layer (num_hidden_layers = {n_layers})")
-    for i, t in enumerate(types):
-        if t not in known:
-            raise SymmemError(f"{source}: {key}[{i}] = {t!r:.40}: unknown layer type; known: {', '.join(known)}")
 
 
 FAMILY = DeepSeekV32()

@@ -36,7 +36,16 @@ from symmem.blocks.hf import deepseek_v4 as hf_v4
 from symmem.blocks.mhc import hc_post, hc_pre, hyper_head
 from symmem.blocks.symbols import n_hc
 from symmem.blocks.v4_attention import v4_attention
-from symmem.config import ModelConfig, boolean, ignored, non_negative_int, positive_int, read_sizes, require
+from symmem.config import (
+    ModelConfig,
+    boolean,
+    check_layer_types,
+    ignored,
+    non_negative_int,
+    positive_int,
+    read_sizes,
+    require,
+)
 from symmem.errors import SymmemError
 from symmem.family import Family
 from symmem.graph import D, DataflowBuilder, Weight
@@ -81,7 +90,7 @@ class DeepSeekV4(Family):
         if mlp is None:
             n_hash = non_negative_int("num_hash_layers", raw.get("num_hash_layers", 3), source, n_layers)
             mlp = ["hash_moe"] * n_hash + ["moe"] * (n_layers - n_hash)
-        _check_types(mlp, "mlp_layer_types", tuple(MLP_TYPES), n_layers, source)
+        check_layer_types(mlp, "mlp_layer_types", tuple(MLP_TYPES), n_layers, source)
         rates = raw.get("compress_rates") or {}
         if not isinstance(rates, dict):
             raise SymmemError(f"{source}: compress_rates = {rates!r:.40}: must be an object")
@@ -199,17 +208,8 @@ def _layer_types(raw: Mapping, n_layers: int, source: str) -> list[str]:
         types = ["heavily_compressed_attention"] * min(2, n_layers) + [
             "heavily_compressed_attention" if i % 2 == 0 else "compressed_sparse_attention"
             for i in range(n_layers - 2)]
-    _check_types(types, "layer_types", tuple(LAYER_TYPES), n_layers, source)
+    check_layer_types(types, "layer_types", tuple(LAYER_TYPES), n_layers, source)
     return types
-
-
-def _check_types(types: object, key: str, known: tuple[str, ...], n_layers: int, source: str) -> None:
-    if not isinstance(types, list) or len(types) != n_layers:
-        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)[:40]
-        raise SymmemError(f"{source}: {key} = {got}: must list one type per layer (num_hidden_layers = {n_layers})")
-    for i, t in enumerate(types):
-        if t not in known:
-            raise SymmemError(f"{source}: {key}[{i}] = {t!r:.40}: unknown layer type; known: {', '.join(known)}")
 
 
 FAMILY = DeepSeekV4()
