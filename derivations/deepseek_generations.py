@@ -14,6 +14,8 @@ Optimizers: AdamW for V3 and V3.2 (the `megatron` recipe, 18 B per parameter), `
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy
 
 from symmem.accounting.analysis import memory, model_totals, peak, stage_activation_expr, to_int, values
@@ -118,12 +120,13 @@ PRECISIONS = {
 }
 
 
+@lru_cache(maxsize=None)
 def kv_elements(name: str) -> dict[str, sympy.Expr]:
     """Cached elements at s tokens (b = 1), by role, summed over the model's layers: the outputs of the ops tagged
     `kv_cache` (all s rows) and `kv_cache_window` (the last min(s_w, s) rows)."""
     model = load_model(name)
     kinds = model.layer_kinds()
-    out: dict[str, sympy.Expr] = {}
+    out: dict[str, list[sympy.Expr]] = {}
     for kind in dict.fromkeys(kinds):
         flow = layer_flow(model, kind)
         n = kinds.count(kind)
@@ -136,8 +139,8 @@ def kv_elements(name: str) -> dict[str, sympy.Expr]:
                     role, size = "window", size / s * sympy.Min(sym("s_w"), s)
                 else:
                     continue
-                out[role] = out.get(role, 0) + n * size
-    return out
+                out.setdefault(role, []).append(n * size)
+    return {role: sympy.Add(*terms) for role, terms in out.items()}
 
 
 def _role(op: str) -> str:
@@ -199,8 +202,8 @@ def tables() -> list[Table]:
     return generations() + kv_cache()
 
 
-def figure() -> tuple[bytes, bytes]:
-    """Log-log plot of the per-GPU activations of one layer against s, per model (PNG, PDF)."""
+def figure(formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:
+    """Log-log plot of the per-GPU activations of one layer against s, per model: {format: bytes}."""
     from symmem.render.plots import _figure, _plain_log_ticks, save
 
     seqs = [2**k for k in range(12, 21)]
@@ -221,8 +224,7 @@ def figure() -> tuple[bytes, bytes]:
     ax.grid(True, which="major", linewidth=0.3)
     ax.legend(loc="upper left")
     fig.subplots_adjust(left=0.15, right=0.97, bottom=0.12, top=0.92)
-    files = save(fig)
-    return files["png"], files["pdf"]
+    return save(fig, formats)
 
 
 if __name__ == "__main__":

@@ -47,10 +47,10 @@ def model_totals(model: ModelConfig, convention: str = "paper") -> ModelTotals:
     """
     uses = weight_uses(model_parts(model, convention), unique=True)
     subs = model.substitutions()
-    total = to_int(sum(count_by_group(uses, None).values()), subs)
+    total = to_int(sympy.Add(*count_by_group(uses, None).values()), subs)
     activated = to_int(activated_expr(model_parts(model, convention), model.family.moe_fraction(model)), subs)
     with_mtp = weight_uses(model_parts(model, convention, with_mtp=True), unique=True)
-    mtp = to_int(sum(count_by_group(with_mtp, None).values()), subs) - total
+    mtp = to_int(sympy.Add(*count_by_group(with_mtp, None).values()), subs) - total
     return ModelTotals(total, activated, mtp)
 
 

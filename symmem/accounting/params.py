@@ -50,15 +50,16 @@ def weight_uses(parts: Iterable[Part], unique: bool = False) -> list[WeightUse]:
 
 def count_by_group(uses: Iterable[WeightUse], axes: AxisSizes | None) -> dict[str, sympy.Expr]:
     """Parameters per group: per rank when `axes` is given, else global (the whole, unsplit weights)."""
-    out = {g: sympy.Integer(0) for g in GROUPS}
+    terms: dict[str, list[sympy.Expr]] = {g: [] for g in GROUPS}
     for u in uses:
         n = local_size(u.weight.dims, axes) if axes is not None else global_size(u.weight.dims)
-        out[u.weight.group] += u.count * n
-    return out
+        terms[u.weight.group].append(u.count * n)
+    # one Add per group: adding term by term re-sorts the growing sum each time (quadratic in the weights)
+    return {g: sympy.Add(*ts) for g, ts in terms.items()}
 
 
 def total(groups: dict[str, sympy.Expr]) -> sympy.Expr:
-    return sum(groups.values(), sympy.Integer(0))
+    return sympy.Add(*groups.values())
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,11 @@ def activated_expr(parts: Iterable[Part], fraction: sympy.Expr | None) -> sympy.
     """Parameters one token passes through: routed experts at `fraction` (N_r/N), the input embedding left out,
     the output head counted (also when it is tied to the embedding: every token still passes through it as the
     head)."""
-    expr = sympy.Integer(0)
+    terms: list[sympy.Expr] = []
     for part in parts:
         for op, w in part.flow.weights():
             if op.kind == "embedding" or (w.shared_with is not None and part.kind != "head"):
                 continue
             size = part.count * global_size(w.dims)
-            expr += size * fraction if w.group == "routed_expert" else size
-    return expr
+            terms.append(size * fraction if w.group == "routed_expert" else size)
+    return sympy.Add(*terms)

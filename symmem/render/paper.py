@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import os
 
 from symmem.render.tables import Table, index_markdown, render_all
 
@@ -47,20 +48,23 @@ FIGURE_GROUPS = (("stage_memory", "params_by_block", "deepseek_generations_activ
 DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations", "measured_runs": "measured_runs"}
 
 
+# Each figure is drawn once, as PDF: vector graphics for report.tex and for print (every further format draws the
+# whole figure again). `symmem plot` draws a scenario's figures as PNG and PDF.
+FORMATS = ("pdf",)
+
+
 def figure_files(names: tuple[str, ...] = tuple(FIGURES)) -> dict[str, bytes]:
     from symmem.render.plots import paper_figures
     from symmem.scenario import load_scenario
 
     out: dict[str, bytes] = {}
     plots = tuple(n for n in names if n not in DERIVATION_FIGURES)
-    for name, (png, pdf, _data) in paper_figures(load_scenario("paper"), plots).items():
-        out[f"figures/{name}.png"] = png
-        out[f"figures/{name}.pdf"] = pdf
+    for name, (files, _data) in paper_figures(load_scenario("paper"), plots, FORMATS).items():
+        out.update({f"figures/{name}.{ext}": data for ext, data in files.items()})
     for name in names:
         if name in DERIVATION_FIGURES:
-            png, pdf = importlib.import_module(f"derivations.{DERIVATION_FIGURES[name]}").figure()
-            out[f"figures/{name}.png"] = png
-            out[f"figures/{name}.pdf"] = pdf
+            files = importlib.import_module(f"derivations.{DERIVATION_FIGURES[name]}").figure(FORMATS)
+            out.update({f"figures/{name}.{ext}": data for ext, data in files.items()})
     return out
 
 
@@ -73,7 +77,16 @@ def _figures_in_child(conn, names) -> None:
         conn.close()
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def _start_figures():
+    if _cores() < 2:  # one core: children would only add their cost (copy-on-write pages), never overlap
+        return None
     try:
         ctx = multiprocessing.get_context("fork")
     except ValueError:  # no fork on this platform: draw in-process
@@ -128,7 +141,7 @@ def _warm_up() -> None:
     import matplotlib.backends.backend_pdf  # noqa: F401
     import matplotlib.figure  # noqa: F401
 
-    from derivations import deepseek_generations
+    from derivations import deepseek_generations, measured_runs
     from symmem.accounting.analysis import memory, stage_activation_expr
     from symmem.render.plots import POLICIES
     from symmem.scenario import load_scenario
@@ -139,6 +152,7 @@ def _warm_up() -> None:
     for name in deepseek_generations.MODELS:
         gen = deepseek_generations.scenario(name)
         stage_activation_expr(gen, gen.stages[1])
+    measured_runs.comparison()
 
 
 def generate(figures: bool = True) -> dict[str, str | bytes]:
@@ -151,7 +165,7 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
         for t in tables:
             files.update(render_all(t))
         files.update(report(tables))
-        extra = {"Figures": "\n".join(f"- `figures/{n}.png` / `.pdf`: {c}" for n, c in FIGURES.items())
+        extra = {"Figures": "\n".join(f"- `figures/{n}.pdf`: {c}" for n, c in FIGURES.items())
                  + f"\n\nDrawn with matplotlib {_matplotlib_version()}; another version may draw other bytes.",
                  "Beyond the paper": "- `deepseek_generations`, `deepseek_generations_activations`, `kv_cache` and "
                                      "`figures/deepseek_generations_activations`: DeepSeek V3 → V3.2 → V4-Flash → "

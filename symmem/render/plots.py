@@ -163,19 +163,26 @@ def figure_params_by_block(model):
     return fig, data
 
 
-def save(fig) -> dict[str, bytes]:
-    """PNG and PDF bytes, free of timestamps and version strings."""
-    png, pdf = io.BytesIO(), io.BytesIO()
-    fig.savefig(png, format="png", dpi=100, metadata=_PNG_META)
-    fig.savefig(pdf, format="pdf", metadata=_PDF_META)
-    return {"png": png.getvalue(), "pdf": pdf.getvalue()}
+def save(fig, formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:
+    """The figure's bytes in each format (PNG, PDF), free of timestamps and version strings. Each format draws
+    the whole figure once more: ask only for what is needed."""
+    out = {}
+    for fmt in formats:
+        buf = io.BytesIO()
+        if fmt == "png":
+            fig.savefig(buf, format="png", dpi=100, metadata=_PNG_META)
+        else:
+            fig.savefig(buf, format=fmt, metadata=_PDF_META if fmt == "pdf" else None)
+        out[fmt] = buf.getvalue()
+    return out
 
 
 PAPER_FIGURES = ("stage_memory", "memory_vs_microbatch", "memory_vs_seqlen", "params_by_block")
 
 
-def paper_figures(scn, names: tuple[str, ...] = PAPER_FIGURES) -> dict[str, tuple[bytes, bytes, object]]:
-    """The figures `symmem paper` writes (all, or those named): name -> (png, pdf, data)."""
+def paper_figures(scn, names: tuple[str, ...] = PAPER_FIGURES,
+                  formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, tuple[dict[str, bytes], object]]:
+    """The paper scenario's figures (all, or those named): name -> ({format: bytes}, data)."""
     from symmem.accounting.states import ZeroStage
 
     zero3 = scn.replace(zero=ZeroStage.OS_G_P)
@@ -191,6 +198,5 @@ def paper_figures(scn, names: tuple[str, ...] = PAPER_FIGURES) -> dict[str, tupl
     out = {}
     for name in names:
         fig, data = makers[name]()
-        files = save(fig)
-        out[name] = (files["png"], files["pdf"], data)
+        out[name] = (save(fig, formats), data)
     return out
