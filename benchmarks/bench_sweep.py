@@ -9,9 +9,13 @@ Measured side by side in one run, each in a child process pinned to one core:
 * a sweep of more than 10 million configurations (ranges much wider than realistic) streamed in tiles:
   configurations per second, wall time, and the child's peak resident memory (getrusage maxrss).
 
-Targets (issue 6): >= 5,000,000 evaluations/s on one core, >= 100x the loop, 10M configurations in < 1 GiB;
-issue 10 raises the rate to >= 10,000,000/s with the sweep ranking by the timeline's peak (a maximum over the
-undominated candidate events of every stage, each compiled; the loop calls `stage_memory(...).peak_allocated`).
+Targets, the pass marks below: >= 10,000,000 configurations/s on one core ranking by the timeline's peak (a
+maximum over the undominated candidate events of every stage, each compiled; the loop calls
+`stage_memory(...).peak_allocated`), >= 100x the loop like for like (both on the realistic space), 10 million
+configurations in < 1 GiB. The wide space's rate is never divided by the loop's: the loop was timed on another
+space.
+
+`--update-docs` rewrites the "Measured" table of docs/sweep.md (between its `bench_sweep` markers) from this run.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
 import time
 
 GIB = 2**30
+RATE_TARGET = 10_000_000  # configurations per second, one core, ranking by the peak
+RATIO_TARGET = 100  # times the per-configuration loop, on the same space
+MEMORY_TARGET = GIB  # peak resident memory of the process sweeping more than 10 million configurations
 
 
 def _one_core() -> None:
@@ -140,17 +148,60 @@ def run(quick: bool = False) -> dict:
           f"{real_rate:,.0f} configurations/s, ratio {real_rate / loop_rate:,.0f}x the loop; cold (deriving "
           f"{r['derive_seconds']:.2f} s) {r['cold_seconds']:.2f} s = {r['valid'] / r['cold_seconds']:,.0f}/s, "
           f"ratio {r['valid'] / r['cold_seconds'] / loop_rate:,.0f}x")
-    ok_rate = wide_rate >= 1e7
-    ok_ratio = wide_rate / loop_rate >= 100
-    ok_mem = w["maxrss"] < GIB
+    ok_rate = wide_rate >= RATE_TARGET
+    ok_ratio = real_rate / loop_rate >= RATIO_TARGET  # like for like: the same realistic space
+    ok_mem = w["maxrss"] < MEMORY_TARGET
     print(f"sweep, compiled, wide space ({w['configurations']:,} configurations, {w['valid']:,} valid, streamed "
           f"in tiles, one core): {w['warm_seconds']:.2f} s = {wide_rate:,.0f} configurations/s (first run, "
           f"deriving {w['derive_seconds']:.2f} s: {w['first_seconds']:.2f} s = {wide_first:,.0f}/s); "
-          f"ratio {wide_rate / loop_rate:,.0f}x the loop; peak RSS {w['maxrss'] / 2**20:.0f} MiB "
-          f"({w['maxrss_before'] / 2**20:.0f} MiB after imports); targets >= 10,000,000/s: "
-          f"{'met' if ok_rate else 'MISSED'}, >= 100x: {'met' if ok_ratio else 'MISSED'}, < 1 GiB: "
+          f"peak RSS {w['maxrss'] / 2**20:.0f} MiB ({w['maxrss_before'] / 2**20:.0f} MiB after imports)")
+    print(f"  targets: >= {RATE_TARGET:,.0f}/s (wide space): {'met' if ok_rate else 'MISSED'}; >= {RATIO_TARGET:.0f}x "
+          f"the loop, like for like (realistic space): {'met' if ok_ratio else 'MISSED'}; < 1 GiB: "
           f"{'met' if ok_mem else 'MISSED'}")
-    return {"rates": r, "wide": w, "loop_rate": loop_rate}
+    return {"rates": r, "wide": w, "loop_rate": loop_rate, "real_rate": real_rate, "wide_rate": wide_rate,
+            "wide_first": wide_first, "met": {"rate": ok_rate, "ratio": ok_ratio, "memory": ok_mem}}
+
+
+BEGIN, END = "<!-- bench_sweep:begin -->", "<!-- bench_sweep:end -->"
+
+
+def markdown(res: dict) -> str:
+    """The docs' "Measured" table, from one run's results."""
+    r, w, loop = res["rates"], res["wide"], res["loop_rate"]
+    mib = 2**20
+    rows = [
+        ("per-configuration loop (derivations warm; each configuration's per-stage timeline peak), realistic space",
+         f"{loop:,.0f} configurations/s ({r['loop_sample']} sampled configurations in {r['loop_seconds']:.2f} s)"),
+        (f"compiled, the default DeepSeek-V3 sweep on 1024 GPUs ({r['configurations']:,} configurations, "
+         f"{r['valid']:,} valid), warm",
+         f"{r['warm_seconds'] * 1000:.0f} ms: {res['real_rate']:,.0f}/s, {res['real_rate'] / loop:,.0f}x the loop "
+         "(like for like)"),
+        (f"the same, cold (deriving {r['cases']} structural cases with their candidate events, "
+         f"{r['derive_seconds']:.2f} s)",
+         f"{r['cold_seconds']:.2f} s: {r['valid'] / r['cold_seconds']:,.0f}/s, "
+         f"{r['valid'] / r['cold_seconds'] / loop:,.0f}x the loop"),
+        (f"compiled, {w['configurations']:,} configurations ({w['valid']:,} valid: b 1-64, s 256-32768 by 256), "
+         "one core",
+         f"{w['warm_seconds']:.2f} s: {res['wide_rate']:,.0f}/s (first run with derivation: "
+         f"{w['first_seconds']:.2f} s = {res['wide_first']:,.0f}/s)"),
+        (f"peak resident memory of the process sweeping those {w['configurations']:,}",
+         f"{w['maxrss'] / mib:.0f} MiB ({w['maxrss_before'] / mib:.0f} MiB of it imports)"),
+    ]
+    met = res["met"]
+    lines = [BEGIN, "", "| what | figure |", "|---|---|", *[f"| {a} | {b} |" for a, b in rows], "",
+             f"Targets, the benchmark's pass marks: at least {RATE_TARGET:,.0f} configurations/s on one core ranking "
+             f"by the peak ({'met' if met['rate'] else 'MISSED'}), at least {RATIO_TARGET:.0f}x the loop like for "
+             f"like ({'met' if met['ratio'] else 'MISSED'}), 10 million configurations in under 1 GiB "
+             f"({'met' if met['memory'] else 'MISSED'}). The wide space's rate is not divided by the loop's: the "
+             "loop was timed on the realistic space.", "", END]
+    return "\n".join(lines)
+
+
+def update_docs(res: dict, path: str | None = None) -> None:
+    doc = pathlib.Path(path or pathlib.Path(__file__).resolve().parent.parent / "docs" / "sweep.md")
+    text = doc.read_text()
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    doc.write_text(text[:start] + markdown(res) + text[end:])
 
 
 def main() -> None:
@@ -158,12 +209,15 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--child", choices=("rates", "wide"))
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--update-docs", action="store_true", help="rewrite docs/sweep.md's Measured table from this run")
     args = p.parse_args()
     if args.child:
         _one_core()
         print(json.dumps(child_rates(args.repeat) if args.child == "rates" else child_wide(args.repeat)))
         return
-    run(args.quick)
+    res = run(args.quick)
+    if args.update_docs:
+        update_docs(res)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 
@@ -21,15 +20,6 @@ def wall(cmd: list[str], repeat: int) -> float:
         subprocess.run(cmd, check=True, capture_output=True)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def bench_paper(repeat: int) -> None:
-    with tempfile.TemporaryDirectory() as out:
-        floor = wall([sys.executable, "-c", "import sympy, jinja2"], repeat)
-        paper = wall([sys.executable, "-m", "symmem", "paper", "--out", out], repeat)
-    print(f"symmem paper, cold start: {paper:.2f} s wall (median of {repeat}); "
-          f"python + import sympy, jinja2: {floor:.2f} s; ratio {paper / floor:.1f}x; target < 3 s: "
-          f"{'met' if paper < 3 else 'MISSED'}")
 
 
 _DERIVE = """
@@ -68,7 +58,6 @@ def main() -> None:
     args = p.parse_args()
     repeat = 3 if args.quick else 5
     bench_derivation(repeat)
-    bench_paper(repeat)
     import bench_paper as paper_floor  # benchmarks/bench_paper.py: symmem paper against its floor, one core
 
     paper_floor.run(repeat)
