@@ -144,3 +144,17 @@ def test_v4_paper_activations_evaluate_across_floor_and_min():
         scn = base.replace(s=seq)
         out.append(to_int(stage_activation_expr(scn, scn.stages[0]), values(scn)))
     assert out[0] < out[1] < out[2]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3.2", "deepseek-v4-flash"])
+def test_latex_export_prints_the_non_polynomial_terms(model, tmp_path):
+    # V3.2's Min(k_I, s) and V4's floor(s/m_C) are not polynomials: the paper-notation printer hands them to
+    # sympy's (this used to be an internal error, exit 3)
+    from symmem.cli.main import main
+
+    out = tmp_path / "tex"
+    assert main(["latex", "--model", model, "--pp", "1", "--out", str(out)]) == 0
+    formulas = (out / "formulas.tex").read_text()
+    assert r"\min" in formulas
+    if model == "deepseek-v4-flash":
+        assert r"\left\lfloor{\frac{s}{m_C}}\right\rfloor" in formulas

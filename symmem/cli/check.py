@@ -13,8 +13,8 @@ from symmem.units import fmt_gib
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("formula", nargs="?", help="the formula, in LaTeX (10bsh + 8bs(d_{cq}+d_c)) or plain (10*b*s*h)")
     p.add_argument("--quantity", default="stage.activations", help="what to compare with (see --list)")
-    p.add_argument("--stage", type=int_arg(0, MAX_STAGE_INDEX), default=1,
-                   help="pipeline stage (default 1, the paper's worst case)")
+    p.add_argument("--stage", type=int_arg(0, MAX_STAGE_INDEX), default=None,
+                   help="pipeline stage (default 1, the paper's worst case; 0 when there is one stage)")
     p.add_argument("--layer", type=int_arg(0, MAX_STAGE_INDEX), default=None,
                    help="decoder layer of a layer.* quantity (default: the stage's first layer)")
     p.add_argument("--list", action="store_true", help="list the quantities")
@@ -49,6 +49,8 @@ def run(args) -> int:
         raise SymmemError("formula: missing; give the formula to check, or --list")
     scn = scenario_from_args(args)
     q = quantity(args.quantity, scn)
+    if args.stage is None:
+        args.stage = 1 if len(scn.stages) > 1 else 0
     claimed = _claimed(args.formula, scn)
     derived, sources = derive(q.name, scn, args.stage, args.layer)
     vals = values(scn)

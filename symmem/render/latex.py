@@ -42,7 +42,10 @@ def _term_key(powers: dict):
 
 def polynomial_latex(expr: sympy.Expr) -> str:
     expr = as_expr(expr)
-    compiled = compile_expr(expr)  # cached: (coefficient, powers) per term, as the evaluator uses them
+    try:
+        compiled = compile_expr(expr)  # cached: (coefficient, powers) per term, as the evaluator uses them
+    except ValueError as e:  # floor(s/m_C), Min(k_I, s), ...: not a polynomial in the sizes (V3.2, V4)
+        raise sympy.PolynomialError(str(e)) from None
     if not compiled:
         return "0"
     if any(e < 0 for _, powers in compiled for _, e in powers):
