@@ -21,8 +21,10 @@ INTRO = (
 FIGURES = {
     "stage_memory": "Memory per GPU of every pipeline stage (paper case), stacked by component, with the GPU "
                     "capacity",
-    "memory_vs_microbatch": "Peak memory per GPU against the micro-batch size, for each recomputation policy",
-    "memory_vs_seqlen": "Peak memory per GPU against the sequence length, for each recomputation policy",
+    "memory_vs_microbatch": "Model states plus saved activations per GPU (the sum, of the stage with the most) "
+                            "against the micro-batch size, for each recomputation policy",
+    "memory_vs_seqlen": "Model states plus saved activations per GPU (the sum, of the stage with the most) "
+                        "against the sequence length, for each recomputation policy",
     "params_by_block": "DeepSeek-V3 parameters by block",
     "deepseek_generations_activations": "Beyond the paper: activations per layer per GPU against s (log-log), "
                                         "DeepSeek V3, V3.2, V4-Flash, V4-Pro (derivations/deepseek_generations.py)",
