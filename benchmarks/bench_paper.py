@@ -6,6 +6,8 @@ Both are run alternately, pinned to one core (`taskset -c 0`, when there is task
 Targets: `symmem paper` within 1.5 s of CPU and within twice the floor's time.
 
 Run alone: `python benchmarks/bench_paper.py [--repeat N]`; `benchmarks/run.py` runs it with the others.
+`--breakdown` also prints where one in-process run spends its CPU (imports, each derivation, rendering, each
+figure), pinned to one core: what the targets would have to cut.
 """
 
 from __future__ import annotations
@@ -68,7 +70,57 @@ def run(repeat: int = 5) -> dict[str, float]:
     return r
 
 
+_BREAKDOWN = """
+import importlib, json, time
+T = time.process_time
+out = {}
+t = T()
+import sympy, jinja2, matplotlib.pyplot  # noqa: E401,F401  the floor's imports
+out["imports (the floor's)"] = T() - t
+t = T()
+import derivations
+import symmem.render.paper as P
+from symmem.render.tables import render_all
+out["symmem imports"] = T() - t
+tables = []
+for name in derivations.MODULES:
+    t = T()
+    tables.extend(importlib.import_module("derivations." + name).tables())
+    out["table " + name] = T() - t
+t = T()
+files = {}
+for tab in tables:
+    files.update(render_all(tab))
+files.update(P.report(tables))
+out["render tables + report"] = T() - t
+for name in P.FIGURES:
+    t = T()
+    P.figure_files((name,))
+    out["figure " + name] = T() - t
+print(json.dumps(out))
+"""
+
+
+def breakdown() -> dict[str, float]:
+    """CPU seconds of each phase of one in-process run (tables and figures in one process, no fork)."""
+    import json
+
+    r = subprocess.run(_pin([sys.executable, "-c", _BREAKDOWN]), check=True, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    parts = json.loads(r.stdout)
+    total = sum(parts.values())
+    print(f"where one in-process run spends its CPU ({total:.2f} s in all):")
+    for name, sec in sorted(parts.items(), key=lambda kv: -kv[1]):
+        if sec >= 0.02:
+            print(f"  {sec:6.2f} s  {100 * sec / total:4.1f} %  {name}")
+    return parts
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=5)
-    run(p.parse_args().repeat)
+    p.add_argument("--breakdown", action="store_true")
+    a = p.parse_args()
+    run(a.repeat)
+    if a.breakdown:
+        breakdown()

@@ -14,7 +14,7 @@ Optimizers: AdamW for V3 and V3.2 (the `megatron` recipe, 18 B per parameter), `
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import sympy
 
@@ -120,7 +120,7 @@ PRECISIONS = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def kv_elements(name: str) -> dict[str, sympy.Expr]:
     """Cached elements at s tokens (b = 1), by role, summed over the model's layers: the outputs of the ops tagged
     `kv_cache` (all s rows) and `kv_cache_window` (the last min(s_w, s) rows)."""
