@@ -47,10 +47,10 @@ def layer_flow(model: ModelConfig, kind: str, convention: str = "paper", impl: o
     return fb.build([_layer(model, convention, impl)(fb, x, kind)])
 
 
-@lru_cache(maxsize=16)
-def embedding_flow(model: ModelConfig) -> Dataflow:
+@lru_cache(maxsize=32)
+def embedding_flow(model: ModelConfig, impl: object | None = None) -> Dataflow:
     fb = DataflowBuilder("embedding")
-    return fb.build([model.family.build_embedding(fb, model)])
+    return fb.build([model.family.build_embedding(fb, model, impl)])
 
 
 @lru_cache(maxsize=16)
@@ -97,7 +97,7 @@ def stage_parts(model: ModelConfig, stage: Stage, convention: str, impl: object 
     kinds = model.layer_kinds()
     parts: list[Part] = []
     if stage.embedding:
-        parts.append(Part("embedding", "embedding", embedding_flow(model), 1))
+        parts.append(Part("embedding", "embedding", embedding_flow(model, impl), 1))
     if impl is not None and (stage.layers or stage.mtp):
         shared = shared_flow(model, impl)
         if shared is not None:

@@ -92,9 +92,10 @@ class DeepSeek(Family):
                        d_v=d_v_symbol(model))
         return blocks.moe(fb, y, convention) if kind == "moe" else blocks.dense_mlp(fb, y, resid_axis=axis)
 
-    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
-        ids = token_ids(fb)
-        return blocks.embedding(fb, ids, out_axis=_resid_axis(model.layer_kinds()[0]))
+    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
+        # The paper's layers keep hidden-dropout masks; Megatron's embedding dropout has the same probability
+        # (language_model_embedding.py:86). Hugging Face's DeepseekV3Model / V2Model have no embedding dropout.
+        return blocks.embedding(fb, token_ids(fb), dropout=impl is None)
 
     def build_head(self, fb: DataflowBuilder, model: ModelConfig) -> str:
         fb.block = "head"
@@ -110,7 +111,7 @@ class DeepSeek(Family):
         head_weight = "embed_tokens.weight" if model.tie_word_embeddings else "lm_head.weight"
         kw = {} if impl is not None else {"convention": convention}
         return blocks.mtp(fb, h_main, ids, index=index, head_shared_with=head_weight,
-                          layer=lambda f, x: layer(f, x, "moe"), **kw)
+                          layer=lambda f, x: layer(f, x, "moe"), embed_dropout=impl is None, **kw)
 
     def build_shared(self, fb, model, impl) -> str | None:
         # Hugging Face computes the rotary tables once per forward; every layer's RoPE keeps them.
