@@ -19,7 +19,15 @@ from symmem.graph import DataflowBuilder
 
 
 def _resid_axis(kind: str) -> str:
-    # The residual stream leaving a layer is produced by its FFN block, so it lives in that block's region.
+    """The region of the residual stream a layer of `kind` (or the embedding) emits.
+
+    The stream leaving a layer is produced by its FFN block, so it lives in that block's region: sequence-sharded
+    after a dense layer ("sp"), and after an MoE layer in the MoE block's region ("sp_moe"), which the paper's
+    convention does not shard (the scenario's `moe_sequence_parallel = false`); this is what reproduces the paper's
+    full-recomputation term 8bsh for four MoE layers (2bsh per layer, Section 5). The embedding emits a
+    sequence-sharded stream (Megatron reduce-scatters it, `symmem.blocks.embedding`). A layer's input is what the
+    layer or embedding before it emits (`Family.residual_dims`), so the first MoE layer after the dense ones
+    receives, and under full recomputation keeps, a sequence-sharded tensor."""
     return "sp_moe" if kind == "moe" else "sp"
 
 
