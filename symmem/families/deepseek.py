@@ -84,7 +84,11 @@ class DeepSeek(Family):
                            ignored_keys=ignored(raw, self), options=tuple(options.items()))
 
     def layer_kinds(self, model: ModelConfig) -> tuple[str, ...]:
-        """'dense' or 'moe' for each decoder layer, by HF's rule (first_k_dense_replace, moe_layer_freq)."""
+        """'dense' or 'moe' for each decoder layer, by DeepSeek's rule: MoE iff layer >= first_k_dense_replace and
+        layer % moe_layer_freq == 0 (modeling_deepseek.py published with the DeepSeek-V2/V3 checkpoints,
+        DeepseekV3DecoderLayer.__init__). transformers 5.24 ignores moe_layer_freq (modeling_deepseek_v3.py:493,
+        modeling_deepseek_v2.py:428); `symmem measure` predicts what transformers builds and says so
+        (`symmem.validate.predict`). The published configs have moe_layer_freq = 1, where the two agree."""
         first_k, freq = model.option("first_k_dense"), model.option("moe_layer_freq")
         return tuple("moe" if (i >= first_k and i % freq == 0) else "dense" for i in range(model.value("L")))
 
