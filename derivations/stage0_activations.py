@@ -32,7 +32,10 @@ def tables() -> list[Table]:
                   ("stage", "part", "block", "bytes (symbolic, one stage)", "bytes at b=1, s=4096", "GiB"),
                   tuple(rows),
                   ("The dense SwiGLU FFN keeps 8bsh_F/t of intermediates per layer (split over TP 2), plus its "
-                   "norm input and output and dropout mask; stage 0 is never analysed in the paper.",),
+                   "norm input and output and dropout mask; stage 0 is never analysed in the paper.",
+                   "The embedding keeps the int64 token ids its lookup needs in backward (8bs) and the 1-byte "
+                   "mask of its dropout on the sequence-sharded output (bsh/t), as Megatron-Core's "
+                   "LanguageModelEmbedding does.",),
                   align="rlllrr")]
 
 

@@ -59,7 +59,9 @@ class Family:
 
     # ---------------------------------------------------------------------------------------- dataflows
     def residual_dims(self, model: ModelConfig, kind: str) -> tuple[Dim, ...]:
-        """The shape of the residual stream entering a layer of `kind` (and leaving it)."""
+        """The shape of the residual stream a layer of `kind` emits, or with `kind = "embedding"` the stream the
+        embedding emits. A layer receives what the layer before it (or, for layer 0, the embedding) emits: that is
+        its input, and what full recomputation keeps of it (`symmem.model.layer_flow`)."""
         raise NotImplementedError
 
     def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
@@ -67,7 +69,9 @@ class Family:
         """Append one decoder layer of `kind` to `fb`; return its output. `impl` selects a Hugging Face dataflow."""
         raise NotImplementedError
 
-    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
+    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
+        """Append the input embedding; return its output (shaped as `residual_dims(model, "embedding")`). `impl`:
+        the Hugging Face implementation the decoder layers follow, or None for the paper's dataflows."""
         raise NotImplementedError
 
     def build_head(self, fb: DataflowBuilder, model: ModelConfig) -> str:

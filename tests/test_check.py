@@ -60,18 +60,24 @@ def test_one_coefficient_changed(capsys):
 
 
 def test_forgotten_dense_ffn_on_stage0(capsys):
-    # Stage 0 = four MLA blocks and one MoE block, written without its three dense FFN blocks.
+    # Stage 0 = the embedding, four MLA blocks and one MoE block, written without its three dense FFN blocks and
+    # without the embedding. The dense FFNs keep 12bsh_F (three layers, 4bsh_F each at t = 2) and 5bsh/2 each of
+    # norm input, output and mask (15bsh/2 in all); the embedding keeps its int64 token ids (8bs) and the 1-byte
+    # dropout mask of its sequence-sharded output (bsh/t = bsh/2): b·h·s is 15 + 15/2 + 1/2 = 23.
     code, out, _ = check(capsys, "--stage", "0", "--quantity", "stage.activations", "--json",
                          r"10bsh + 8bs(d_{cq}+d_c) + 16bsd_hn_h + 8bsd_{hr}n_h + 10bn_hs^2"
                          r" + 5bsh + 4bsN + 2bsN_r + \frac{3}{8}bshN_r + bsN_rh_E + 8bsh_EN_s")
     d = json.loads(out)
     assert code == 1
     terms = {t["monomial"]: t for t in d["terms"]}
-    assert set(terms) == {"b*h*s", "b*h_F*s"}
+    assert set(terms) == {"b*h*s", "b*h_F*s", "b*s"}
     assert terms["b*h_F*s"]["derived"] == "12" and terms["b*h_F*s"]["claimed"] == "0"
-    assert terms["b*h*s"]["derived"] == "45/2" and terms["b*h*s"]["claimed"] == "15"
+    assert terms["b*h*s"]["derived"] == "23" and terms["b*h*s"]["claimed"] == "15"
+    assert terms["b*s"]["derived"] == "8" and terms["b*s"]["claimed"] == "0"
     assert any("mlp.act keeps mlp.gate" in s for s in terms["b*h_F*s"]["from"])
     assert any("dense layers/mlp" in s for s in terms["b*h*s"]["from"])
+    assert any("embedding/embedding" in s and "mask" in s for s in terms["b*h*s"]["from"])
+    assert any("embedding/embedding" in s and "input_ids" in s for s in terms["b*s"]["from"])
 
 
 def test_params_and_states_quantities(capsys):

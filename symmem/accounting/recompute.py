@@ -13,7 +13,9 @@ from enum import Enum
 from symmem.errors import SymmemError
 from symmem.graph import Op
 
-# The tag the model assembly (`symmem.model`) puts on every op of a decoder layer, whatever its blocks.
+# The tag the model assembly (`symmem.model`) puts on every op of a decoder layer, whatever its blocks. Under full
+# recomputation the checkpoint is then the layer's dataflow input `layer.x`: the tensor the layer receives, shaped
+# as the layer (or embedding) before it emits it (`symmem.model.layer_flow`, docs/recomputation.md).
 LAYER_TAG = "decoder_layer"
 
 

@@ -9,14 +9,16 @@ from symmem.graph import D, DataflowBuilder, Weight
 
 
 def mtp(fb: DataflowBuilder, h_main: str, ids: str, *, layer, index: int = 0,
-        head_shared_with: str = "lm_head.weight", convention: str = "paper") -> str:
+        head_shared_with: str = "lm_head.weight", convention: str = "paper", embed_dropout: bool = False) -> str:
     """Append MTP module `index`: `layer(fb, x)` appends its transformer layer and returns the output name.
 
     Its head is the main model's (`head_shared_with`: the embedding itself when the two are tied). Megatron-Core
-    builds eh_proj column-parallel (split over TP); the paper's convention keeps it whole."""
+    builds eh_proj column-parallel (split over TP); the paper's convention keeps it whole. The embedding is the main
+    model's module, dropout included (`embed_dropout`): Megatron-LM 23e00ed0,
+    transformer/multi_token_prediction.py:502-505 calls it on the rolled token ids."""
     p = f"mtp{index}."
     fb.block = "mtp"
-    emb = embedding(fb, ids, name=f"{p}embed_tokens", shared_with="embed_tokens.weight")
+    emb = embedding(fb, ids, name=f"{p}embed_tokens", shared_with="embed_tokens.weight", dropout=embed_dropout)
     (e,) = fb.op("region", f"{p}enter_e", [emb], [(f"{p}e", (B, S_SP, H))])
     (hh,) = fb.op("region", f"{p}enter_h", [h_main], [(f"{p}h", (B, S_SP, H))])
     (en,) = fb.op("rmsnorm", f"{p}enorm", [e], [(f"{p}e_norm", (B, S_SP, H))], [Weight(f"{p}enorm.weight", (H,))])

@@ -117,8 +117,9 @@ def estimate_bytes(raw: dict, pred, b: int, s: int, dtype: str, name: str) -> in
     the hidden states of the layers run before it."""
     from symmem.accounting.analysis import model_totals
     from symmem.config import from_dict
+    from symmem.validate.predict import as_transformers_builds
 
-    model = from_dict(raw, name)
+    model = from_dict(as_transformers_builds(raw), name)  # the layers transformers builds
     itemsize = 4 if dtype == "fp32" else 2
     params = model_totals(model, "paper").total * itemsize
     hidden = b * s * model.value("h") * itemsize
@@ -153,7 +154,9 @@ def _run(args) -> int:
     params = {k: {"measured": m.param_counts.get(k), "predicted": pred.params.get(k)}
               for k in dict.fromkeys([*m.param_counts, *pred.params])}
     result = {
-        "config": args.config, "layer": args.layer, "layer_kind": pred.layer_kind, "b": args.b, "s": args.s,
+        "config": args.config, "layer": args.layer, "layer_kind": pred.layer_kind,
+        "measured_layer_kind": m.layer_kind, "reference_layer_kind": pred.reference_kind, "layer_kind_note": pred.note,
+        "b": args.b, "s": args.s,
         "dtype": args.dtype, "attn": args.attn, "experts": args.experts, "unit": "bytes",
         "measured": measured, "predicted": pred.layer_bytes, "match": measured == pred.layer_bytes,
         "expression": plain(pred.expression),
@@ -174,6 +177,10 @@ def _run(args) -> int:
         return 0 if ok else 1
     print(f"{args.config} layer {args.layer} ({pred.layer_kind}), b = {args.b}, s = {args.s}, {args.dtype}, "
           f"attn {args.attn}" + ("" if llama else f", experts {args.experts}"))
+    if pred.note:
+        print(f"  note: {pred.note}")
+    if pred.layer_kind in ("dense", "moe") and m.layer_kind != pred.layer_kind:
+        print(f"  layer kind: transformers built {m.layer_kind}, the prediction is for {pred.layer_kind}")
     print(f"  measured  {measured:,} bytes")
     print(f"  predicted {pred.layer_bytes:,} bytes  {'(exact)' if result['match'] else '(DIFFERENT)'}")
     print(f"  = {result['expression']}")

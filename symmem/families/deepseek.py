@@ -19,7 +19,15 @@ from symmem.graph import DataflowBuilder
 
 
 def _resid_axis(kind: str) -> str:
-    # The residual stream leaving a layer is produced by its FFN block, so it lives in that block's region.
+    """The region of the residual stream a layer of `kind` (or the embedding) emits.
+
+    The stream leaving a layer is produced by its FFN block, so it lives in that block's region: sequence-sharded
+    after a dense layer ("sp"), and after an MoE layer in the MoE block's region ("sp_moe"), which the paper's
+    convention does not shard (the scenario's `moe_sequence_parallel = false`); this is what reproduces the paper's
+    full-recomputation term 8bsh for four MoE layers (2bsh per layer, Section 5). The embedding emits a
+    sequence-sharded stream (Megatron reduce-scatters it, `symmem.blocks.embedding`). A layer's input is what the
+    layer or embedding before it emits (`Family.residual_dims`), so the first MoE layer after the dense ones
+    receives, and under full recomputation keeps, a sequence-sharded tensor."""
     return "sp_moe" if kind == "moe" else "sp"
 
 
@@ -76,7 +84,11 @@ class DeepSeek(Family):
                            ignored_keys=ignored(raw, self), options=tuple(options.items()))
 
     def layer_kinds(self, model: ModelConfig) -> tuple[str, ...]:
-        """'dense' or 'moe' for each decoder layer, by HF's rule (first_k_dense_replace, moe_layer_freq)."""
+        """'dense' or 'moe' for each decoder layer, by DeepSeek's rule: MoE iff layer >= first_k_dense_replace and
+        layer % moe_layer_freq == 0 (modeling_deepseek.py published with the DeepSeek-V2/V3 checkpoints,
+        DeepseekV3DecoderLayer.__init__). transformers 5.24 ignores moe_layer_freq (modeling_deepseek_v3.py:493,
+        modeling_deepseek_v2.py:428); `symmem measure` predicts what transformers builds and says so
+        (`symmem.validate.predict`). The published configs have moe_layer_freq = 1, where the two agree."""
         first_k, freq = model.option("first_k_dense"), model.option("moe_layer_freq")
         return tuple("moe" if (i >= first_k and i % freq == 0) else "dense" for i in range(model.value("L")))
 
@@ -92,9 +104,10 @@ class DeepSeek(Family):
                        d_v=d_v_symbol(model))
         return blocks.moe(fb, y, convention) if kind == "moe" else blocks.dense_mlp(fb, y, resid_axis=axis)
 
-    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
-        ids = token_ids(fb)
-        return blocks.embedding(fb, ids, out_axis=_resid_axis(model.layer_kinds()[0]))
+    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
+        # The paper's layers keep hidden-dropout masks; Megatron's embedding dropout has the same probability
+        # (language_model_embedding.py:86). Hugging Face's DeepseekV3Model / V2Model have no embedding dropout.
+        return blocks.embedding(fb, token_ids(fb), dropout=impl is None)
 
     def build_head(self, fb: DataflowBuilder, model: ModelConfig) -> str:
         fb.block = "head"
@@ -110,7 +123,7 @@ class DeepSeek(Family):
         head_weight = "embed_tokens.weight" if model.tie_word_embeddings else "lm_head.weight"
         kw = {} if impl is not None else {"convention": convention}
         return blocks.mtp(fb, h_main, ids, index=index, head_shared_with=head_weight,
-                          layer=lambda f, x: layer(f, x, "moe"), **kw)
+                          layer=lambda f, x: layer(f, x, "moe"), embed_dropout=impl is None, **kw)
 
     def build_shared(self, fb, model, impl) -> str | None:
         # Hugging Face computes the rotary tables once per forward; every layer's RoPE keeps them.

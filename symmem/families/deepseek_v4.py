@@ -157,7 +157,7 @@ class DeepSeekV4(Family):
         # transformers' DeepSeek-V4 has one router per layer type (hash / sqrt-softplus top-k): `router` is ignored
         return hf_v4.V4Impl(attn, experts, unit_batch=unit_batch, unit_seq=unit_seq)
 
-    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
+    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
         e = blocks.embedding(fb, token_ids(fb))
         # inputs_embeds.unsqueeze(2).expand(-1, -1, n_hc, -1).contiguous(): n_hc copies (modeling_deepseek_v4.py:1363)
         (x,) = fb.op("expand", "hc_expand", [e], [("embed_tokens.streams", _streams())])

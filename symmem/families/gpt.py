@@ -73,7 +73,7 @@ class GPT(Family):
         width = D(h_F, "tp") if model.has("h_F") else D(4 * h, "tp")
         return gpt.mlp(fb, y, width=width, resid_dropout=resid)
 
-    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
+    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
         return gpt.embedding(fb, dropout=bool(model.option("embd_pdrop")))
 
     def build_head(self, fb: DataflowBuilder, model: ModelConfig) -> str:

@@ -71,7 +71,9 @@ class Llama(Family):
         y = gqa(fb, x, attention_dropout=bool(model.option("attention_dropout")))
         return blocks.dense_mlp(fb, y, dropout=False)  # LlamaMLP has no dropout
 
-    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig) -> str:
+    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
+        # No embedding dropout: the paper's Llama dataflow has no hidden dropout (LlamaMLP has none), and Megatron's
+        # embedding dropout has the hidden-dropout probability.
         return blocks.embedding(fb, token_ids(fb))
 
     def build_head(self, fb: DataflowBuilder, model: ModelConfig) -> str:

@@ -5,7 +5,9 @@ Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Mode
 ("Activations Memory Per Transformer Layer") is the source of the rules for the ops of its GPT layer: a linear keeps
 its input (QKV 2sbh, output projection 2sbh, MLP 2sbh and 8sbh), QKᵀ keeps q and k (4sbh), softmax its output
 (2as²b), dropout a 1-byte mask (as²b, sbh), softmax·V both operands (2as²b + 2sbh), GeLU its input (8sbh), each
-LayerNorm its input (2sbh); in all sbh(34 + 5as/h) per layer, the first row of its Table 2.
+LayerNorm its input (2sbh); in all sbh(34 + 5as/h) per layer, the first row of its Table 2. Beyond the layer
+(its Section 4.3) the input embedding keeps its dropout mask (sbh/t under sequence parallelism), and here also the
+token ids its lookup needs in backward (rule `embedding`, below).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ RULES = RuleSet(
         # The routing weights are kept to weight the experts' outputs on the way back (2bsN_r per layer).
         "combine": inputs(1, why="routing weights"),
         "cross_entropy": _logits_fp32,
-        # Ops whose backward needs nothing kept: data movement, additions, rotations, index lookups.
+        # Ops whose backward needs nothing kept: data movement, additions, rotations, top-k selection.
         "region": nothing,
         "view": nothing,
         "concat": nothing,
@@ -63,7 +65,13 @@ RULES = RuleSet(
         "rope": nothing,  # the rotation's backward needs only cos/sin, which are constants
         "topk": nothing,
         "dispatch": nothing,
-        "embedding": nothing,
+        # The lookup's backward scatters the gradient rows by token id, so it keeps the ids: int64, b·s per rank (the
+        # whole sequence: every TP rank looks up all tokens). Megatron-LM 23e00ed0, tensor_parallel/layers.py:281
+        # (`F.embedding(masked_input, self.weight)`; at TP > 1 `masked_input` is a shifted copy of the ids,
+        # 268-273, the same size). Korthikanti et al. 2022 (Section 4.3) leave them out as not sizable; they are
+        # kept all the same, as torch-eager and megatron-te count them. Not modelled: at TP > 1 the bool mask of
+        # ids outside the rank's vocabulary shard (layers.py:270, 284), b·s bytes more.
+        "embedding": inputs(0, why="token ids"),
         # DeepSeek-V3.2 / V4 (symmem.blocks.indexer, v4_attention, mhc, hash_moe):
         "no_grad": nothing,  # no autograd node (the lightning indexer: transformers runs it under no_grad)
         "select": inputs(1, why="selected indices"),  # a sparse-attention kernel keeps its int32 key indices
