@@ -14,7 +14,10 @@ from symmem.errors import SymmemError
 
 # Upper bounds of what a user may ask for. Generous: each is far beyond any real run, and small enough that
 # every product the engine forms stays an exact integer that prints and converts to a float without overflow.
-MAX_PARALLEL = 1 << 20  # any one parallel size (TP, PP, EP, ETP, DP, EDP) and the GPU count of a sweep
+MAX_PARALLEL = 1 << 20  # any one parallel size (TP, EP, ETP, DP, EDP, CP) and the GPU count of a sweep
+# pipeline stages: the engine works stage by stage (each stage's timeline peak), so PP bounds the work; real runs
+# use up to 64 stages
+MAX_PP = 256
 MAX_GPUS = 1 << 24  # DP·TP·PP
 MAX_B = 1 << 24  # micro-batch size (as the scenario checks it)
 MAX_S = 1 << 31  # sequence length (as the scenario checks it)

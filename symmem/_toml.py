@@ -17,7 +17,8 @@ MAX_LIST = num.MAX_PARALLEL  # entries of any one array
 
 # (table, key) -> (low, high); the type itself is checked by the scenario loader, which names the table.
 BOUNDS: dict[tuple[str, str], tuple[int, int]] = {
-    **{("parallel", k): (1, num.MAX_PARALLEL) for k in ("dp", "tp", "pp", "ep", "etp", "edp")},
+    **{("parallel", k): (1, num.MAX_PARALLEL) for k in ("dp", "tp", "ep", "etp", "edp", "cp")},
+    ("parallel", "pp"): (1, num.MAX_PP),
     ("parallel", "world"): (1, num.MAX_GPUS),
     ("layout", "first"): (0, num.MAX_LAYERS),
     ("layout", "last"): (0, num.MAX_LAYERS),
@@ -49,6 +50,9 @@ def loads(text: str, source: str) -> dict:
     layout = raw.get("layout")
     counts = layout.get("layers_per_stage") if isinstance(layout, dict) else None
     if isinstance(counts, list):
+        if len(counts) > num.MAX_PP:
+            raise SymmemError(f"{source} [layout] layers_per_stage: {len(counts):,} stages, more than the limit of "
+                              f"{num.MAX_PP:,} pipeline stages")
         for c in counts:
             if isinstance(c, int) and not isinstance(c, bool):
                 num.check_int(c, f"{source} [layout] layers_per_stage entry", 0, num.MAX_LAYERS)

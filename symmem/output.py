@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import struct
+import sys
 import tempfile
 from pathlib import Path
 
@@ -31,12 +33,10 @@ def _os_why(e: OSError) -> str:
     return f"cannot write there ({e.strerror or e.__class__.__name__})"
 
 
-def write_tree(out: str | Path, files: dict[str, bytes | str], field: str = "--out") -> list[Path]:
-    """Write `files` (relative path -> content) as the folder `out`, all or nothing.
-
-    Files already in `out` that `files` does not name are kept (hard-linked, or copied, into the new folder);
-    a folder where a file is to be written (or a file where a folder is needed) is an error, not a deletion.
-    """
+def check_target(out: str | Path, field: str = "--out") -> Path:
+    """The resolved output folder `out`, or the error `write_tree` would give for it, found before anything is
+    generated: an empty name, a file, the current folder or a folder holding it, a root, an existing folder that
+    could not be replaced."""
     name = str(out)
     if not name.strip():
         raise _fail(field, name, "empty; give a folder path")
@@ -56,6 +56,19 @@ def write_tree(out: str | Path, files: dict[str, bytes | str], field: str = "--o
         raise _fail(field, name, "is the current folder or holds it; name a folder of its own for the output")
     if resolved.parent == resolved:
         raise _fail(field, name, "is a filesystem root; name a folder of its own for the output")
+    if resolved.exists():
+        _check_removable(resolved, field, name)
+    return resolved
+
+
+def write_tree(out: str | Path, files: dict[str, bytes | str], field: str = "--out") -> list[Path]:
+    """Write `files` (relative path -> content) as the folder `out`, all or nothing.
+
+    Files already in `out` that `files` does not name are kept (hard-linked, or copied, into the new folder);
+    a folder where a file is to be written (or a file where a folder is needed) is an error, not a deletion.
+    """
+    name = str(out)
+    resolved = check_target(out, field)
     for rel in files:
         p = Path(rel)
         if p.is_absolute() or ".." in p.parts or not p.parts:
@@ -127,6 +140,54 @@ def _carry_over(old: Path, new: Path, files: dict, field: str, name: str) -> Non
                 raise _fail(field, name, f"{rel} is a file where symmem needs a folder; move it away first")
             if rel not in wanted:
                 _place(old / rel, new / rel)
+
+
+# Linux inode flags (chattr +i, +a): a file or folder carrying one cannot be removed or renamed, even by root.
+# FS_IOC_GETFLAGS is _IOR('f', 1, long): its code holds the size of a C long.
+_FS_IOC_GETFLAGS = 0x80006601 | struct.calcsize("l") << 16
+_FS_IMMUTABLE_FL, _FS_APPEND_FL = 0x10, 0x20
+
+
+def _locked(path: Path) -> bool:
+    """Whether `path` (a regular file or a folder) is immutable or append-only (chattr +i / +a)."""
+    st = path.lstat()
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        return False
+    flags = getattr(st, "st_flags", 0)  # the BSDs and macOS: chflags
+    if flags:
+        return bool(flags & (getattr(stat, "UF_IMMUTABLE", 0) | getattr(stat, "UF_APPEND", 0)
+                             | getattr(stat, "SF_IMMUTABLE", 0) | getattr(stat, "SF_APPEND", 0)))
+    if not sys.platform.startswith("linux"):
+        return False
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return False
+    try:
+        (value,) = struct.unpack("i", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4])
+    except OSError:  # a filesystem without inode flags
+        return False
+    finally:
+        os.close(fd)
+    return bool(value & (_FS_IMMUTABLE_FL | _FS_APPEND_FL))
+
+
+def _check_removable(old: Path, field: str, name: str) -> None:
+    """The old folder is deleted once the new one is in place: refuse now (nothing written yet) what could not
+    be deleted then, which would leave the old folder behind beside the new one."""
+    if _locked(old):
+        raise _fail(field, name, "is immutable or append-only (chattr +i/+a); symmem cannot replace it")
+    for root, dirs, names in os.walk(old):
+        r = Path(root)
+        if (dirs or names) and not os.access(r, os.W_OK | os.X_OK):
+            raise _fail(field, name, f"{r.relative_to(old) if r != old else 'the folder'} is read-only; symmem "
+                                     "replaces the whole folder and could not delete the old one")
+        for entry in (*dirs, *names):
+            if _locked(r / entry):
+                raise _fail(field, name, f"{(r / entry).relative_to(old)} is immutable or append-only (chattr "
+                                         "+i/+a); symmem replaces the whole folder and could not delete the old one")
 
 
 def _place(src: Path, dst: Path) -> None:

@@ -202,7 +202,7 @@ def test_toml_values_of_the_wrong_type(capsys, tmp_path, body, words):
     (["activations", "--chunks", "2"], "applies to --schedule interleaved only"),
     (["memory", "--routing", "dispatch", "--capacity-factor", "2"], "applies to routing 'capacity' only"),
     (["activations", "--attn-impl", "sdpa"], "only the hf dataflow follows"),
-    (["states", "--layers-per-stage", ""], "must be integers separated by commas"),
+    (["states", "--layers-per-stage", ""], "argument --layers-per-stage: '': empty"),
     (["memory", "--rank-load", "1e300"], "out of range"),
     (["memory", "--gpu-memory", "1e400"], "up to 10^18 bytes"),
     (["memory", "--schedule", "interleaved", "--chunks", "2"], "cannot split into 2 chunks"),

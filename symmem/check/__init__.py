@@ -44,6 +44,9 @@ def scenario_formula(text: str, scn) -> sympy.Expr:
     subs = {sym("t"): par.tp, sym("pp"): par.pp, sym("ep"): par.ep, sym("etp"): par.etp, sym("dp"): par.dp,
             sym("edp"): par.expert_dp, sym("cp"): par.cp}
     subs.update(scn.model.family.formula_aliases(scn.model))
+    from symmem.check.compare import check_denominators
+
+    check_denominators(expr, subs, "the scenario's parallel sizes and symbol aliases")
     return sympy.expand(expr.subs(subs))
 
 

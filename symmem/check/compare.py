@@ -15,6 +15,7 @@ from itertools import combinations
 import sympy
 
 from symmem.accounting.evaluate import as_expr, ceil_int, compile_expr, evaluate
+from symmem.errors import SymmemError
 from symmem.symbols import b as B_SYM
 from symmem.symbols import s as S_SYM
 
@@ -69,6 +70,16 @@ class Comparison:
         return rf"${head}:\ \text{{derived}} - \text{{yours}} = {latex(self.difference)}$"
 
 
+def check_denominators(expr: sympy.Expr, constants: dict, where: str = "the scenario's values") -> None:
+    """Refuse a formula with a denominator that is 0 at the scenario's constants (`1/(s - 4096)` at s = 4096):
+    its value, and so the comparison's worth, is undefined."""
+    for p in sympy.preorder_traversal(expr):
+        if p.is_Pow and p.exp.is_negative and p.base.free_symbols and p.base.xreplace(constants) == 0:
+            at = ", ".join(f"{x} = {constants[x]}" for x in sorted(p.base.free_symbols, key=str) if x in constants)
+            raise SymmemError(f"formula: the denominator {str(p.base)[:80]} is 0 at {where} ({at}); a formula "
+                              "may not divide by zero there")
+
+
 def _value(expr: sympy.Expr, constants: dict) -> int:
     """The value of `expr` at the scenario's constants, rounded up; 0 when a symbol has no value."""
     expr = as_expr(expr)
@@ -76,6 +87,8 @@ def _value(expr: sympy.Expr, constants: dict) -> int:
         compile_expr(expr)
     except ValueError:  # not a sum of monomials (a sum in a denominator): sympy's own substitution
         v = expr.subs(constants)
+        if v.is_number and not v.is_finite:  # a denominator that vanishes only once the terms are combined
+            raise SymmemError("formula: undefined at the scenario's values (a division by zero)") from None
         return int(sympy.ceiling(v)) if v.is_number else 0
     if not expr.free_symbols <= set(constants):
         return 0
@@ -103,6 +116,7 @@ def _row_value(coeff: sympy.Expr, mono: sympy.Expr, constants: dict) -> int:
 def compare(derived: sympy.Expr, claimed: sympy.Expr, constants: dict,
             sources: dict[sympy.Expr, list[str]] | None = None) -> Comparison:
     """`constants` hold every symbol's scenario value (model sizes, b, s)."""
+    check_denominators(claimed, constants)
     diff = sympy.expand(derived - claimed)
     md, mc = monomials(derived), monomials(claimed)
     rows = []

@@ -39,7 +39,8 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
                         ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
                         ("dp", "data-parallel-size"), ("edp", "expert-data-parallel-size"),
                         ("cp", "context-parallel-size")):
-        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int_arg(1, num.MAX_PARALLEL))
+        g.add_argument(f"--{short}", f"--{long}", dest=short,
+                       type=int_arg(1, num.MAX_PP if short == "pp" else num.MAX_PARALLEL))
     g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a (all-to-all)")
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
@@ -87,6 +88,9 @@ def scenario_from_args(args: argparse.Namespace):
     from symmem.scenario import load_scenario
     from symmem.units import parse_size
 
+    if args.layers_per_stage is not None and (args.first is not None or args.last is not None):
+        raise SymmemError("--layers-per-stage: conflicts with --first-stage-layers/--last-stage-layers; give one "
+                          "layout, either the layers of every stage or Megatron's first and last counts")
     scn = load_scenario(args.scenario)
     ch: dict = {}
     if args.model:
@@ -114,14 +118,11 @@ def scenario_from_args(args: argparse.Namespace):
         ch["zero"] = zero_stage(args.zero)
     if args.mtp is not None:
         ch["mtp"] = args.mtp
-    if args.layers_per_stage is not None and (args.first is not None or args.last is not None):
-        raise SymmemError("--layers-per-stage: conflicts with --first-stage-layers/--last-stage-layers; give one "
-                          "layout, either the layers of every stage or Megatron's first and last counts")
     if args.layers_per_stage is not None:
         items = args.layers_per_stage.split(",")
-        if len(items) > num.MAX_PARALLEL:
+        if len(items) > num.MAX_PP:
             raise SymmemError(f"--layers-per-stage: {len(items):,} stages, more than the limit of "
-                              f"{num.MAX_PARALLEL:,}")
+                              f"{num.MAX_PP:,} pipeline stages")
         try:
             counts = tuple(num.int_text(x, "--layers-per-stage entry", 0, num.MAX_LAYERS) for x in items)
         except SymmemError:

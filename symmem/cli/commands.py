@@ -280,9 +280,10 @@ def _paper_args(p: argparse.ArgumentParser) -> None:
 
 
 def _paper_run(args) -> int:
-    from symmem.output import write_tree
+    from symmem.output import check_target, write_tree
     from symmem.render.paper import generate
 
+    check_target(args.out)  # a bad --out is refused before seconds of generation
     files = generate()
     written = write_tree(args.out, files)
     if args.json:

@@ -49,10 +49,11 @@ def _latex_args(p: argparse.ArgumentParser) -> None:
 
 
 def _latex_run(args) -> int:
-    from symmem.output import write_tree
+    from symmem.output import check_target, write_tree
     from symmem.render.report import formulas_tex, report_tex, scenario_formulas
     from symmem.render.tables import render_all
 
+    check_target(args.out)  # a bad --out is refused before anything is derived
     scn = scenario_from_args(args)
     tables = scenario_tables(scn)
     files: dict[str, str | bytes] = {}
@@ -85,9 +86,10 @@ def _plot_args(p: argparse.ArgumentParser) -> None:
 
 def _plot_run(args) -> int:
     from symmem.errors import SymmemError
-    from symmem.output import write_tree
+    from symmem.output import check_target, write_tree
     from symmem.render import plots
 
+    check_target(args.out)  # a bad --out is refused before anything is drawn
     scn = scenario_from_args(args)
     wanted = list(dict.fromkeys(f.strip() for f in args.figures.split(",") if f.strip()))
     if not wanted:

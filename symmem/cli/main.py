@@ -14,6 +14,12 @@ class _Parser(argparse.ArgumentParser):
         command = self.prog.removeprefix("symmem").strip()
         raise SymmemError(f"{command}: {message}" if command else message)
 
+    def _get_value(self, action, arg_string):
+        # No flag takes an empty value: `--model ''` or `--recompute ''` would otherwise mean the default, silently
+        if action.option_strings and isinstance(arg_string, str) and not arg_string.strip():
+            raise argparse.ArgumentError(action, f"{arg_string!r}: empty; give a value, or leave the flag out")
+        return super()._get_value(action, arg_string)
+
 
 def _commands() -> dict[str, tuple[str, Callable, Callable]]:
     from symmem.cli import commands

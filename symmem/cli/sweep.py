@@ -21,6 +21,9 @@ from symmem.units import GB, GIB, fmt_gb, fmt_gib
 
 MAX_VALUES = 10**7  # values one axis may list
 MAX_CONFIGS = 10_000_000  # configurations a sweep may enumerate unless --max-configs raises it
+# (TP, PP, EP, ETP) arrangements: each is checked against the rules on its own (about 10-20 microseconds), the
+# rest of the space is evaluated in vectorised tiles
+MAX_ARRANGEMENTS = 100_000
 _ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::(x?)([0-9]+))?)?$", re.ASCII)
 _MAX_DIGITS = 12  # digits of one number in a list or range (every bound below has at most 10)
 
@@ -44,7 +47,7 @@ def _array(text: str, field: str, minimum: int = 1, maximum: int = num.MAX_S):
         m = _ITEM.match(item)
         if not m:
             raise SymmemError(f"{field} = {shown!r}: {item[:40]!r} is not an integer or a range A-B, A-B:STEP, "
-                              "A-B:xF")
+                              "A-B:xF in ASCII digits")
         for g in (1, 2, 4):
             if m.group(g) is not None and len(m.group(g).lstrip("0")) > _MAX_DIGITS:
                 raise SymmemError(f"{field} = {shown!r}: a number of {len(m.group(g)):,} digits; values go from "
@@ -238,7 +241,7 @@ def space_from_args(args: argparse.Namespace):
     base = scn.replace(**ch)
     routed = model.family.routed_experts  # a model without routed experts sweeps EP 1 only
     n_layers, n_experts = model.value("L"), (model.value(routed[0]) if routed else 1)
-    chunks = _positive(args.chunks, "--chunks", num.MAX_CHUNKS)
+    chunks = num.int_text(args.chunks, "--chunks", 2, num.MAX_CHUNKS)
     sched = args.schedule or (f"interleaved:{scn.schedule.chunks}" if scn.schedule.name == "interleaved"
                               else scn.schedule.name)
     limit = MAX_CONFIGS if args.max_configs is None else _positive(args.max_configs, "--max-configs", 10**12)
@@ -246,7 +249,8 @@ def space_from_args(args: argparse.Namespace):
     par = num.MAX_PARALLEL
     axes = {
         "tp": _array(args.tp, "--tp", maximum=par),
-        "pp": _array(args.pp if args.pp is not None else _divisors(gpus, n_layers), "--pp", maximum=par),
+        "pp": _array(args.pp if args.pp is not None else _divisors(gpus, min(n_layers, num.MAX_PP)), "--pp",
+                     maximum=num.MAX_PP),
         "ep": _array(args.ep if args.ep is not None else _powers_of_two_dividing(n_experts), "--ep", maximum=par),
         "etp": _array(args.etp, "--etp", maximum=par),
         "zero": _array(args.zero, "--zero", minimum=0, maximum=par),  # the stage itself: Space checks
@@ -256,6 +260,12 @@ def space_from_args(args: argparse.Namespace):
     recompute = parse_recompute(args.recompute)
     schedule = parse_schedules(sched, chunks)
     microbatches = parse_microbatches(args.microbatches)
+    arrangements = math.prod(len(axes[k]) for k in ("tp", "pp", "ep", "etp"))
+    if arrangements > MAX_ARRANGEMENTS:
+        raise SymmemError(f"the sweep has {arrangements:,} parallel arrangements (TP, PP, EP, ETP: "
+                          f"{', '.join(f'{len(axes[k]):,}' for k in ('tp', 'pp', 'ep', 'etp'))} values), more than the "
+                          f"limit of {MAX_ARRANGEMENTS:,}; narrow --tp, --pp, --ep or --etp (e.g. powers of two: "
+                          "1-64:x2)")
     total = math.prod(len(a) for a in axes.values()) * len(recompute) * len(schedule) * len(microbatches)
     if total > limit:
         raise SymmemError(f"the sweep has {total:,} configurations, more than the limit of {limit:,}; narrow the "
@@ -407,7 +417,7 @@ def run(args: argparse.Namespace) -> int:
 
     space = space_from_args(args)
     top = _positive(args.top, "--top", 10**9) if str(args.top).strip() != "0" else 0
-    chunk = _positive(args.chunk, "--chunk", 1 << 24)
+    chunk = num.int_text(args.chunk, "--chunk", 1 << 10, 1 << 24)  # tiles: 1 would loop per configuration
     if args.plot:
         plot_format(args.plot)
     bar = Progress(space.size, eager=args.progress) if (args.progress or sys.stderr.isatty()) else None

@@ -10,6 +10,7 @@ from symmem.cli.args import _print_json, add_scenario_args, int_arg, scenario_fr
 from symmem.errors import SymmemError
 
 MAX_STAGE = 1 << 20
+MAX_EVENTS = 50_000  # events drawn: every op of every micro-batch's forward and backward (about 80 us each)
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:
@@ -29,6 +30,7 @@ def series(scn, stage_index: int) -> tuple[list[str], list[dict[str, int]], int]
     if not 0 <= stage_index < len(scn.stages):
         raise SymmemError(f"--stage = {stage_index}: the scenario has stages 0..{len(scn.stages) - 1}")
     st = scn.stages[stage_index]
+    _check_events(scn, st)
     static = stage_memory(scn, st).peak.static
     states = sum(v for k, v in static.items() if k in ("weights", "gradients", "optimizer states"))
     buffers = sum(static.values()) - states
@@ -46,6 +48,22 @@ def series(scn, stage_index: int) -> tuple[list[str], list[dict[str, int]], int]
         labels.append(f"{ev.phase}: {ev.part} {ev.op}".strip())
     peak = max(range(len(rows)), key=lambda i: sum(rows[i].values()))
     return labels, rows, peak
+
+
+def _check_events(scn, st) -> None:
+    """Refuse a step with more events than MAX_EVENTS before any is built: M micro-batches times the ops of one."""
+    from collections import Counter
+
+    from symmem.accounting.analysis import stage_timeline_events
+    from symmem.model import stage_parts
+
+    ops = Counter(ev.part for ev in stage_timeline_events(scn, st) if ev.phase in ("forward", "backward"))
+    per_microbatch = sum(p.count * ops[p.name] for p in stage_parts(scn.model, st, scn.convention, scn.flow_impl))
+    if scn.m * per_microbatch + 1 > MAX_EVENTS:
+        raise SymmemError(f"--microbatches = {scn.m:,}: stage {st.index} has {per_microbatch:,} events per "
+                          f"micro-batch, {scn.m * per_microbatch + 1:,} in the step, more than the limit of "
+                          f"{MAX_EVENTS:,} a timeline draws; give fewer micro-batches (symmem memory gives the "
+                          "peak at any M)")
 
 
 def draw(scn, stage_index: int, labels, rows, peak) -> dict[str, bytes]:

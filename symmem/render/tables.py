@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -55,8 +56,22 @@ _TEX_ESCAPE = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": 
 
 def tex_escape(text: str) -> str:
     """Text for LaTeX: special characters escaped; line breaks and other control characters become spaces, so
-    that text placed in a `%` comment stays in it and none ends a paragraph (a scenario name is user text)."""
-    return "".join(_TEX_ESCAPE.get(ch, " " if (ch.isspace() or not ch.isprintable()) else ch) for ch in text)
+    that text placed in a `%` comment stays in it and none ends a paragraph (a scenario name is user text); any
+    other non-ASCII character, which pdflatex may have no glyph for (`中`, `ħ`), is written as its ASCII letters
+    (`é` as e) or as `?`, so that the output always compiles."""
+    return "".join(_tex_char(ch) for ch in text)
+
+
+@lru_cache(maxsize=4096)
+def _tex_char(ch: str) -> str:
+    if ch in _TEX_ESCAPE:
+        return _TEX_ESCAPE[ch]
+    if ch.isspace() or not ch.isprintable():
+        return " "
+    if ch.isascii():
+        return ch
+    letters = "".join(c for c in unicodedata.normalize("NFKD", ch) if c.isascii() and c.isprintable())
+    return "".join(_TEX_ESCAPE.get(c, c) for c in letters) if letters.strip() else "?"
 
 
 def _md_cell(v) -> str:
