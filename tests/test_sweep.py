@@ -251,7 +251,26 @@ BAD = [
     (("--zero", "0-4"), "ZeRO stage must be"),
     (("--plot", "x.gif"), "unknown figure format"),
     (("--top", "-1"), "positive integer"),
+    (("--profile", "megatron-te"), "the sweep does not model its framework buffers"),
+    (("--scenario", "deepseekv2_tp1_ep4_pp2_dp4_l4_mbc4_cef"), "profile = 'megatron-te'"),
+    (("--activation-dtype", "fp8"), "--activation-dtype = 'fp8'"),
 ]
+
+
+def test_fixed_settings_are_every_commands_flags(capsys):
+    # the sweep's fixed settings go through cli/args.py like every other command's: --profile, --activation-dtype,
+    # --dataflow are accepted, and a preset of any family, with its help listing them all
+    code, out, err = cli(capsys, *SMALL, "--profile", "torch-eager", "--activation-dtype", "fp32", "--json")
+    assert code == 0, err
+    settings = json.loads(out)
+    assert (settings["rules"], settings["profile"], settings["activation_bytes"]) == ("torch-eager", "torch-eager", 4)
+    code, out, err = cli(capsys, *SMALL, "--model", "gpt2", "--json")
+    assert code == 0 and json.loads(out)["model"] == "gpt2", err
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    help_text = capsys.readouterr().out
+    for preset in ("deepseek-v3", "deepseek-v4-flash", "llama-3-8b", "gpt2", "korthikanti"):
+        assert preset in help_text
 
 
 @pytest.mark.parametrize("extra,needle", BAD)
@@ -320,3 +339,25 @@ def test_zero3_and_full_recompute_ranked_by_the_peak():
     stage = max(memory(scn), key=lambda m: m.peak_allocated)
     assert rec["peak_allocated"] == stage.peak_allocated > stage.allocated + 20 * 2**30
     assert rec["event"].startswith("backward") and rec["binding"] == "dynamic"
+
+
+@pytest.mark.parametrize("name,layers", [("deepseek-v3.2", 4), ("deepseek-v4-flash", 4)])
+def test_stepwise_models_compiled_per_s_equal_reference(name, layers):
+    # V3.2's Min(k_I, s) selected keys and V4's floor(s/m_C), floor(s/m_H), Min(s_w, s) are step functions of s:
+    # no polynomial, so the sweep compiles each s on its own (this used to be an internal error, exit 3). The s
+    # values straddle the steps: below and above the window s_w = 128 and the indexer's k_I = 2048 selections.
+    from importlib import resources
+
+    # the first layers, per-layer lists cut to match (V4's first 4: every attention kind, hash-routed and top-k
+    # MoE layers; V3.2's: dense and sparse MLPs)
+    raw = json.loads(resources.files("symmem.presets").joinpath(f"{name}.json").read_text())
+    overrides = {k: v[:layers] for k, v in raw.items() if isinstance(v, list) and len(v) == raw["num_hidden_layers"]}
+    overrides["num_hidden_layers"] = layers
+    model = load_model(name, overrides)
+    space = Space(base=base_of().replace(model=model), gpus=8, tp=(1, 2), pp=(1, 2), ep=(1, 8), etp=(1,),
+                  recompute=("none", "full"), schedule=(Schedule("1f1b"),), zero=(0, 3), microbatches=(None,),
+                  s=(64, 1000, 12288), b=(1, 2))
+    compiled, _ = compiled_records(space, chunk=5)
+    ref, _ = reference_records(space)
+    assert len(ref) >= 40 and compiled == ref
+    assert {r["s"] for r in ref.values()} == {64, 1000, 12288}  # each s compiled on its own, each compared

@@ -31,40 +31,64 @@ def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:
                    help=help)
 
 
-def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> None:
-    g = p.add_argument_group("scenario (a built-in name or a TOML file; flags override its fields)")
-    g.add_argument("--scenario", default="paper", help="built-in: paper, paper-megatron; or a TOML path")
-    g.add_argument("--model", help="preset (deepseek-v3, deepseek-v2, deepseek-v2-lite) or config.json path")
-    for short, long in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
-                        ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
-                        ("dp", "data-parallel-size"), ("edp", "expert-data-parallel-size"),
-                        ("cp", "context-parallel-size")):
-        g.add_argument(f"--{short}", f"--{long}", dest=short,
-                       type=int_arg(1, num.MAX_PP if short == "pp" else num.MAX_PARALLEL))
-    g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a (all-to-all)")
+# What `symmem sweep` enumerates: these flags take lists there, and a sweep's fixed settings are everything else.
+SWEPT = frozenset({"tp", "pp", "ep", "etp", "dp", "edp", "cp", "cp_comm_type", "zero", "b", "s", "recompute",
+                   "schedule", "chunks", "microbatches", "layers_per_stage", "first", "last"})
+
+
+def _shipped(package: str, suffix: str) -> list[str]:
+    """Names of the files a package ships (presets, scenarios), read without importing the engine (sympy)."""
+    from importlib import resources
+
+    return sorted(f.name[: -len(suffix)] for f in resources.files(package).iterdir() if f.name.endswith(suffix))
+
+
+def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swept: bool = False,
+                      title: str = "scenario (a built-in name or a TOML file; flags override its fields)") -> None:
+    """The flags that set a Scenario's fields. With `swept` (symmem sweep), only the fixed ones: the sweep's
+    own flags take lists for the fields in SWEPT."""
+    g = p.add_argument_group(title)
+    scenarios = _shipped("symmem.scenarios", ".toml")
+    first = [n for n in ("paper", "paper-megatron", "korthikanti") if n in scenarios]
+    g.add_argument("--scenario", default="paper",
+                   help=f"built-in: {', '.join(first + [n for n in scenarios if n not in first])}; or a TOML path")
+    g.add_argument("--model", help=f"preset ({', '.join(_shipped('symmem.presets', '.json'))}) or a config.json path")
+    if not swept:
+        for short, long in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
+                            ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
+                            ("dp", "data-parallel-size"), ("edp", "expert-data-parallel-size"),
+                            ("cp", "context-parallel-size")):
+            g.add_argument(f"--{short}", f"--{long}", dest=short,
+                           type=int_arg(1, num.MAX_PP if short == "pp" else num.MAX_PARALLEL))
+        g.add_argument("--cp-comm-type", dest="cp_comm_type",
+                       help="context parallelism: p2p (ring) or a2a (all-to-all)")
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
     g.add_argument("--convention", help="TP split of W_QR: paper (replicated) or megatron (with W_UQ)")
     g.add_argument("--precision", help="precision recipe: paper (2+4+8 B) or megatron (2+4+4+8 B)")
-    g.add_argument("--zero", help="ZeRO stage 0-3")
+    if not swept:
+        g.add_argument("--zero", help="ZeRO stage 0-3")
     _bool_flag(g, "mtp", "place the config's MTP modules on the last stage")
-    g.add_argument("--layers-per-stage", help="explicit pipeline layout, e.g. 4,4,4,...,1")
-    g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first",
-                   type=int_arg(0, num.MAX_LAYERS))
-    g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last",
-                   type=int_arg(0, num.MAX_LAYERS))
+    if not swept:
+        g.add_argument("--layers-per-stage", help="explicit pipeline layout, e.g. 4,4,4,...,1")
+        g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first",
+                       type=int_arg(0, num.MAX_LAYERS))
+        g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last",
+                       type=int_arg(0, num.MAX_LAYERS))
     if activations:
-        g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
-        g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
+        if not swept:
+            g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
+            g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
         g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
         g.add_argument("--profile", help="implementation profile: paper, torch-eager, megatron-te (its rules, "
                                          "state layout and framework buffers; --precision/--zero override)")
-        g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
-        g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
-        g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS),
-                       help="virtual stages per GPU for interleaved 1F1B")
-        g.add_argument("--microbatches", type=int_arg(1, num.MAX_MICROBATCHES),
-                       help="micro-batches per step M (default: PP)")
+        if not swept:
+            g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
+            g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
+            g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS),
+                           help="virtual stages per GPU for interleaved 1F1B")
+            g.add_argument("--microbatches", type=int_arg(1, num.MAX_MICROBATCHES),
+                           help="micro-batches per step M (default: PP)")
         g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram")
         g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
         g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
@@ -76,8 +100,13 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True) -> N
         g.add_argument("--gpu-memory", help="GPU capacity: 80GB, 141GB, 80GiB, or a name: H800, H100, H200, B200")
 
 
-def scenario_from_args(args: argparse.Namespace):
+def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
+    """The Scenario the flags describe: `--scenario` with each given flag's field replaced (the flags named in
+    `skip` are left out: `symmem sweep` enumerates those)."""
     import dataclasses
+
+    if skip:
+        args = argparse.Namespace(**{**vars(args), **dict.fromkeys(skip)})
 
     from symmem.accounting.states import recipe, zero_stage
     from symmem.config import load_model
@@ -92,6 +121,9 @@ def scenario_from_args(args: argparse.Namespace):
         raise SymmemError("--layers-per-stage: conflicts with --first-stage-layers/--last-stage-layers; give one "
                           "layout, either the layers of every stage or Megatron's first and last counts")
     scn = load_scenario(args.scenario)
+    if skip & {"tp", "pp"}:  # swept: start from one GPU per model replica (the sweep sets TP, PP and the layout)
+        seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
+        scn = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe), layout=LayoutSpec())
     ch: dict = {}
     if args.model:
         ch["model"] = load_model(args.model)

@@ -15,7 +15,7 @@ import sys
 import time
 
 from symmem import _numbers as num
-from symmem.cli.args import _bool_flag
+from symmem.cli.args import SWEPT, add_scenario_args, scenario_from_args
 from symmem.errors import SymmemError
 from symmem.units import GB, GIB, fmt_gb, fmt_gib
 
@@ -161,22 +161,10 @@ def _powers_of_two_dividing(n: int) -> str:
 
 # -------------------------------------------------------------------------------------------------- arguments
 def add_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("what is fixed (a scenario gives the defaults: precision, routing, rules, ...)")
-    g.add_argument("--scenario", default="paper", help="built-in (paper, paper-megatron) or a TOML path")
-    g.add_argument("--model", help="preset (deepseek-v3, deepseek-v2, deepseek-v2-lite) or config.json path")
+    add_scenario_args(p, swept=True, title="what is fixed (a scenario gives the defaults; each flag overrides one "
+                                           "field, as in every other command)")
+    g = p.add_argument_group("the machine")
     g.add_argument("--gpus", required=True, help="total GPUs G = DP·TP·PP")
-    g.add_argument("--gpu-memory", help="capacity per GPU: 80GB, 141GB, 80GiB, 80e9, or a GPU name (H800, H200, "
-                   "B200, ...); default: the scenario's")
-    g.add_argument("--convention", help="TP split of W_QR: paper or megatron")
-    g.add_argument("--precision", help="precision recipe: paper or megatron")
-    g.add_argument("--rules", help="saved-tensor rule set: paper or torch-eager")
-    g.add_argument("--routing", help="paper, dispatch, capacity, dynamic")
-    g.add_argument("--capacity-factor", help="for --routing capacity")
-    g.add_argument("--rank-load", help="for --routing dynamic")
-    flag = _bool_flag
-    flag(g, "sequence-parallel", "sequence parallelism outside TP regions")
-    flag(g, "moe-sequence-parallel", "the MoE block sequence-sharded too")
-    flag(g, "mtp", "place the config's MTP modules on the last stage")
     a = p.add_argument_group("what is swept (lists 1,2,4; ranges 1-64, 1024-8192:1024, 1-256:x2)")
     a.add_argument("--tp", default="1,2,4,8", help="tensor-parallel sizes (default 1,2,4,8)")
     a.add_argument("--pp", help="pipeline sizes (default: divisors of G up to the layer count)")
@@ -204,41 +192,25 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def space_from_args(args: argparse.Namespace):
-    import dataclasses
-
-    from symmem.accounting.states import recipe
-    from symmem.config import load_model
     from symmem.parallel.layout import LayoutSpec
-    from symmem.parallel.routing import Routing
     from symmem.parallel.schedule import Schedule
     from symmem.parallel.sizes import Parallel
-    from symmem.scenario import load_scenario
     from symmem.sweep.space import Space
-    from symmem.units import parse_size
 
     gpus = _positive(args.gpus, "--gpus")
-    scn = load_scenario(args.scenario)
-    model = load_model(args.model) if args.model else scn.model
-    seq = scn.parallel.sequence_parallel if args.sequence_parallel is None else args.sequence_parallel
-    moe = scn.parallel.moe_sequence_parallel if args.moe_sequence_parallel is None else args.moe_sequence_parallel
-    if moe and not seq and args.moe_sequence_parallel is None:
-        moe = None
-    ch: dict = {"model": model, "parallel": Parallel(sequence_parallel=seq, moe_sequence_parallel=moe),
-                "layout": LayoutSpec(), "schedule": Schedule(), "microbatches": None}
-    if args.gpu_memory is not None:
-        ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
-    if args.convention:
-        ch["convention"] = args.convention
-    if args.precision:
-        ch["precision"] = recipe(args.precision)
-    if args.mtp is not None:
-        ch["mtp"] = args.mtp
-    if args.rules:
-        ch["rules_name"] = args.rules
-    if args.routing is not None or args.capacity_factor is not None or args.rank_load is not None:
-        kind = args.routing or ("capacity" if args.capacity_factor is not None else "dynamic")
-        ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load)
-    base = scn.replace(**ch)
+    # The fixed settings through the one flag-to-Scenario mapping every command shares (cli/args.py); the swept
+    # fields are the sweep's own, and the layout, schedule and M are set per configuration.
+    scn = scenario_from_args(args, skip=SWEPT)
+    prof = scn.profile
+    if prof.buffers or prof.backward_tensors or prof.padded_vocabulary:
+        # its buffers and padded vocabulary depend on TP, PP and DP, which the compiled expressions keep symbolic
+        raise SymmemError(f"profile = {prof.name!r}: the sweep does not model its framework buffers and padded "
+                          "vocabulary; sweep with --profile paper or torch-eager, and check one configuration with "
+                          "symmem memory --profile " + prof.name)
+    model = scn.model
+    seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
+    base = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe), layout=LayoutSpec(),
+                       schedule=Schedule(), microbatches=None)
     routed = model.family.routed_experts  # a model without routed experts sweeps EP 1 only
     n_layers, n_experts = model.value("L"), (model.value(routed[0]) if routed else 1)
     chunks = num.int_text(args.chunks, "--chunks", 2, num.MAX_CHUNKS)
@@ -273,7 +245,6 @@ def space_from_args(args: argparse.Namespace):
     space = Space(
         base=base, gpus=gpus, recompute=recompute, schedule=schedule, microbatches=microbatches,
         **{k: tuple(a.tolist()) for k, a in axes.items()})
-    del dataclasses
     return space
 
 
@@ -323,7 +294,9 @@ def _settings(space) -> dict:
     par = base.parallel
     return {"model": base.model.name, "gpus": space.gpus, "gpu_memory": space.capacity,
             "scenario": base.name, "convention": base.convention, "precision": base.precision.name,
-            "rules": base.rules.name, "routing": base.routing.label, "mtp": base.mtp,
+            "rules": base.rules.name, "profile": base.profile.name, "activation_bytes": base.act_bytes,
+            "dataflow": "hf" if base.flow_impl is not None else "paper",
+            "routing": base.routing.label, "mtp": base.mtp,
             "sequence_parallel": par.sequence_parallel, "moe_sequence_parallel": par.moe_sp,
             "fragmentation": list(base.fragmentation), "comm_buffers": list(base.comm_buffers),
             "axes": {"tp": list(space.tp), "pp": list(space.pp), "ep": list(space.ep), "etp": list(space.etp),

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 import sympy
@@ -24,7 +25,9 @@ import sympy
 from symmem.accounting.evaluate import as_expr, compile_expr
 from symmem.accounting.params import GROUPS
 from symmem.errors import SymmemError
+from symmem.model import layer_flow
 from symmem.scenario import Scenario
+from symmem.symbols import s as s_symbol
 
 VARIABLES = ("b", "s", "t", "ep", "etp")
 INT64_SAFE = 2**62  # every intermediate is kept below this bound on the int64 path (int64 holds 2^63 - 1)
@@ -46,8 +49,16 @@ class Poly:
     def compile(expr: sympy.Expr, constants: Mapping[sympy.Symbol, int], variables=VARIABLES) -> Poly:
         """The polynomial of `expr` in `variables` with every other symbol replaced by its constant."""
         wanted = set(variables)
+        expr = as_expr(expr)
+        if expr.has(*_STEPS):  # step functions of s (V3.2, V4): numbers once s is among the constants
+            vals = {k: sympy.Integer(v) for k, v in constants.items()}
+            expr = expr.xreplace({a: a.xreplace(vals) for a in expr.atoms(*_STEPS)})
         acc: dict[Powers, Fraction] = {}
-        for coeff, powers in compile_expr(as_expr(expr)):
+        try:
+            compiled = compile_expr(expr)
+        except ValueError as e:
+            raise SymmemError(f"a derived expression is no polynomial in the swept sizes ({e})") from None
+        for coeff, powers in compiled:
             c = coeff
             key = []
             for symbol, e in powers:
@@ -282,6 +293,26 @@ def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ..
     return saved if saved is not None else Poly(()), tuple(out), groups
 
 
+_STEPS = (sympy.floor, sympy.ceiling, sympy.Min, sympy.Max)
+
+
+@lru_cache(maxsize=256)
+def _stepwise_in_s(model, convention: str, impl) -> bool:
+    """Whether a tensor of the model's layers is a step function of s (V3.2's Min(k_I, s) selected keys, V4's
+    floor(s/m_C) compressed entries, ...): its expressions are then no polynomial in s, and each s is compiled on
+    its own, with those sizes evaluated at that s."""
+    for kind in dict.fromkeys(model.layer_kinds()):
+        flow = layer_flow(model, kind, convention, impl)
+        for tensor in flow.tensors.values():
+            if any(d.size.has(*_STEPS) for d in tensor.dims):
+                return True
+    return False
+
+
+def stepwise_in_s(scn: Scenario) -> bool:
+    return _stepwise_in_s(scn.model, scn.convention, scn.flow_impl)
+
+
 def structural_key(scn: Scenario) -> tuple:
     """What the derived expressions depend on (not t, EP, ETP, DP, ZeRO, precision, schedule or M; b and s only
     through the Hugging Face dataflow's implementation, `Scenario.flow_impl`)."""
@@ -289,7 +320,8 @@ def structural_key(scn: Scenario) -> tuple:
     hist_ep = par.ep if scn.routing.kind == "histogram" else None
     return (scn.model, scn.layout, par.pp, scn.convention, scn.rules_name, scn.recompute_name, scn.routing,
             par.sequence_parallel, par.moe_sp, scn.mtp, scn.act_bytes, hist_ep, getattr(scn, "flow_impl", None),
-            scn.precision.weight_bytes, scn.precision.grad_bytes)  # the timeline's ZeRO-2/3 extras
+            scn.precision.weight_bytes, scn.precision.grad_bytes,  # the timeline's ZeRO-2/3 extras
+            scn.s if stepwise_in_s(scn) else None)
 
 
 _CASES: dict[tuple, CompiledCase] = {}
@@ -304,7 +336,9 @@ def compile_case(scn: Scenario) -> CompiledCase:
     if hit is not None:
         return hit
     t0 = time.perf_counter()
-    consts = scn.model.substitutions()
+    consts = dict(scn.model.substitutions())
+    if stepwise_in_s(scn):  # one case per s (structural_key): the step functions of s are numbers here
+        consts[s_symbol] = scn.s
     groups: dict[tuple, list[int]] = {}
     for st in scn.stages:
         act = Poly.compile(stage_activation_expr(scn, st, symbolic_parallel=True), consts)

@@ -326,11 +326,20 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
 def _regions(rep, space) -> list[tuple[slice, slice, object]]:
     """Parts of the (s, b) grid that share one derivation. The paper's dataflows do not depend on b or s; the
     Hugging Face ones (`Scenario.flow_impl`) depend on whether b = 1 and whether s = 1 (a reshape is then a
-    view), so b = 1 and s = 1 (the first values of the sorted axes, when present) are derived apart."""
+    view), so b = 1 and s = 1 (the first values of the sorted axes, when present) are derived apart. A model whose
+    sizes are step functions of s (V3.2, V4: `compile.stepwise_in_s`) is derived once per s."""
+    from symmem.sweep.compile import stepwise_in_s
+
     ns, nb = len(space.s), len(space.b)
-    if rep.flow_impl is None:
+    stepwise = stepwise_in_s(rep)
+    if rep.flow_impl is None and not stepwise:
         return [(slice(0, ns), slice(0, nb), rep)]
-    s_parts = [slice(0, 1), slice(1, ns)] if space.s[0] == 1 and ns > 1 else [slice(0, ns)]
+    if stepwise:
+        s_parts = [slice(i, i + 1) for i in range(ns)]
+    else:
+        s_parts = [slice(0, 1), slice(1, ns)] if space.s[0] == 1 and ns > 1 else [slice(0, ns)]
+    if rep.flow_impl is None:
+        return [(sp, slice(0, nb), rep.replace(s=space.s[sp.start])) for sp in s_parts]
     b_parts = [slice(0, 1), slice(1, nb)] if space.b[0] == 1 and nb > 1 else [slice(0, nb)]
     return [(sp, bp, rep.replace(b=space.b[bp.start], s=space.s[sp.start])) for sp in s_parts for bp in b_parts]
 
