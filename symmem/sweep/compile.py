@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 import sympy
@@ -106,6 +106,10 @@ class Poly:
 
     def integer_form(self) -> tuple[tuple[tuple[int, Powers], ...], dict[str, int], int]:
         """(numerator terms, shifts, d): self = sum(n · prod v^e) / (d · prod v^shift), every e >= 0."""
+        return self._integer_form
+
+    @cached_property  # a sweep evaluates the same candidate polynomials tile after tile
+    def _integer_form(self) -> tuple[tuple[tuple[int, Powers], ...], dict[str, int], int]:
         shifts: dict[str, int] = {}
         for _, powers in self.terms:
             for name, e in powers:
@@ -156,12 +160,22 @@ class Poly:
                 cache[(name, e)] = base if e == 1 else base ** e
             return cache[(name, e)]
 
-        acc = np.zeros(shape, dtype=dtype)
+        # Terms grouped by their power of the variable with the largest array (b, in a sweep): each group is summed
+        # on the smaller shape without that axis, and the full shape is reached once per group, not once per term.
+        # Exact: every partial sum is bounded by `bound` too (all values are >= 1).
+        big = max(arrs, key=lambda k: arrs[k].size) if arrs else None
+        groups: dict[int, object] = {}
         for n, powers in terms:
-            term: object = n
+            k, term = 0, n
             for name, e in powers:
-                term = term * power(name, e)
-            acc = acc + term
+                if name == big:
+                    k = e
+                else:
+                    term = term * power(name, e)
+            groups[k] = groups[k] + term if k in groups else term
+        acc = np.zeros(shape, dtype=dtype)
+        for k, group in sorted(groups.items()):
+            acc += group * power(big, k) if k else group
         den: object = d
         for name, sh in shifts.items():
             den = den * power(name, sh)
