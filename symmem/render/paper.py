@@ -158,7 +158,7 @@ def _warm_up() -> None:
 
 
 def generate(figures: bool = True) -> dict[str, str | bytes]:
-    if figures:
+    if figures and _cores() >= 2:  # only worth it before forking: in one process the caches are shared anyway
         _warm_up()
     handle = _start_figures() if figures else None
     try:
