@@ -21,6 +21,7 @@ candidate events: each is a closed form in the model's sizes, b and s, evaluated
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
@@ -261,10 +262,11 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
     return events
 
 
-def stage_peak(events: list[Event], static: dict[str, int], values: dict, in_flight: Fraction) -> StagePeak:
-    # The same storages recur in many events: evaluate each once. Whole numbers of bytes are kept as int (adding
-    # ints is about 20 times faster than adding Fractions, and a stage has up to ~10^5 amounts to add); the rare
-    # fractional amount stays a Fraction, so the sum is exact either way.
+def amount_values(values: dict) -> Callable[[sympy.Expr], int | Fraction]:
+    """The exact value of an amount's bytes at `values`, each distinct expression evaluated once (the same storages
+    recur in many events). Whole numbers of bytes are ints (adding ints is about 20 times faster than adding
+    Fractions, and a stage has up to ~10^5 amounts to add); the rare fractional amount stays a Fraction, so sums
+    stay exact either way."""
     known: dict[sympy.Expr, int | Fraction] = {}
 
     def value(expr: sympy.Expr) -> int | Fraction:
@@ -274,6 +276,11 @@ def stage_peak(events: list[Event], static: dict[str, int], values: dict, in_fli
             v = known[expr] = f.numerator if f.denominator == 1 else f
         return v
 
+    return value
+
+
+def stage_peak(events: list[Event], static: dict[str, int], values: dict, in_flight: Fraction) -> StagePeak:
+    value = amount_values(values)
     scored = []
     for ev in events:
         total = ceil_int(Fraction(sum([value(a.nbytes) for a in ev.amounts])))

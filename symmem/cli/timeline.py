@@ -25,7 +25,8 @@ def series(scn, stage_index: int) -> tuple[list[str], list[dict[str, int]], int]
     from fractions import Fraction
 
     from symmem.accounting.analysis import stage_memory, stage_step_series, values
-    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.accounting.evaluate import ceil_int
+    from symmem.accounting.timeline import amount_values
 
     if not 0 <= stage_index < len(scn.stages):
         raise SymmemError(f"--stage = {stage_index}: the scenario has stages 0..{len(scn.stages) - 1}")
@@ -35,16 +36,12 @@ def series(scn, stage_index: int) -> tuple[list[str], list[dict[str, int]], int]
     states = sum(v for k, v in static.items() if k in ("weights", "gradients", "optimizer states"))
     buffers = sum(static.values()) - states
     vals = values(scn)
-    known: dict = {}  # whole numbers of bytes as int: adding ints is ~20x faster than Fractions, still exact
+    value = amount_values(vals)
     labels, rows = [], []
     for ev in stage_step_series(scn, st):
         comp: dict[str, int | Fraction] = {}
         for a in ev.amounts:
-            v = known.get(a.nbytes)
-            if v is None:
-                f = evaluate(a.nbytes, vals)
-                v = known[a.nbytes] = f.numerator if f.denominator == 1 else f
-            comp[a.component] = comp.get(a.component, 0) + v
+            comp[a.component] = comp.get(a.component, 0) + value(a.nbytes)
         rows.append({"model states": states, "framework buffers": buffers,
                      **{k: ceil_int(Fraction(v)) for k, v in comp.items()}})
         labels.append(f"{ev.phase}: {ev.part} {ev.op}".strip())
