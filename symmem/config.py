@@ -39,20 +39,33 @@ class ModelConfig:
     def family(self) -> Family:
         return family(self.family_name)
 
+    # Derived once per config (the engine asks for them thousands of times in one `symmem paper`).
+    @cached_property
+    def _value_map(self) -> dict[str, int]:
+        return dict(self.values)
+
+    @cached_property
+    def _option_map(self) -> dict[str, object]:
+        return dict(self.options)
+
+    @cached_property
+    def _layer_kinds(self) -> tuple[str, ...]:
+        return self.family.layer_kinds(self)
+
     def value(self, name: str) -> int:
-        return dict(self.values)[name]
+        return self._value_map[name]
 
     def has(self, name: str) -> bool:
-        return name in dict(self.values)
+        return name in self._value_map
 
     def option(self, key: str, default: object = None) -> object:
-        return dict(self.options).get(key, default)
+        return self._option_map.get(key, default)
 
     def substitutions(self) -> dict[sympy.Symbol, int]:
         return {sym(k): v for k, v in self.values}
 
     def layer_kinds(self) -> tuple[str, ...]:
-        return self.family.layer_kinds(self)
+        return self._layer_kinds
 
 
 # ---------------------------------------------------------------------------------------------- shared checks

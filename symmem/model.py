@@ -117,6 +117,7 @@ class Part:
         return self.kind not in ("embedding", "shared", "head", "mtp")
 
 
+@lru_cache(maxsize=4096)  # asked for once per stage and quantity: the same parts each time
 def stage_parts(model: ModelConfig, stage: Stage, convention: str, impl: object | None = None) -> tuple[Part, ...]:
     """The parts of a stage: its embedding, shared tensors, decoder layers grouped by kind, head and MTP modules.
     With `impl` the decoder layers (and MTP layers) follow the family's Hugging Face dataflow."""

@@ -96,7 +96,13 @@ class Term:
 
 def tensor_bytes(tensor: Tensor, axes: AxisSizes, act_bytes: int, e_tok: sympy.Expr) -> sympy.Expr:
     per = tensor.dtype.nbytes if tensor.dtype.nbytes is not None else act_bytes
-    return (per * local_size(tensor.dims, axes)).subs(E_tok, e_tok)
+    return _local_bytes(tensor.dims, per, axes, e_tok)
+
+
+@lru_cache(maxsize=65536)  # many tensors share a shape (and every stage of a model the same shapes)
+def _local_bytes(dims: tuple, per: int, axes: AxisSizes, e_tok: sympy.Expr) -> sympy.Expr:
+    size = per * local_size(dims, axes)
+    return size.xreplace({E_tok: e_tok}) if size.has(E_tok) else size
 
 
 def _dtype_name(dtype: DType, act_bytes: int) -> str:

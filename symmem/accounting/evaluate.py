@@ -66,12 +66,15 @@ def _is_polynomial(expr: sympy.Expr) -> bool:
 @lru_cache(maxsize=8192)
 def _with_atoms(expr: sympy.Expr):
     """Sizes that depend on the sequence through `floor` (compressed lengths) or `Min` (a top-k over fewer
-    candidates than k) are not polynomials: each such atom becomes a placeholder symbol, the rest compiles as
+    candidates than k) are not polynomials: each such atom becomes a placeholder symbol, the rest is evaluated as
     usual, and the atoms are evaluated exactly, one by one, by substitution."""
     atoms = sorted(expr.atoms(sympy.floor, sympy.ceiling, sympy.Min, sympy.Max), key=sympy.default_sort_key)
     # xreplace works from the top: an atom nested in another is replaced with it, and on its own where it stands
     dummies = {a: sympy.Symbol(f"_atom{i}", positive=True, integer=True) for i, a in enumerate(atoms)}
-    return compile_expr(expr.xreplace(dummies)), tuple((d, a) for a, d in dummies.items())
+    replaced = expr.xreplace(dummies)
+    if _fast_form(replaced) is None:
+        compile_expr(replaced)  # raises ValueError when it is no sum of monomials either
+    return replaced, tuple((d, a) for a, d in dummies.items())
 
 
 @lru_cache(maxsize=8192)
@@ -83,7 +86,7 @@ def _atom_value(atom: sympy.Expr, items: tuple) -> int:
 
 
 def _evaluate_sympy(expr: sympy.Expr, values: dict) -> Fraction:
-    compiled, atoms = _with_atoms(expr)
+    replaced, atoms = _with_atoms(expr)
     vals = dict(values)
     for dummy, atom in atoms:
         missing = [x for x in atom.free_symbols if x not in values]
@@ -91,18 +94,110 @@ def _evaluate_sympy(expr: sympy.Expr, values: dict) -> Fraction:
             raise ValueError(f"no value for symbol {missing[0]}")
         vals[dummy] = _atom_value(atom, tuple(sorted(((x, values[x]) for x in atom.free_symbols),
                                                      key=lambda kv: kv[0].name)))
-    total = Fraction(0)
-    for coeff, powers in compiled:
-        term = coeff
-        for sym, e in powers:
-            term *= Fraction(vals[sym]) ** e
-        total += term
-    return total
+    return evaluate(replaced, vals)
+
+
+class _NotPolynomial(Exception):
+    pass
+
+
+def _poly(expr: sympy.Expr, memo: dict) -> dict[tuple, Fraction]:
+    """`expr` as {monomial: coefficient}, a monomial a tuple of (symbol, exponent) sorted by name, exponents
+    possibly negative: what `sympy.expand` would give, built with dictionaries (several times faster; the engine's
+    sums of tensor sizes share most of their subexpressions, memoised in `memo`)."""
+    hit = memo.get(expr)
+    if hit is not None:
+        return hit
+    if expr.is_Rational:
+        out = {(): Fraction(int(expr.p), int(expr.q))} if expr != 0 else {}
+    elif expr.is_Symbol:
+        out = {((expr, 1),): Fraction(1)}
+    elif expr.is_Add:
+        out = {}
+        for arg in expr.args:
+            for mono, c in _poly(arg, memo).items():
+                c += out.get(mono, 0)
+                if c:
+                    out[mono] = c
+                else:
+                    out.pop(mono, None)
+    elif expr.is_Mul:
+        out = {(): Fraction(1)}
+        for arg in expr.args:
+            out = _times(out, _poly(arg, memo))
+    elif expr.is_Pow and expr.exp.is_Integer:
+        n = int(expr.exp)
+        if expr.base.is_Symbol:
+            out = {((expr.base, n),): Fraction(1)} if n else {(): Fraction(1)}
+        elif n >= 0:
+            base, out = _poly(expr.base, memo), {(): Fraction(1)}
+            for _ in range(n):
+                out = _times(out, base)
+        elif expr.base.is_Rational:
+            out = {(): Fraction(int(expr.base.q), int(expr.base.p)) ** -n}
+        else:
+            raise _NotPolynomial  # a sum in a denominator
+    else:
+        raise _NotPolynomial  # floor, Min, ...: the general path
+    memo[expr] = out
+    return out
+
+
+def _times(p: dict, q: dict) -> dict:
+    out: dict[tuple, Fraction] = {}
+    for m1, c1 in p.items():
+        for m2, c2 in q.items():
+            if not m1:
+                mono = m2
+            elif not m2:
+                mono = m1
+            else:
+                powers = dict(m1)
+                for x, e in m2:
+                    powers[x] = powers.get(x, 0) + e
+                mono = tuple(sorted(((x, e) for x, e in powers.items() if e), key=lambda p: p[0].name))
+            c = out.get(mono, 0) + c1 * c2
+            if c:
+                out[mono] = c
+            else:
+                out.pop(mono, None)
+    return out
+
+
+_POLY_MEMO: dict = {}
+
+
+@lru_cache(maxsize=16384)
+def _fast_form(expr: sympy.Expr):
+    """(denominator, ((integer coefficient, powers), ...)) of a polynomial with no negative exponent; None
+    otherwise (the compiled or general path then applies)."""
+    if len(_POLY_MEMO) > 200_000:  # bounded: the memo only speeds up expressions that share subexpressions
+        _POLY_MEMO.clear()
+    try:
+        poly = _poly(expr, _POLY_MEMO)
+    except _NotPolynomial:
+        return None
+    if any(e < 0 for mono in poly for _, e in mono):
+        return None
+    den = math.lcm(*(c.denominator for c in poly.values())) if poly else 1
+    return den, tuple((int(c * den), mono) for mono, c in poly.items())
 
 
 def evaluate(expr: sympy.Expr, values: dict) -> Fraction:
     """The exact value of `expr` with every symbol given in `values`."""
     expr = as_expr(expr)
+    form = _fast_form(expr)
+    if form is not None:
+        den, terms = form
+        total = 0
+        try:
+            for c, powers in terms:
+                for sym, e in powers:
+                    c *= values[sym] ** e
+                total += c
+        except KeyError as e:
+            raise ValueError(f"no value for symbol {e.args[0]}") from None
+        return Fraction(total, den)
     if not _is_polynomial(expr):
         return _evaluate_sympy(expr, values)
     try:
