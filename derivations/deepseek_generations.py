@@ -18,7 +18,7 @@ from functools import cache
 
 import sympy
 
-from symmem.accounting.analysis import memory, model_totals, peak, stage_activation_expr, to_int, values
+from symmem.accounting.analysis import memory, model_totals, peak, stage_activation_bytes, to_int
 from symmem.accounting.muon import stage_states as muon_states
 from symmem.accounting.states import ZeroStage, recipe
 from symmem.config import load_model
@@ -66,10 +66,10 @@ def activation_rows(name: str):
         mems = memory(scn)
         top = peak(mems)
         mid = scn.stages[1]
-        per_layer = to_int(stage_activation_expr(scn, mid), values(scn)) // len(mid.layers)
+        per_layer = stage_activation_bytes(scn, mid) // len(mid.layers)
         blocks = {}
         for blk in ("mla", "attn", "mhc", "moe", "mlp"):
-            v = to_int(stage_activation_expr(scn, mid, blk), values(scn))
+            v = stage_activation_bytes(scn, mid, blk)
             if v:
                 blocks[blk] = v
         dom = max(blocks, key=blocks.get)
@@ -212,8 +212,7 @@ def figure(formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:
     for name in MODELS:
         scn0 = scenario(name)
         mid = scn0.stages[1]
-        expr = stage_activation_expr(scn0, mid)
-        ys = [to_int(expr, values(scn0.replace(s=n))) / len(mid.layers) / 2**30 for n in seqs]
+        ys = [stage_activation_bytes(scn0.replace(s=n), mid) / len(mid.layers) / 2**30 for n in seqs]
         ax.loglog(seqs, ys, marker="o", label=LABELS[name])
     ax.set_xlabel("sequence length s (tokens)")
     ax.set_ylabel("activations per layer per GPU (GiB)")

@@ -8,7 +8,7 @@ d_v = 128). Only torch-eager on the hf dataflow is measured (exact on tiny confi
 
 from __future__ import annotations
 
-from symmem.accounting.analysis import stage_activation_expr, to_int, values
+from symmem.accounting.analysis import stage_activation_bytes, stage_activation_expr
 from symmem.render.latex import latex, plain
 from symmem.render.tables import Math, Table
 from symmem.units import fmt_gib
@@ -34,8 +34,7 @@ def side_by_side(b: int = 1) -> list[tuple[str, list[int]]]:
     cols = columns(b)
     rows = []
     for block, label in BLOCKS:
-        rows.append((label, [to_int(stage_activation_expr(scn, scn.stages[1], block), values(scn))
-                             for _, scn in cols]))
+        rows.append((label, [stage_activation_bytes(scn, scn.stages[1], block) for _, scn in cols]))
     rows.append(("total", [sum(r[1][i] for r in rows) for i in range(len(cols))]))
     return rows
 

@@ -224,3 +224,23 @@ def test_bad_activation_settings(paper, make, words):
 def test_compare_equal(paper):
     e = stage_activation_expr(paper, paper.stages[1], "mla")
     assert compare(e, e, values(paper)).verdict == EQUAL
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v3.2", "deepseek-v4-flash"])
+def test_bytes_added_term_by_term_equal_the_expanded_formula(model):
+    # Two paths to one number: sympy's expanded sum of the kept tensors (what formulas print) and the evaluator's
+    # sum of dictionary polynomials with floor/Min kept whole (what memory figures use). They must agree exactly,
+    # for every policy and block, and for sequence lengths on both sides of V3.2's and V4's steps (k_I, s_w, m_C).
+    from symmem.accounting.analysis import stage_activation_bytes
+    from symmem.config import load_model
+    from symmem.scenario import load_scenario, with_parallel
+
+    base = with_parallel(load_scenario("paper"), pp=1).replace(model=load_model(model))
+    base = with_parallel(base, tp=2, pp=8, ep=8, dp=32)
+    for policy in POLICIES:
+        for n in (64, 100, 1000, 2047, 4096, 12289):
+            scn = base.replace(recompute_name=policy, s=n, b=3)
+            for stage in (scn.stages[0], scn.stages[1], scn.stages[-1]):
+                for block in (None, "mla", "attn", "moe", "mhc", "embedding", "head"):
+                    expected = to_int(stage_activation_expr(scn, stage, block), values(scn))
+                    assert stage_activation_bytes(scn, stage, block) == expected, (policy, n, stage.index, block)

@@ -138,6 +138,8 @@ def test_never_evaluates(monkeypatch, capsys):
     def boom(*a, **k):
         raise AssertionError("user text reached an evaluator")
 
+    check(capsys, "--quantity", "stage.activations.mla", MLA)  # first: the standard library's lazy imports
+    # (importlib.metadata's namedtuples use eval on their own text) happen before the evaluators are replaced
     for target, name in ((builtins, "eval"), (builtins, "exec"), (sympy, "sympify"),
                          (sympy.parsing.sympy_parser, "parse_expr")):
         monkeypatch.setattr(target, name, boom)

@@ -13,7 +13,7 @@ from functools import cached_property, lru_cache
 import sympy
 
 from symmem.accounting.activations import Term, part_terms, tensor_bytes
-from symmem.accounting.evaluate import ceil_int, evaluate
+from symmem.accounting.evaluate import ceil_int, evaluate, evaluate_form, sum_form
 from symmem.accounting.params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
 from symmem.accounting.states import StateBytes, state_bytes
 from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage_events, stage_peak, step_series
@@ -142,6 +142,22 @@ def _summed(key: tuple, parts: tuple, block: str | None, symbolic_parallel: bool
     return sympy.expand(sympy.Add(*[t.total for t in terms if block is None or t.block == block]))
 
 
+@lru_cache(maxsize=4096)
+def _summed_form(key: tuple, parts: tuple, block: str | None):
+    terms = _terms(key, parts, False)
+    return sum_form(tuple((t.count, t.nbytes) for t in terms if block is None or t.block == block))
+
+
+def stage_activation_bytes(scn: Scenario, stage: Stage, block: str | None = None) -> int:
+    """The value of `stage_activation_expr` at the scenario's sizes, b and s (rounded up to a whole byte), added up
+    term by term without building the sympy sum (what every memory figure needs; the formula is for display)."""
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    form = _summed_form(_activation_key(scn), parts, block)
+    if form is None:  # a term that is no polynomial in its sizes and step atoms: sympy's sum, evaluated
+        return to_int(stage_activation_expr(scn, stage, block), values(scn))
+    return ceil_int(evaluate_form(form, values(scn)))
+
+
 def stage_activation_expr(scn: Scenario, stage: Stage, block: str | None = None,
                           symbolic_parallel: bool = False) -> sympy.Expr:
     """Bytes one GPU of `stage` keeps for one micro-batch (of `block` only, if given), in b, s and model sizes."""
@@ -212,7 +228,7 @@ def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
     (`allocated`), with fragmentation and communication-buffer ranges; `peak` derives the busiest moment."""
     sp = stage_params(scn, stage)
     st = stage_states(scn, sp)
-    act = to_int(stage_activation_expr(scn, stage), values(scn))
+    act = stage_activation_bytes(scn, stage)
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
     acts = math.ceil(act * k)
     alloc = st.total + acts

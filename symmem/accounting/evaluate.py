@@ -101,16 +101,29 @@ class _NotPolynomial(Exception):
     pass
 
 
+_STEPS = (sympy.floor, sympy.ceiling, sympy.Min, sympy.Max)
+_FACTOR_KEY: dict = {}  # factor -> its sort key (a symbol's name; a step atom's text), computed once
+
+
+def _factor_key(pair) -> str:
+    x = pair[0]
+    key = _FACTOR_KEY.get(x)
+    if key is None:
+        key = _FACTOR_KEY[x] = x.name if x.is_Symbol else f"~{x}"
+    return key
+
+
 def _poly(expr: sympy.Expr, memo: dict) -> dict[tuple, Fraction]:
-    """`expr` as {monomial: coefficient}, a monomial a tuple of (symbol, exponent) sorted by name, exponents
-    possibly negative: what `sympy.expand` would give, built with dictionaries (several times faster; the engine's
-    sums of tensor sizes share most of their subexpressions, memoised in `memo`)."""
+    """`expr` as {monomial: coefficient}, a monomial a tuple of (factor, exponent) sorted by name, a factor a
+    symbol or a step atom (`floor(s/m_C)`, `Min(k_I, s)`: evaluated whole), exponents possibly negative: what
+    `sympy.expand` would give, built with dictionaries (several times faster; the engine's sums of tensor sizes
+    share most of their subexpressions, memoised in `memo`)."""
     hit = memo.get(expr)
     if hit is not None:
         return hit
     if expr.is_Rational:
         out = {(): Fraction(int(expr.p), int(expr.q))} if expr != 0 else {}
-    elif expr.is_Symbol:
+    elif expr.is_Symbol or isinstance(expr, _STEPS):
         out = {((expr, 1),): Fraction(1)}
     elif expr.is_Add:
         out = {}
@@ -136,9 +149,9 @@ def _poly(expr: sympy.Expr, memo: dict) -> dict[tuple, Fraction]:
         elif expr.base.is_Rational:
             out = {(): Fraction(int(expr.base.q), int(expr.base.p)) ** -n}
         else:
-            raise _NotPolynomial  # a sum in a denominator
+            raise _NotPolynomial  # a sum (or a step atom) in a denominator: the general path
     else:
-        raise _NotPolynomial  # floor, Min, ...: the general path
+        raise _NotPolynomial
     memo[expr] = out
     return out
 
@@ -155,7 +168,7 @@ def _times(p: dict, q: dict) -> dict:
                 powers = dict(m1)
                 for x, e in m2:
                     powers[x] = powers.get(x, 0) + e
-                mono = tuple(sorted(((x, e) for x, e in powers.items() if e), key=lambda p: p[0].name))
+                mono = tuple(sorted(((x, e) for x, e in powers.items() if e), key=_factor_key))
             c = out.get(mono, 0) + c1 * c2
             if c:
                 out[mono] = c
@@ -167,20 +180,71 @@ def _times(p: dict, q: dict) -> dict:
 _POLY_MEMO: dict = {}
 
 
-@lru_cache(maxsize=16384)
-def _fast_form(expr: sympy.Expr):
-    """(denominator, ((integer coefficient, powers), ...)) of a polynomial with no negative exponent; None
-    otherwise (the compiled or general path then applies)."""
+def _polynomial(expr: sympy.Expr) -> dict[tuple, Fraction] | None:
     if len(_POLY_MEMO) > 200_000:  # bounded: the memo only speeds up expressions that share subexpressions
         _POLY_MEMO.clear()
     try:
-        poly = _poly(expr, _POLY_MEMO)
+        return _poly(expr, _POLY_MEMO)
     except _NotPolynomial:
         return None
+
+
+Form = tuple[int, tuple[tuple[int, tuple], ...], tuple[sympy.Expr, ...]]
+
+
+def _form_of(poly: dict[tuple, Fraction]) -> Form | None:
+    """(denominator, ((integer coefficient, powers), ...), step atoms) when no exponent is negative, else None."""
     if any(e < 0 for mono in poly for _, e in mono):
         return None
     den = math.lcm(*(c.denominator for c in poly.values())) if poly else 1
-    return den, tuple((int(c * den), mono) for mono, c in poly.items())
+    atoms = tuple(dict.fromkeys(x for mono in poly for x, _ in mono if not x.is_Symbol))
+    return den, tuple((int(c * den), mono) for mono, c in poly.items()), atoms
+
+
+@lru_cache(maxsize=16384)
+def _fast_form(expr: sympy.Expr) -> Form | None:
+    """The integer form of `expr` (None: a sum in a denominator, or negative powers: the general path)."""
+    poly = _polynomial(expr)
+    return None if poly is None else _form_of(poly)
+
+
+@lru_cache(maxsize=4096)
+def sum_form(weighted: tuple[tuple[int, sympy.Expr], ...]) -> Form | None:
+    """The integer form of sum(weight · expr), built without a sympy sum (what the engine adds up per stage)."""
+    acc: dict[tuple, Fraction] = {}
+    for w, expr in weighted:
+        poly = _polynomial(as_expr(expr))
+        if poly is None:
+            return None
+        for mono, c in poly.items():
+            c = acc.get(mono, 0) + w * c
+            if c:
+                acc[mono] = c
+            else:
+                acc.pop(mono, None)
+    return _form_of(acc)
+
+
+def evaluate_form(form: Form, values: dict) -> Fraction:
+    """The exact value of an integer form with every symbol given in `values`."""
+    den, terms, atoms = form
+    if atoms:
+        values = dict(values)
+        for atom in atoms:
+            missing = [x for x in atom.free_symbols if x not in values]
+            if missing:
+                raise ValueError(f"no value for symbol {missing[0]}")
+            values[atom] = _atom_value(atom, tuple(sorted(((x, values[x]) for x in atom.free_symbols),
+                                                          key=lambda kv: kv[0].name)))
+    total = 0
+    try:
+        for c, powers in terms:
+            for x, e in powers:
+                c *= values[x] ** e
+            total += c
+    except KeyError as e:
+        raise ValueError(f"no value for symbol {e.args[0]}") from None
+    return Fraction(total, den)
 
 
 def evaluate(expr: sympy.Expr, values: dict) -> Fraction:
@@ -188,16 +252,7 @@ def evaluate(expr: sympy.Expr, values: dict) -> Fraction:
     expr = as_expr(expr)
     form = _fast_form(expr)
     if form is not None:
-        den, terms = form
-        total = 0
-        try:
-            for c, powers in terms:
-                for sym, e in powers:
-                    c *= values[sym] ** e
-                total += c
-        except KeyError as e:
-            raise ValueError(f"no value for symbol {e.args[0]}") from None
-        return Fraction(total, den)
+        return evaluate_form(form, values)
     if not _is_polynomial(expr):
         return _evaluate_sympy(expr, values)
     try:
