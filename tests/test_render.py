@@ -154,3 +154,31 @@ def test_comparison_repr_latex(paper):
     assert compare(e, e, values(paper))._repr_latex_() == r"$\text{EQUAL}$"
     wrong = compare(e, parse_formula("10bsh"), values(paper))._repr_latex_()
     assert wrong.startswith(r"$\text{DIFFERENT}") and "8bs(d_{cq}+d_c)" in wrong
+
+
+def test_pdf_figures_leave_the_font_subsetter_unloaded():
+    # matplotlib's PDF backend imports fontTools.subset but only uses it for Type 42 fonts; symmem defers it
+    # (plots.defer_font_subsetter). In a fresh process: a Type 3 figure (the default) never executes it, the
+    # PDF is the same with and without the deferral, and a Type 42 figure loads it on first use and embeds a font.
+    import subprocess
+    import sys
+
+    code = """
+import sys, symmem, matplotlib
+from symmem.render import plots
+fig, _ = plots.figure_params_by_block(symmem.load_model("deepseek-v3"))
+a = plots.save(fig, ("pdf",))["pdf"]
+print(type(sys.modules["fontTools.subset"]).__name__)
+matplotlib.rcParams["pdf.fonttype"] = 42
+b = plots.save(fig, ("pdf",))["pdf"]
+print(type(sys.modules["fontTools.subset"]).__name__, b"/FontFile2" in b)
+import hashlib; print(hashlib.sha256(a).hexdigest())
+"""
+    lazy, loaded, digest = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                          check=True).stdout.split("\n")[:3]
+    assert lazy == "_LazyModule"
+    assert loaded == "module True"
+    eager = code.replace("from symmem.render import plots",
+                         "import matplotlib.backends.backend_pdf\nfrom symmem.render import plots")
+    out = subprocess.run([sys.executable, "-c", eager], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[0] == "module" and out.split("\n")[2] == digest

@@ -139,6 +139,9 @@ def _warm_up() -> None:
     PNG and PDF backends (imported in each child, it cost each child its own import), every stage of the paper
     scenario under each recomputation policy, and the activations of the generations figure. The forked
     processes inherit these modules and caches."""
+    from symmem.render.plots import defer_font_subsetter
+
+    defer_font_subsetter()
     import matplotlib.backends.backend_agg  # noqa: F401
     import matplotlib.backends.backend_pdf  # noqa: F401
     import matplotlib.figure  # noqa: F401

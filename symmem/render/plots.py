@@ -20,11 +20,36 @@ POLICIES = ("none", "selective", "deepseek", "full")
 _STYLES = {"none": ("-", "o", 6), "selective": ("-", "^", 6), "deepseek": ("--", "x", 8), "full": ("-", "s", 5)}
 
 
+def defer_font_subsetter() -> None:
+    """Load `fontTools.subset` on first use rather than with matplotlib's PDF backend.
+
+    matplotlib 3.11's `backends/_backend_pdf_ps.py:13` imports `fontTools.subset` when the PDF backend loads
+    (about 0.15 s of CPU, a tenth of `symmem paper`), but only `embedTTFType42` (`backend_pdf.py:1248`) uses it:
+    our figures embed their text as Type 3 fonts, matplotlib's default `pdf.fonttype`, and never touch it. The
+    standard library's `importlib.util.LazyLoader` (the "lazy imports" recipe of the importlib documentation)
+    registers the module and executes it on its first attribute access, so a Type 42 run still gets it whole.
+    """
+    import importlib.util
+    import sys
+
+    if "fontTools.subset" in sys.modules:
+        return
+    spec = importlib.util.find_spec("fontTools.subset")
+    if spec is None or spec.loader is None:
+        return
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fontTools.subset"] = module
+    spec.loader.exec_module(module)
+    setattr(sys.modules["fontTools"], "subset", module)
+
+
 def _figure(**kw):
     # The object-oriented API without pyplot: no GUI backend, no global figure registry, faster to import.
     import matplotlib
     from matplotlib.figure import Figure
 
+    defer_font_subsetter()
     matplotlib.rcParams.update({"svg.hashsalt": "symmem", "font.size": 9})
     return Figure(**kw)
 
