@@ -1,3 +1,3 @@
-from symmem.cli.main import main
+from symmem.cli.main import cli
 
-raise SystemExit(main())
+raise SystemExit(cli())

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from symmem import _gc
 from symmem.errors import SymmemError
 
 
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if not args.command:
             raise SymmemError(f"missing command; choose one of {', '.join(_commands())} (symmem --help says more)")
+        _gc.settle(load=("sympy",))  # every command runs the engine, on sympy
         return _commands()[args.command][2](args) or 0
     except SymmemError as e:
         print(f"symmem: error: {e}", file=sys.stderr)
@@ -68,3 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(str(e).split())
         print(f"symmem: internal error: {e.__class__.__name__}: {msg[:300]}", file=sys.stderr)
         return 3
+
+
+def cli() -> int:
+    """The program: `symmem ...` and `python -m symmem ...` (a one-shot process: see `symmem._gc`)."""
+    _gc.enable()
+    return main()

@@ -49,7 +49,10 @@ def _figure(**kw):
     import matplotlib
     from matplotlib.figure import Figure
 
+    from symmem import _gc
+
     defer_font_subsetter()
+    _gc.settle()  # matplotlib is loaded
     matplotlib.rcParams.update({"svg.hashsalt": "symmem", "font.size": 9})
     return Figure(**kw)
 
