@@ -21,6 +21,7 @@ import sympy
 from symmem.accounting.analysis import memory, model_totals, peak, stage_activation_bytes, to_int
 from symmem.accounting.muon import stage_states as muon_states
 from symmem.accounting.states import ZeroStage, recipe
+from symmem.blocks.v4_attention import window_keys
 from symmem.config import load_model
 from symmem.graph import global_size
 from symmem.model import layer_flow
@@ -131,14 +132,14 @@ def kv_elements(name: str) -> dict[str, sympy.Expr]:
         flow = layer_flow(model, kind)
         n = kinds.count(kind)
         for op in flow.ops:
+            if "kv_cache" not in op.tags and "kv_cache_window" not in op.tags:
+                continue
             for t in op.outputs:
-                size = global_size(flow.tensors[t].dims).subs(b, 1)
+                size = global_size(flow.tensors[t].dims).xreplace({b: 1})
                 if "kv_cache" in op.tags:
                     role = _role(op.name)
-                elif "kv_cache_window" in op.tags:
-                    role, size = "window", size / s * sympy.Min(sym("s_w"), s)
                 else:
-                    continue
+                    role, size = "window", size / s * window_keys()
                 out.setdefault(role, []).append(n * size)
     return {role: sympy.Add(*terms) for role, terms in out.items()}
 

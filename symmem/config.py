@@ -62,6 +62,11 @@ class ModelConfig:
         return self._option_map.get(key, default)
 
     def substitutions(self) -> dict[sympy.Symbol, int]:
+        """{symbol: value} (a copy: the caller may extend it)."""
+        return dict(self._substitutions)
+
+    @cached_property
+    def _substitutions(self) -> dict[sympy.Symbol, int]:
         return {sym(k): v for k, v in self.values}
 
     def layer_kinds(self) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ printer and the config loaders all read `SYMBOLS`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import sympy
 
@@ -56,18 +57,28 @@ def sym(name: str) -> sympy.Symbol:
 
 
 def latex_names() -> dict[sympy.Symbol, str]:
-    """The `symbol_names` mapping for sympy's LaTeX printer."""
+    """The `symbol_names` mapping for sympy's LaTeX printer (a copy: the caller may extend it)."""
+    return dict(_latex_names(len(SYMBOLS)))
+
+
+@cache
+def _latex_names(_declared: int) -> dict[sympy.Symbol, str]:
+    # keyed by how many symbols are declared: declarations only add, so the count says when to rebuild
     return {spec.symbol: spec.latex for spec in SYMBOLS.values()}
 
 
 def print_rank(symbol: sympy.Symbol) -> tuple[int, int]:
     """Where a symbol stands inside a printed monomial: run sizes, model sizes (in declaration order), routing,
     then parallel sizes."""
-    names = list(SYMBOLS)
-    spec = SYMBOLS.get(symbol.name)
+    return _print_rank(symbol.name, len(SYMBOLS))
+
+
+@cache
+def _print_rank(name: str, _declared: int) -> tuple[int, int]:
+    spec = SYMBOLS.get(name)
     if spec is None:
         return (len(KINDS), 0)
-    return (KINDS.index(spec.kind), names.index(spec.name))
+    return (KINDS.index(spec.kind), list(SYMBOLS).index(spec.name))
 
 
 # The engine's own sizes.

@@ -20,6 +20,8 @@ entries (V4), written with sympy's `Min` and `floor`.
 
 from __future__ import annotations
 
+from functools import cache
+
 import sympy
 
 from symmem.blocks._dims import S_FULL, B, H
@@ -30,16 +32,19 @@ from symmem.symbols import s
 NO_GRAD = ("indexer",)
 
 
+@cache  # sympy's Min and floor query assumptions each time they are built
 def v32_keys() -> Dim:
     """Keys one query of DeepSeek-V3.2 attends to: min(index_topk, s) (the top-k over a shorter sequence is all)."""
     return D(sympy.Min(k_I, s))
 
 
+@cache  # sympy's Min and floor query assumptions each time they are built
 def csa_entries() -> sympy.Expr:
     """Compressed CSA entries of an s-token sequence: floor(s / m_C) (the trailing s mod m_C tokens make none)."""
     return sympy.floor(s / m_C)
 
 
+@cache  # sympy's Min and floor query assumptions each time they are built
 def v4_keys() -> Dim:
     """Compressed entries one CSA query selects: min(index_topk, floor(s / m_C))."""
     return D(sympy.Min(k_I, csa_entries()))

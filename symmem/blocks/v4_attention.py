@@ -20,6 +20,8 @@ the indexer are replicated (computed on the full sequence after the all-gather).
 
 from __future__ import annotations
 
+from functools import cache
+
 import sympy
 
 from symmem.blocks._dims import S_FULL, S_SP, B, H
@@ -33,14 +35,17 @@ PREP = ("attention_prep",)
 CORE = ("core_attention",)
 
 
+@cache  # sympy's Min and floor query assumptions each time they are built
 def window_keys() -> sympy.Expr:
     return sympy.Min(s_w, s)
 
 
+@cache  # sympy's Min and floor query assumptions each time they are built
 def hca_entries() -> sympy.Expr:
     return sympy.floor(s / m_H)
 
 
+@cache  # sympy's Min and floor query assumptions each time they are built
 def keys_per_query(kind: str) -> sympy.Expr:
     """Keys one query scores (sink excluded), by attention type."""
     if kind == "sliding":

@@ -41,7 +41,7 @@ def defer_font_subsetter() -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules["fontTools.subset"] = module
     spec.loader.exec_module(module)
-    setattr(sys.modules["fontTools"], "subset", module)
+    sys.modules["fontTools"].subset = module
 
 
 def _figure(**kw):
