@@ -9,6 +9,8 @@ against the paper's formula as printed.
 
 from __future__ import annotations
 
+from functools import cache
+
 import sympy
 
 from symmem.accounting.analysis import stage_terms, to_int, values
@@ -28,13 +30,19 @@ QUANTITY = "layer.activations"
 STAGE = 1  # `symmem check`'s default stage; the korthikanti scenario has PP 8 (Table 3), stage 1 holds layers 12-23
 
 
+@cache
+def _parser():
+    from symmem.cli.main import build_parser
+
+    return build_parser()  # one for the six rows: building every command's flags costs 20 ms
+
+
 def _scenario(flags: tuple[str, ...], formula: str):
     """The scenario `symmem check --scenario korthikanti --quantity layer.activations FLAGS FORMULA` runs on."""
     from symmem.cli.args import scenario_from_args
     from symmem.cli.check import _claimed
-    from symmem.cli.main import build_parser
 
-    args = build_parser().parse_args(["check", "--scenario", "korthikanti", "--quantity", QUANTITY, *flags, formula])
+    args = _parser().parse_args(["check", "--scenario", "korthikanti", "--quantity", QUANTITY, *flags, formula])
     scn = scenario_from_args(args)
     return scn, _claimed(formula, scn)
 

@@ -61,6 +61,11 @@ def latex_names() -> dict[sympy.Symbol, str]:
     return dict(_latex_names(len(SYMBOLS)))
 
 
+def latex_name(symbol: sympy.Symbol) -> str | None:
+    """The symbol's LaTeX name, None for a symbol nobody declared."""
+    return _latex_names(len(SYMBOLS)).get(symbol)
+
+
 @cache
 def _latex_names(_declared: int) -> dict[sympy.Symbol, str]:
     # keyed by how many symbols are declared: declarations only add, so the count says when to rebuild

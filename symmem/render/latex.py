@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy
 
 from symmem.accounting.evaluate import as_expr, compile_expr
-from symmem.symbols import SYMBOLS, latex_names, print_rank
+from symmem.symbols import SYMBOLS, latex_name, latex_names, print_rank
 
 
 def _key(sym: sympy.Symbol) -> tuple[int, int]:
@@ -19,7 +19,8 @@ def _key(sym: sympy.Symbol) -> tuple[int, int]:
 
 
 def _name(sym: sympy.Symbol) -> str:
-    return latex_names().get(sym, sympy.latex(sym))
+    name = latex_name(sym)
+    return name if name is not None else sympy.latex(sym)
 
 
 def _monomial(powers: dict) -> str:
