@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import sympy
 
@@ -193,6 +194,11 @@ class AxisSizes:
 
 def local_size(dims: Iterable[Dim], axes: AxisSizes) -> sympy.Expr:
     """The number of elements one rank holds: each dimension divided by the sizes of its active axes."""
+    return _local_size(tuple(dims), axes)
+
+
+@lru_cache(maxsize=65536)  # every stage of a model sizes the same shapes again
+def _local_size(dims: tuple[Dim, ...], axes: AxisSizes) -> sympy.Expr:
     total = sympy.Integer(1)
     for d in dims:
         part = d.size
@@ -203,6 +209,11 @@ def local_size(dims: Iterable[Dim], axes: AxisSizes) -> sympy.Expr:
 
 
 def global_size(dims: Iterable[Dim]) -> sympy.Expr:
+    return _global_size(tuple(dims))
+
+
+@lru_cache(maxsize=65536)
+def _global_size(dims: tuple[Dim, ...]) -> sympy.Expr:
     total = sympy.Integer(1)
     for d in dims:
         total *= d.size
