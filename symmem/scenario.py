@@ -155,12 +155,21 @@ class Scenario:
         return rule_set(self.profile.rules if self.profile_name is not None else self.rules_name)
 
     def size_values(self) -> dict:
-        """The model's sizes as the implementation allocates them (Megatron pads the vocabulary)."""
+        """The model's sizes as the implementation allocates them (Megatron pads the vocabulary); a copy."""
+        return dict(self._size_values)
+
+    @cached_property
+    def _size_values(self) -> dict:
         vals = self.model.substitutions()
         pad = self.profile.padded_vocabulary
         if pad is not None and self.model.has("V"):
             vals[sym("V")] = pad(self.model.value("V"), self.parallel.tp)
         return vals
+
+    @cached_property
+    def size_key(self) -> tuple:
+        """`size_values` as a sorted tuple: a cache key of the derivations that depend on the sizes."""
+        return tuple(sorted(self._size_values.items(), key=lambda kv: kv[0].name))
 
     @cached_property
     def flow_impl(self) -> object | None:

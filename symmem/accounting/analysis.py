@@ -30,7 +30,7 @@ def to_int(expr: sympy.Expr, values: dict) -> int:
 
 
 def values(scn: Scenario, b_value: int | None = None, s_value: int | None = None) -> dict:
-    vals = dict(scn.size_values())
+    vals = scn.size_values()  # a copy
     vals[b] = scn.b if b_value is None else b_value
     vals[s] = scn.s if s_value is None else s_value
     return vals
@@ -85,8 +85,7 @@ def stage_params(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -
     """The parameters one GPU of `stage` holds under the scenario's parallelism and TP convention
     (`symbolic_parallel`: keep t, EP, ETP as symbols in `per_gpu_expr`)."""
     parts = stage_parts(scn.model, stage, scn.convention)
-    sizes = tuple(sorted(scn.size_values().items(), key=lambda kv: kv[0].name))
-    local, per_gpu, whole = _stage_counts(sizes, scn.parallel, parts, symbolic_parallel)
+    local, per_gpu, whole = _stage_counts(scn.size_key, scn.parallel, parts, symbolic_parallel)
     return StageParams(stage, dict(per_gpu), dict(local), dict(whole))
 
 
