@@ -94,6 +94,9 @@ out = {}
 t = T()
 import sympy, jinja2, matplotlib.pyplot  # noqa: E401,F401  the floor's imports
 out["imports (the floor's)"] = T() - t
+from symmem import _gc
+_gc.enable()  # as the program does (symmem.cli.main.cli)
+_gc.settle()
 t = T()
 import derivations
 import symmem.render.paper as P
