@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from symmem.accounting.evaluate import evaluate
 from symmem.graph import global_size, local_size
 from symmem.model import layer_flow
 from symmem.render.latex import latex
@@ -27,8 +28,8 @@ def tables() -> list[Table]:
             acc[1] += local_size(w.dims, axes_sym)
             acc[2] += local_size(w.dims, axes_num)
         for (block, group), (whole, sym_local, local) in by.items():
-            rows.append((f"{kind} layer", block, group, Math(latex(whole), str(whole)), int(whole.subs(subs)),
-                         Math(latex(sym_local), str(sym_local)), int(local.subs(subs))))
+            rows.append((f"{kind} layer", block, group, Math(latex(whole), str(whole)), int(evaluate(whole, subs)),
+                         Math(latex(sym_local), str(sym_local)), int(evaluate(local, subs))))
     return [Table("layer_params", "Parameters of one decoder layer, by block (DeepSeek-V3)",
                   ("layer", "block", "paper group", "whole layer", "DeepSeek-V3", "per GPU (symbolic)",
                    "per GPU (paper case)"), tuple(rows),

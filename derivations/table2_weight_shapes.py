@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sympy
-
+from symmem.accounting.evaluate import evaluate
 from symmem.blocks.symbols import d_h, d_hr, d_v, n_h
 from symmem.graph import global_size, local_size
 from symmem.model import embedding_flow, head_flow, layer_flow
@@ -60,10 +59,10 @@ def tables() -> list[Table]:
                 continue
             seen.add(key)
             n = global_size(w.dims)
-            per_gpu = int(local_size(w.dims, axes).subs(subs))
+            per_gpu = int(evaluate(local_size(w.dims, axes), subs))
             rows.append((where, op.block, w.name, Math(shape_latex(w.dims), str(w.dims and [str(d.size) for d in
                                                                                             w.dims])),
-                         Math(latex(n), str(n)), int(sympy.sympify(n).subs(subs)),
+                         Math(latex(n), str(n)), int(evaluate(n, subs)),
                          split_text(w.dims, w.group),
                          meg_split[(kinds[where], op.block, w.name)] if where in kinds else split_text(w.dims, w.group),
                          per_gpu, w.group))
