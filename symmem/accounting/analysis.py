@@ -14,7 +14,15 @@ import sympy
 
 from symmem.accounting.activations import Term, part_terms, tensor_bytes
 from symmem.accounting.evaluate import ceil_int, evaluate, evaluate_form, sum_form
-from symmem.accounting.params import GROUPS, MOE_GROUPS, ModelTotals, activated_expr, count_by_group, weight_uses
+from symmem.accounting.params import (
+    GROUPS,
+    MOE_GROUPS,
+    ModelTotals,
+    activated_expr,
+    count_by_group,
+    count_values,
+    weight_uses,
+)
 from symmem.accounting.states import StateBytes, state_bytes
 from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage_events, stage_peak, step_series
 from symmem.config import ModelConfig
@@ -47,10 +55,10 @@ def model_totals(model: ModelConfig, convention: str = "paper") -> ModelTotals:
     """
     uses = weight_uses(model_parts(model, convention), unique=True)
     subs = model.substitutions()
-    total = to_int(sympy.Add(*count_by_group(uses, None).values()), subs)
+    total = sum(count_values(uses, None, subs).values())
     activated = to_int(activated_expr(model_parts(model, convention), model.family.moe_fraction(model)), subs)
     with_mtp = weight_uses(model_parts(model, convention, with_mtp=True), unique=True)
-    mtp = to_int(sympy.Add(*count_by_group(with_mtp, None).values()), subs) - total
+    mtp = sum(count_values(with_mtp, None, subs).values()) - total
     return ModelTotals(total, activated, mtp)
 
 
@@ -61,8 +69,14 @@ class StageParams:
 
     stage: Stage
     per_gpu: dict[str, int]  # parameters one GPU of the stage holds, by group
-    per_gpu_expr: dict[str, sympy.Expr]  # the same in the model's symbols (parallel sizes substituted)
     whole: dict[str, int]  # the stage's distinct parameters over all its ranks
+    _source: tuple = field(repr=False, compare=False, default=())  # (parts, axis sizes) of `per_gpu_expr`
+
+    @cached_property
+    def per_gpu_expr(self) -> dict[str, sympy.Expr]:
+        """`per_gpu` in the model's symbols (parallel sizes substituted, or kept as symbols: `stage_params`'s
+        `symbolic_parallel`); derived on first use (the numbers need no sympy sum)."""
+        return dict(_group_exprs(*self._source))
 
     @property
     def dense(self) -> int:
@@ -85,18 +99,22 @@ def stage_params(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) -
     """The parameters one GPU of `stage` holds under the scenario's parallelism and TP convention
     (`symbolic_parallel`: keep t, EP, ETP as symbols in `per_gpu_expr`)."""
     parts = stage_parts(scn.model, stage, scn.convention)
-    local, per_gpu, whole = _stage_counts(scn.size_key, scn.parallel, parts, symbolic_parallel)
-    return StageParams(stage, dict(per_gpu), dict(local), dict(whole))
+    per_gpu, whole = _stage_counts(scn.size_key, scn.parallel, parts, symbolic_parallel)
+    return StageParams(stage, dict(per_gpu), dict(whole), (parts, scn.parallel.axis_sizes(symbolic_parallel)))
 
 
 @lru_cache(maxsize=1024)
 def _stage_counts(sizes: tuple, parallel, parts: tuple, symbolic_parallel: bool):
     uses = weight_uses(parts)
     subs = dict(sizes)
-    local = count_by_group(uses, parallel.axis_sizes(symbolic_parallel))
-    whole = count_by_group(uses, None)
-    per_gpu = {g: to_int(local[g], subs) for g in GROUPS} if not symbolic_parallel else {g: 0 for g in GROUPS}
-    return (tuple(local.items()), tuple(per_gpu.items()), tuple((g, to_int(whole[g], subs)) for g in GROUPS))
+    per_gpu = (count_values(uses, parallel.axis_sizes(), subs) if not symbolic_parallel else
+               {g: 0 for g in GROUPS})
+    return tuple(per_gpu.items()), tuple(count_values(uses, None, subs).items())
+
+
+@lru_cache(maxsize=1024)
+def _group_exprs(parts: tuple, axes) -> tuple:
+    return tuple(count_by_group(weight_uses(parts), axes).items())
 
 
 def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:

@@ -58,6 +58,23 @@ def count_by_group(uses: Iterable[WeightUse], axes: AxisSizes | None) -> dict[st
     return {g: sympy.Add(*ts) for g, ts in terms.items()}
 
 
+def count_values(uses: Iterable[WeightUse], axes: AxisSizes | None, values: dict) -> dict[str, int]:
+    """`count_by_group` evaluated at `values` (rounded up), without building the sympy sums: each group's sizes
+    are added as polynomials (`symmem.accounting.evaluate.sum_form`)."""
+    from symmem.accounting.evaluate import as_expr, ceil_int, evaluate, evaluate_form, sum_form
+
+    pairs: dict[str, list] = {g: [] for g in GROUPS}
+    for u in uses:
+        n = local_size(u.weight.dims, axes) if axes is not None else global_size(u.weight.dims)
+        pairs[u.weight.group].append((u.count, n))
+    out = {}
+    for g, ps in pairs.items():
+        form = sum_form(tuple(ps))
+        out[g] = ceil_int(evaluate_form(form, values) if form is not None else
+                          evaluate(as_expr(sympy.Add(*[c * n for c, n in ps])), values))
+    return out
+
+
 def total(groups: dict[str, sympy.Expr]) -> sympy.Expr:
     return sympy.Add(*groups.values())
 
