@@ -77,23 +77,27 @@ def _with_atoms(expr: sympy.Expr):
     return replaced, tuple((d, a) for a, d in dummies.items())
 
 
-@lru_cache(maxsize=8192)
-def _atom_value(atom: sympy.Expr, items: tuple) -> int:
-    value = atom.xreplace({k: sympy.Integer(v) for k, v in items})
-    if not value.is_Integer:
+def _atom_value(atom: sympy.Expr, values: dict) -> int:
+    """floor, ceiling, Min or Max of exactly evaluated arguments (nested atoms included)."""
+    args = [evaluate(a, values) for a in atom.args]
+    if isinstance(atom, sympy.floor):
+        value = Fraction(math.floor(args[0]))
+    elif isinstance(atom, sympy.ceiling):
+        value = Fraction(math.ceil(args[0]))
+    elif isinstance(atom, sympy.Min):
+        value = min(args)
+    else:
+        value = max(args)
+    if value.denominator != 1:
         raise ValueError(f"{atom} does not evaluate to an integer")
-    return int(value)
+    return value.numerator
 
 
 def _evaluate_sympy(expr: sympy.Expr, values: dict) -> Fraction:
     replaced, atoms = _with_atoms(expr)
     vals = dict(values)
     for dummy, atom in atoms:
-        missing = [x for x in atom.free_symbols if x not in values]
-        if missing:
-            raise ValueError(f"no value for symbol {missing[0]}")
-        vals[dummy] = _atom_value(atom, tuple(sorted(((x, values[x]) for x in atom.free_symbols),
-                                                     key=lambda kv: kv[0].name)))
+        vals[dummy] = _atom_value(atom, values)
     return evaluate(replaced, vals)
 
 
@@ -231,11 +235,7 @@ def evaluate_form(form: Form, values: dict) -> Fraction:
     if atoms:
         values = dict(values)
         for atom in atoms:
-            missing = [x for x in atom.free_symbols if x not in values]
-            if missing:
-                raise ValueError(f"no value for symbol {missing[0]}")
-            values[atom] = _atom_value(atom, tuple(sorted(((x, values[x]) for x in atom.free_symbols),
-                                                          key=lambda kv: kv[0].name)))
+            values[atom] = _atom_value(atom, values)
     total = 0
     try:
         for c, powers in terms:

@@ -37,10 +37,18 @@ def _version() -> str:
         return "0.1.0 (not installed)"
 
 
+class _Version(argparse.Action):
+    # argparse's "version" action wants the text when the parser is built; reading the installed metadata costs
+    # more than building the whole parser, so it is read only when asked for
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"symmem {_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="symmem", description="Closed-form GPU memory of DeepSeek MoE training, derived from "
                                                 "layer dataflows.")
-    parser.add_argument("--version", action="version", version=f"symmem {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (help_text, add_args, _run) in _commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
