@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from symmem.accounting.analysis import stage_params
+from symmem.accounting.evaluate import evaluate
 from symmem.graph import local_size
 from symmem.model import layer_flow
 from symmem.render.latex import latex
@@ -25,7 +26,7 @@ def tables() -> list[Table]:
     for name in wp:
         a, b = local_size(wp[name].dims, axes), local_size(wm[name].dims, axes)
         if a != b:
-            na, nb = int(a.subs(subs)), int(b.subs(subs))
+            na, nb = int(evaluate(a, subs)), int(evaluate(b, subs))
             rows.append((name, Math(latex(local_size(wp[name].dims, axes_sym)), ""),
                          Math(latex(local_size(wm[name].dims, axes_sym)), ""), na, nb, na - nb, layers,
                          layers * (na - nb)))

@@ -155,6 +155,7 @@ def figure_memory_sweep(scn, axis: str, values: list[int]):
 
 
 def params_by_block(model) -> dict[str, int]:
+    from symmem.accounting.evaluate import evaluate
     from symmem.accounting.params import weight_uses
     from symmem.model import model_parts
 
@@ -170,7 +171,7 @@ def params_by_block(model) -> dict[str, int]:
             g, names.get(use.block, use.block))
         if g == "dense" and use.block == "moe":
             key = "FFN norms (MoE)"
-        out[key] = out.get(key, 0) + use.count * int(global_size(use.weight.dims).subs(subs))
+        out[key] = out.get(key, 0) + use.count * int(evaluate(global_size(use.weight.dims), subs))
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
