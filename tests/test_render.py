@@ -109,8 +109,13 @@ def test_stage_figure_draws_the_memory_numbers(paper):
     assert [r["activations"] for r in rows] == [m.activations for m in mems]
     assert [r["weights"] + r["gradients"] + r["optimizer"] for r in rows] == [m.states.total for m in mems]
     ax = fig.axes[0]
-    heights = sorted(round(p.get_height(), 6) for p in ax.patches)
-    assert round(mems[1].activations / 2**30, 6) in heights
+    # what is drawn: per component, one bar per stage, stacked in COMPONENTS order (bottom = the ones below)
+    drawn = {c.get_label(): [(p.vertices[:, 1].min(), p.vertices[:, 1].max()) for p in c.get_paths()]
+             for c in ax.collections}
+    acts = drawn["activations"]
+    assert [round(top - bottom, 6) for bottom, top in acts] == [round(m.activations / 2**30, 6) for m in mems]
+    below = [r["weights"] + r["gradients"] + r["optimizer"] for r in rows]
+    assert [round(bottom, 6) for bottom, _ in acts] == [round(v / 2**30, 6) for v in below]
     assert "GiB" in ax.get_ylabel() and ax.get_xlabel() == "pipeline stage"
 
 
