@@ -244,3 +244,30 @@ def test_bytes_added_term_by_term_equal_the_expanded_formula(model):
                 for block in (None, "mla", "attn", "moe", "mhc", "embedding", "head"):
                     expected = to_int(stage_activation_expr(scn, stage, block), values(scn))
                     assert stage_activation_bytes(scn, stage, block) == expected, (policy, n, stage.index, block)
+
+
+@pytest.mark.parametrize("rules", ["paper", "torch-eager"])
+def test_expanded_sum_is_sympys_expansion(rules):
+    # The formula a stage prints is built from the dictionary polynomial when no term holds a step atom; it must
+    # be the very expression sympy.expand gives (structurally equal, so that every printer prints the same).
+    from symmem.accounting.analysis import _activation_key, _terms
+    from symmem.accounting.evaluate import expanded_sum
+    from symmem.model import stage_parts
+    from symmem.scenario import load_scenario, with_parallel
+
+    checked = 0
+    for policy in POLICIES:
+        scn = load_scenario("paper").replace(recompute_name=policy, rules_name=rules)
+        for tp in (1, 2):
+            scn = with_parallel(scn, tp=tp)
+            for symbolic in (False, True):
+                for stage in (scn.stages[0], scn.stages[1], scn.stages[-1]):
+                    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+                    terms = _terms(_activation_key(scn), parts, symbolic)
+                    for block in (None, "mla", "moe", "mlp", "embedding", "head"):
+                        chosen = [t for t in terms if block is None or t.block == block]
+                        fast = expanded_sum(tuple((t.count, t.nbytes) for t in chosen))
+                        assert fast is not None
+                        assert fast == sympy.expand(sympy.Add(*[t.total for t in chosen])), (policy, block)
+                        checked += 1
+    assert checked == len(POLICIES) * 2 * 2 * 3 * 6
