@@ -14,6 +14,7 @@ from functools import cache
 import sympy
 
 from symmem.accounting.analysis import stage_terms, to_int, values
+from symmem.accounting.evaluate import expand_sum
 from symmem.check import parse_formula
 from symmem.check.compare import EQUAL, compare, term_sources
 from symmem.check.quantities import derive
@@ -51,7 +52,7 @@ def _symbolic(scn) -> tuple[sympy.Expr, list]:
     """One decoder layer's bytes with the parallel sizes kept as symbols (t for TP, and for SP when it is on)."""
     layer = scn.stages[STAGE].layers[0]
     terms = [x for x in stage_terms(scn, Stage(STAGE, (layer,), False, False, 0), symbolic_parallel=True)]
-    return sympy.expand(sympy.Add(*[x.total for x in terms])), terms
+    return expand_sum((x.count, x.nbytes) for x in terms), terms
 
 
 def comparisons():

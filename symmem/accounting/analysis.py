@@ -13,7 +13,7 @@ from functools import cached_property, lru_cache
 import sympy
 
 from symmem.accounting.activations import Term, part_terms, tensor_bytes
-from symmem.accounting.evaluate import ceil_int, evaluate, evaluate_form, expanded_sum, sum_form
+from symmem.accounting.evaluate import ceil_int, evaluate, evaluate_form, expand_sum, sum_form
 from symmem.accounting.params import (
     GROUPS,
     MOE_GROUPS,
@@ -156,8 +156,7 @@ def _terms(key: tuple, parts: tuple, symbolic_parallel: bool) -> tuple[Term, ...
 @lru_cache(maxsize=4096)
 def _summed(key: tuple, parts: tuple, block: str | None, symbolic_parallel: bool) -> sympy.Expr:
     terms = [t for t in _terms(key, parts, symbolic_parallel) if block is None or t.block == block]
-    fast = expanded_sum(tuple((t.count, t.nbytes) for t in terms))
-    return fast if fast is not None else sympy.expand(sympy.Add(*[t.total for t in terms]))
+    return expand_sum((t.count, t.nbytes) for t in terms)
 
 
 @lru_cache(maxsize=4096)

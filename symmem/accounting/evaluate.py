@@ -249,6 +249,13 @@ def expanded_sum(weighted: tuple[tuple[int, sympy.Expr], ...]) -> sympy.Expr | N
                        for mono, c in acc.items()])
 
 
+def expand_sum(weighted) -> sympy.Expr:
+    """sympy.expand(sum(weight · expr)) for (weight, expr) pairs: `expanded_sum` where it applies."""
+    weighted = tuple(weighted)
+    fast = expanded_sum(weighted)
+    return fast if fast is not None else sympy.expand(sympy.Add(*[w * as_expr(e) for w, e in weighted]))
+
+
 def evaluate_form(form: Form, values: dict) -> Fraction:
     """The exact value of an integer form with every symbol given in `values`."""
     den, terms, atoms = form

@@ -29,7 +29,7 @@ from functools import lru_cache
 import sympy
 
 from symmem.accounting.activations import kept_tensors, storage_of, tensor_bytes
-from symmem.accounting.evaluate import ceil_int, evaluate
+from symmem.accounting.evaluate import ceil_int, evaluate, expand_sum
 from symmem.accounting.recompute import Policy, Recompute
 from symmem.graph import AxisSizes, Dataflow, Tensor, local_size
 from symmem.model import Part
@@ -203,7 +203,7 @@ class Event:
     amounts: tuple[Amount, ...]  # dynamic amounts (the static ones are the stage's)
 
     def expression(self) -> sympy.Expr:
-        return sympy.expand(sympy.Add(*[a.nbytes for a in self.amounts]))
+        return expand_sum((1, a.nbytes) for a in self.amounts)
 
 
 @dataclass(frozen=True)

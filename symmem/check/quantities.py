@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import sympy
 
 from symmem.accounting.analysis import stage_activation_expr, stage_params, stage_terms
+from symmem.accounting.evaluate import expand_sum
 from symmem.accounting.params import MOE_GROUPS, weight_uses
 from symmem.check.compare import monomials, term_sources
 from symmem.errors import SymmemError
@@ -45,7 +46,7 @@ def _layer_activations(block: str | None):
     def derive(scn: Scenario, stage: int, layer: int | None):
         one = Stage(stage, (_layer_of(scn, stage, layer),), False, False, 0)
         terms = [t for t in stage_terms(scn, one) if (block is None or t.block == block) and t.part != "rope tables"]
-        expr = sympy.expand(sympy.Add(*[t.total for t in terms]))
+        expr = expand_sum((t.count, t.nbytes) for t in terms)
         return expr, term_sources(terms)
 
     return derive
