@@ -25,10 +25,25 @@ def as_expr(x) -> sympy.Expr:
 Compiled = tuple[tuple[Fraction, tuple[tuple[sympy.Symbol, int], ...]], ...]
 
 
+def _is_monomial(term: sympy.Expr) -> bool:
+    for f in sympy.Mul.make_args(term):
+        if not (f.is_Rational or f.is_Symbol or (f.is_Pow and f.base.is_Symbol and f.exp.is_Integer)):
+            return False
+    return True
+
+
+def expanded(expr: sympy.Expr) -> sympy.Expr:
+    """sympy.expand(expr), skipped when `expr` already is a sum of monomials (which expand returns unchanged):
+    the engine's formulas mostly are, and expanding one again walks and rebuilds every term."""
+    if all(_is_monomial(t) for t in sympy.Add.make_args(expr)):
+        return expr
+    return sympy.expand(expr)
+
+
 @lru_cache(maxsize=8192)
 def compile_expr(expr: sympy.Expr) -> Compiled:
     out = []
-    for term in sympy.Add.make_args(sympy.expand(expr)):
+    for term in sympy.Add.make_args(expanded(expr)):
         coeff, mono = term.as_coeff_Mul()
         if not coeff.is_Rational:
             raise ValueError(f"non-rational coefficient {coeff}")

@@ -14,7 +14,7 @@ from itertools import combinations
 
 import sympy
 
-from symmem.accounting.evaluate import as_expr, ceil_int, compile_expr, evaluate
+from symmem.accounting.evaluate import as_expr, ceil_int, compile_expr, evaluate, expanded
 from symmem.errors import SymmemError
 from symmem.symbols import b as B_SYM
 from symmem.symbols import s as S_SYM
@@ -27,7 +27,7 @@ DIFFERENT = "DIFFERENT"
 def monomials(expr: sympy.Expr) -> dict[sympy.Expr, sympy.Expr]:
     """expr = Σ coefficient · monomial, the monomials free of numbers (1/N allowed)."""
     out: dict[sympy.Expr, sympy.Expr] = {}
-    for term in sympy.Add.make_args(sympy.expand(expr)):
+    for term in sympy.Add.make_args(expanded(expr)):
         coeff, mono = term.as_coeff_Mul()
         out[mono] = out.get(mono, sympy.Integer(0)) + coeff
     return {m: c for m, c in out.items() if c != 0}

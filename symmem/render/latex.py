@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sympy
 
-from symmem.accounting.evaluate import as_expr, compile_expr
+from symmem.accounting.evaluate import as_expr, compile_expr, expanded
 from symmem.symbols import SYMBOLS, latex_name, latex_names, print_rank
 
 
@@ -109,11 +109,6 @@ def latex(expr: sympy.Expr) -> str:
 
 def plain(expr: sympy.Expr) -> str:
     """A plain-text form (`10*b*s*h + ...`) that `symmem check` parses back."""
-    if not _is_monomial(expr):  # a monomial is its own expansion: skip the (slow) expand
-        expr = sympy.expand(expr)
+    # a sum of monomials is its own expansion: the (slow) expand is skipped
+    expr = expanded(expr) if isinstance(expr, sympy.Expr) else sympy.expand(expr)
     return str(expr).replace("**", "^")
-
-
-def _is_monomial(expr) -> bool:
-    return isinstance(expr, sympy.Expr) and all(
-        f.is_Atom or (f.is_Pow and f.base.is_Symbol and f.exp.is_Integer) for f in sympy.Mul.make_args(expr))
