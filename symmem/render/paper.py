@@ -43,9 +43,11 @@ def collect() -> list[Table]:
     return tables
 
 
-# Figures are drawn in two groups of about equal cost, each in its own process, beside the tables.
-FIGURE_GROUPS = (("stage_memory", "params_by_block", "deepseek_generations_activations"),
-                 ("memory_vs_microbatch", "memory_vs_seqlen", "measured_runs"))
+# With two cores or more, the figures are drawn in one child process beside the tables: the six figures cost about
+# what the tables cost, so a second child (there were two) only added its own start-up and matplotlib's
+# first-figure cost (measured on two cores: more CPU, no shorter wall time).
+FIGURE_GROUPS = (("stage_memory", "params_by_block", "deepseek_generations_activations", "memory_vs_microbatch",
+                  "memory_vs_seqlen", "measured_runs"),)
 # figures a derivation draws itself (not the paper scenario's plots)
 DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations", "measured_runs": "measured_runs"}
 
