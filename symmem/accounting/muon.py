@@ -53,11 +53,12 @@ def stage_states(scn, stage) -> SplitStates:
     axes = scn.parallel.axis_sizes()
     subs = scn.model.substitutions()
     kinds = {p.name: p.kind for p in parts}
+    op_kinds = _op_kinds(parts)
     counts = {(m, g): 0 for m in (True, False) for g in ("dense", "moe")}
     for u in weight_uses(parts):
         n = u.count * to_int(local_size(u.weight.dims, axes), subs)
         group = "dense" if u.weight.group == "dense" else "moe"
-        counts[(is_muon(kinds[u.part], _op_kind(parts, u), u.weight), group)] += n
+        counts[(is_muon(kinds[u.part], op_kinds.get((u.part, u.op), ""), u.weight), group)] += n
     dp, edp, zero, copies = scn.parallel.dp, scn.parallel.expert_dp, scn.zero, scn.schedule.weight_copies
     a = state_bytes(counts[(True, "dense")], counts[(True, "moe")], dp, edp, MUON_MATRIX, zero, copies)
     b = state_bytes(counts[(False, "dense")], counts[(False, "moe")], dp, edp, ADAMW, zero, copies)
@@ -66,10 +67,10 @@ def stage_states(scn, stage) -> SplitStates:
                        counts[(False, "dense")] + counts[(False, "moe")], states)
 
 
-def _op_kind(parts, use) -> str:
+def _op_kinds(parts) -> dict[tuple[str, str], str]:
+    """(part name, op name) -> op kind; the first op of a name in a part, as a search would find it."""
+    out: dict[tuple[str, str], str] = {}
     for p in parts:
-        if p.name == use.part:
-            for op in p.flow.ops:
-                if op.name == use.op:
-                    return op.kind
-    return ""
+        for op in p.flow.ops:
+            out.setdefault((p.name, op.name), op.kind)
+    return out
