@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 import sympy
 
@@ -151,6 +151,17 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
 def load_model(name_or_path: str, overrides: Mapping | None = None) -> ModelConfig:
     """A preset name (`deepseek-v3`, `llama-3-8b`, ...) or the path of an HF config.json; `overrides` replace
     config keys (e.g. `{"num_hidden_layers": 12}` for a truncated model)."""
+    if not overrides and name_or_path in all_presets():
+        return _preset(name_or_path)  # a shipped preset never changes: read and checked once per process
+    return _load(name_or_path, overrides)
+
+
+@cache
+def _preset(name: str) -> ModelConfig:
+    return _load(name, None)
+
+
+def _load(name_or_path: str, overrides: Mapping | None) -> ModelConfig:
     text, source = read_named_or_path("model", name_or_path, "symmem.presets", ".json", tuple(all_presets()),
                                       "unknown preset; known presets")
     raw = _json.loads(text, f"model = {name_or_path!r}")
