@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 from symmem import _toml
@@ -308,6 +308,17 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
 
 def load_scenario(name_or_path: str) -> Scenario:
     """A built-in scenario name (`paper`, `paper-megatron`) or the path of a TOML file."""
+    if name_or_path in BUILTIN:
+        return _builtin(name_or_path)  # shipped scenarios never change: read and checked once per process
+    return _load(name_or_path)
+
+
+@cache
+def _builtin(name: str) -> Scenario:
+    return _load(name)
+
+
+def _load(name_or_path: str) -> Scenario:
     text, source = read_named_or_path("scenario", name_or_path, "symmem.scenarios", ".toml", BUILTIN,
                                       "unknown; built-in scenarios")
     return from_toml_dict(_toml.loads(text, source), source)
