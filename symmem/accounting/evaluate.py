@@ -147,12 +147,7 @@ def _poly(expr: sympy.Expr, memo: dict) -> dict[tuple, Fraction]:
     elif expr.is_Add:
         out = {}
         for arg in expr.args:
-            for mono, c in _poly(arg, memo).items():
-                c += out.get(mono, 0)
-                if c:
-                    out[mono] = c
-                else:
-                    out.pop(mono, None)
+            _accumulate(out, _poly(arg, memo), 1)
     elif expr.is_Mul:
         out = {(): Fraction(1)}
         for arg in expr.args:
@@ -188,12 +183,21 @@ def _times(p: dict, q: dict) -> dict:
                 for x, e in m2:
                     powers[x] = powers.get(x, 0) + e
                 mono = tuple(sorted(((x, e) for x, e in powers.items() if e), key=_factor_key))
-            c = out.get(mono, 0) + c1 * c2
-            if c:
-                out[mono] = c
-            else:
-                out.pop(mono, None)
+            _add_term(out, mono, c1 * c2)
     return out
+
+
+def _add_term(acc: dict, mono: tuple, c: Fraction) -> None:
+    c += acc.get(mono, 0)
+    if c:
+        acc[mono] = c
+    else:
+        acc.pop(mono, None)  # terms that cancel leave no zero coefficient behind
+
+
+def _accumulate(acc: dict, poly: dict, weight) -> None:
+    for mono, c in poly.items():
+        _add_term(acc, mono, weight * c)
 
 
 _POLY_MEMO: dict = {}
@@ -228,20 +232,21 @@ def _fast_form(expr: sympy.Expr) -> Form | None:
 
 
 @lru_cache(maxsize=4096)
-def sum_form(weighted: tuple[tuple[int, sympy.Expr], ...]) -> Form | None:
-    """The integer form of sum(weight · expr), built without a sympy sum (what the engine adds up per stage)."""
+def _weighted_poly(weighted: tuple[tuple[int, sympy.Expr], ...]) -> dict[tuple, Fraction] | None:
+    """sum(weight · expr) as one dictionary polynomial; None when a term has no such form."""
     acc: dict[tuple, Fraction] = {}
     for w, expr in weighted:
         poly = _polynomial(as_expr(expr))
         if poly is None:
             return None
-        for mono, c in poly.items():
-            c = acc.get(mono, 0) + w * c
-            if c:
-                acc[mono] = c
-            else:
-                acc.pop(mono, None)
-    return _form_of(acc)
+        _accumulate(acc, poly, w)
+    return acc
+
+
+def sum_form(weighted: tuple[tuple[int, sympy.Expr], ...]) -> Form | None:
+    """The integer form of sum(weight · expr), built without a sympy sum (what the engine adds up per stage)."""
+    poly = _weighted_poly(tuple(weighted))
+    return None if poly is None else _form_of(poly)
 
 
 @lru_cache(maxsize=4096)
@@ -249,17 +254,9 @@ def expanded_sum(weighted: tuple[tuple[int, sympy.Expr], ...]) -> sympy.Expr | N
     """sympy.expand(sum(weight · expr)), built from the dictionary polynomial (several times faster than sympy's
     expand on a sum of products); None when a term holds a step atom or a sum in a denominator (sympy.expand also
     rewrites inside atoms: the caller expands those)."""
-    acc: dict[tuple, Fraction] = {}
-    for w, expr in weighted:
-        poly = _polynomial(as_expr(expr))
-        if poly is None or any(not x.is_Symbol for mono in poly for x, _ in mono):
-            return None
-        for mono, c in poly.items():
-            c = acc.get(mono, 0) + w * c
-            if c:
-                acc[mono] = c
-            else:
-                acc.pop(mono, None)
+    acc = _weighted_poly(weighted)
+    if acc is None or any(not x.is_Symbol for mono in acc for x, _ in mono):
+        return None
     return sympy.Add(*[sympy.Mul(sympy.Rational(c.numerator, c.denominator), *[x**e for x, e in mono])
                        for mono, c in acc.items()])
 
