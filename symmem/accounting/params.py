@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from symmem.accounting.evaluate import as_expr, ceil_int, evaluate, evaluate_form, sum_form
 from symmem.graph import AxisSizes, Weight, global_size, local_size
 from symmem.model import Part
 
@@ -61,8 +62,6 @@ def count_by_group(uses: Iterable[WeightUse], axes: AxisSizes | None) -> dict[st
 def count_values(uses: Iterable[WeightUse], axes: AxisSizes | None, values: dict) -> dict[str, int]:
     """`count_by_group` evaluated at `values` (rounded up), without building the sympy sums: each group's sizes
     are added as polynomials (`symmem.accounting.evaluate.sum_form`)."""
-    from symmem.accounting.evaluate import as_expr, ceil_int, evaluate, evaluate_form, sum_form
-
     pairs: dict[str, list] = {g: [] for g in GROUPS}
     for u in uses:
         n = local_size(u.weight.dims, axes) if axes is not None else global_size(u.weight.dims)

@@ -149,7 +149,7 @@ def _warm_up() -> None:
     import matplotlib.figure  # noqa: F401
 
     from derivations import deepseek_generations, measured_runs
-    from symmem.accounting.analysis import memory, stage_activation_expr
+    from symmem.accounting.analysis import memory, stage_activation_bytes
     from symmem.render.plots import POLICIES
     from symmem.scenario import load_scenario
 
@@ -158,7 +158,7 @@ def _warm_up() -> None:
         memory(scn.replace(recompute_name=policy))
     for name in deepseek_generations.MODELS:
         gen = deepseek_generations.scenario(name)
-        stage_activation_expr(gen, gen.stages[1])
+        stage_activation_bytes(gen, gen.stages[1])
     measured_runs.comparison()
 
 
