@@ -2,8 +2,10 @@
 
 Floor: `python -c "import sympy, jinja2, matplotlib.pyplot"`, the libraries `symmem paper` cannot do without.
 Both are run alternately, pinned to one core (`taskset -c 0`, when there is taskset), and measured in CPU seconds
-(user + system of the process and its children, which is what one core has to give) and in wall seconds.
-Targets: `symmem paper` within 1.5 s of CPU and within twice the floor's time.
+(user + system of the process and its children, which is what one core has to give) and in wall seconds; both run
+from compiled bytecode (symmem's is compiled first, as pip does for an installed package). The ratio is the median
+over the pairs of each run against the floor run just before it. Targets: `symmem paper` within 1.5 s of CPU and
+within twice the floor's time.
 
 Run alone: `python benchmarks/bench_paper.py [--repeat N]`; `benchmarks/run.py` runs it with the others.
 `--breakdown` also prints where one in-process run spends its CPU (imports, each derivation, rendering, each
