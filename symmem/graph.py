@@ -182,8 +182,12 @@ class AxisSizes:
 
     sizes: Mapping[str, sympy.Expr]
 
-    def __hash__(self) -> int:  # a cache key of the derivations that depend on it
-        return hash(tuple(sorted(self.sizes.items())))
+    def __hash__(self) -> int:  # a cache key of the derivations that depend on it: hashed once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(sorted(self.sizes.items())))
+            self.__dict__["_hash"] = h  # a frozen dataclass: set beside its fields, not through __setattr__
+        return h
 
     def of(self, axis: str) -> sympy.Expr:
         try:

@@ -24,6 +24,7 @@ def as_expr(x) -> sympy.Expr:
     raise TypeError(f"not an engine expression: {type(x).__name__}")
 
 
+Coeff = int | Fraction  # a polynomial's coefficient: an int whenever it is one
 Compiled = tuple[tuple[Fraction, tuple[tuple[sympy.Symbol, int], ...]], ...]
 
 
@@ -114,7 +115,13 @@ def _factor_key(pair) -> str:
     return key
 
 
-def _poly(expr: sympy.Expr, memo: dict) -> dict[tuple, Fraction]:
+def _rational(p: int, q: int) -> int | Fraction:
+    """A coefficient: a Python int when it is one (int arithmetic is several times faster than Fraction's, and
+    most of the engine's coefficients are integers), else an exact Fraction."""
+    return p if q == 1 else Fraction(p, q)
+
+
+def _poly(expr: sympy.Expr, memo: dict) -> dict[tuple, Coeff]:
     """`expr` as {monomial: coefficient}, a monomial a tuple of (factor, exponent) sorted by name, a factor a
     symbol or a step atom (`floor(s/m_C)`, `Min(k_I, s)`: evaluated whole), exponents possibly negative: what
     `sympy.expand` would give, built with dictionaries (several times faster; the engine's sums of tensor sizes
@@ -123,27 +130,27 @@ def _poly(expr: sympy.Expr, memo: dict) -> dict[tuple, Fraction]:
     if hit is not None:
         return hit
     if expr.is_Rational:
-        out = {(): Fraction(int(expr.p), int(expr.q))} if expr != 0 else {}
+        out = {(): _rational(int(expr.p), int(expr.q))} if expr != 0 else {}
     elif expr.is_Symbol or isinstance(expr, _STEPS):
-        out = {((expr, 1),): Fraction(1)}
+        out = {((expr, 1),): 1}
     elif expr.is_Add:
         out = {}
         for arg in expr.args:
             _accumulate(out, _poly(arg, memo), 1)
     elif expr.is_Mul:
-        out = {(): Fraction(1)}
+        out = {(): 1}
         for arg in expr.args:
             out = _times(out, _poly(arg, memo))
     elif expr.is_Pow and expr.exp.is_Integer:
         n = int(expr.exp)
         if expr.base.is_Symbol:
-            out = {((expr.base, n),): Fraction(1)} if n else {(): Fraction(1)}
+            out = {((expr.base, n),): 1} if n else {(): 1}
         elif n >= 0:
-            base, out = _poly(expr.base, memo), {(): Fraction(1)}
+            base, out = _poly(expr.base, memo), {(): 1}
             for _ in range(n):
                 out = _times(out, base)
         elif expr.base.is_Rational:
-            out = {(): Fraction(int(expr.base.q), int(expr.base.p)) ** -n}
+            out = {(): _rational(int(expr.base.q), int(expr.base.p)) ** -n}
         else:
             raise _NotPolynomial  # a sum (or a step atom) in a denominator: the general path
     else:
@@ -153,7 +160,7 @@ def _poly(expr: sympy.Expr, memo: dict) -> dict[tuple, Fraction]:
 
 
 def _times(p: dict, q: dict) -> dict:
-    out: dict[tuple, Fraction] = {}
+    out: dict[tuple, Coeff] = {}
     for m1, c1 in p.items():
         for m2, c2 in q.items():
             if not m1:
@@ -169,7 +176,7 @@ def _times(p: dict, q: dict) -> dict:
     return out
 
 
-def _add_term(acc: dict, mono: tuple, c: Fraction) -> None:
+def _add_term(acc: dict, mono: tuple, c: Coeff) -> None:
     c += acc.get(mono, 0)
     if c:
         acc[mono] = c
@@ -185,7 +192,7 @@ def _accumulate(acc: dict, poly: dict, weight) -> None:
 _POLY_MEMO: dict = {}
 
 
-def _polynomial(expr: sympy.Expr) -> dict[tuple, Fraction] | None:
+def _polynomial(expr: sympy.Expr) -> dict[tuple, Coeff] | None:
     if len(_POLY_MEMO) > 200_000:  # bounded: the memo only speeds up expressions that share subexpressions
         _POLY_MEMO.clear()
     try:
@@ -197,7 +204,7 @@ def _polynomial(expr: sympy.Expr) -> dict[tuple, Fraction] | None:
 Form = tuple[int, tuple[tuple[int, tuple], ...], tuple[sympy.Expr, ...]]
 
 
-def _form_of(poly: dict[tuple, Fraction]) -> Form:
+def _form_of(poly: dict[tuple, Coeff]) -> Form:
     """(denominator, ((integer coefficient, powers), ...), step atoms): integer coefficients over one common
     denominator, so that evaluation multiplies Python integers (a negative power divides, exactly)."""
     den = math.lcm(*(c.denominator for c in poly.values())) if poly else 1
@@ -213,9 +220,9 @@ def _fast_form(expr: sympy.Expr) -> Form | None:
 
 
 @lru_cache(maxsize=4096)
-def _weighted_poly(weighted: tuple[tuple[int, sympy.Expr], ...]) -> dict[tuple, Fraction] | None:
+def _weighted_poly(weighted: tuple[tuple[int, sympy.Expr], ...]) -> dict[tuple, Coeff] | None:
     """sum(weight · expr) as one dictionary polynomial; None when a term has no such form."""
-    acc: dict[tuple, Fraction] = {}
+    acc: dict[tuple, Coeff] = {}
     for w, expr in weighted:
         poly = _polynomial(as_expr(expr))
         if poly is None:

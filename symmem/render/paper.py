@@ -138,15 +138,14 @@ def report(tables: list[Table]) -> dict[str, str]:
 
 def _warm_up() -> None:
     """Import and derive, once and before forking, what both the tables and the figures need: matplotlib with its
-    PNG and PDF backends (imported in each child, it cost each child its own import), every stage of the paper
-    scenario under each recomputation policy, and the activations of the generations figure. The forked
-    processes inherit these modules and caches."""
+    PDF backend (imported in each child, it cost each child its own import), every stage of the paper scenario
+    under each recomputation policy, and the activations of the generations figure. The forked processes inherit
+    these modules and caches."""
+    from symmem import _gc
     from symmem.render.plots import defer_font_subsetter
 
     defer_font_subsetter()
-    import matplotlib.backends.backend_agg  # noqa: F401
-    import matplotlib.backends.backend_pdf  # noqa: F401
-    import matplotlib.figure  # noqa: F401
+    _gc.settle(load=("matplotlib.figure", "matplotlib.backends.backend_pdf"))
 
     from derivations import deepseek_generations, measured_runs
     from symmem.accounting.analysis import memory, stage_activation_bytes

@@ -46,13 +46,13 @@ def defer_font_subsetter() -> None:
 
 def _figure(**kw):
     # The object-oriented API without pyplot: no GUI backend, no global figure registry, faster to import.
-    import matplotlib
-    from matplotlib.figure import Figure
-
     from symmem import _gc
 
     defer_font_subsetter()
-    _gc.settle()  # matplotlib is loaded
+    _gc.settle(load=("matplotlib.figure", "matplotlib.backends.backend_pdf"))
+    import matplotlib
+    from matplotlib.figure import Figure
+
     matplotlib.rcParams.update({"svg.hashsalt": "symmem", "font.size": 9})
     return Figure(**kw)
 
