@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from symmem._cache import bound_cache
 from symmem.accounting.recompute import LAYER_TAG
 from symmem.config import ModelConfig
 from symmem.errors import SymmemError
@@ -50,7 +51,7 @@ def _received_from(model: ModelConfig, kind: str, source: str) -> str | None:
     return None if fam.residual_dims(model, source) == fam.residual_dims(model, kind) else source
 
 
-@lru_cache(maxsize=128)
+@bound_cache(maxsize=128)
 def layer_flow(model: ModelConfig, kind: str, convention: str = "paper", impl: object | None = None,
                source: str | None = None) -> Dataflow:
     """One decoder layer of `kind` (one of the family's layer kinds); `impl`: a Hugging Face dataflow.
@@ -74,7 +75,7 @@ def layer_flow(model: ModelConfig, kind: str, convention: str = "paper", impl: o
     return fb.build([_layer(model, convention, impl)(fb, x, kind)])
 
 
-@lru_cache(maxsize=32)
+@bound_cache(maxsize=32)
 def embedding_flow(model: ModelConfig, impl: object | None = None) -> Dataflow:
     fb = DataflowBuilder("embedding")
     return fb.build([model.family.build_embedding(fb, model, impl)])
@@ -86,7 +87,7 @@ def head_flow(model: ModelConfig) -> Dataflow:
     return fb.build([model.family.build_head(fb, model)])
 
 
-@lru_cache(maxsize=32)
+@bound_cache(maxsize=32)
 def mtp_flow(model: ModelConfig, convention: str = "paper", index: int = 0, impl: object | None = None) -> Dataflow:
     """A multi-token-prediction module (its decoder layer tagged as a layer)."""
     fb = DataflowBuilder(f"mtp{index}" if impl is None else f"hf mtp{index}")
@@ -117,7 +118,7 @@ class Part:
         return self.kind not in ("embedding", "shared", "head", "mtp")
 
 
-@lru_cache(maxsize=4096)  # asked for once per stage and quantity: the same parts each time
+@bound_cache(maxsize=4096)  # asked for once per stage and quantity: the same parts each time
 def stage_parts(model: ModelConfig, stage: Stage, convention: str, impl: object | None = None) -> tuple[Part, ...]:
     """The parts of a stage: its embedding, shared tensors, decoder layers grouped by kind, head and MTP modules.
     With `impl` the decoder layers (and MTP layers) follow the family's Hugging Face dataflow."""

@@ -12,6 +12,7 @@ from functools import cached_property, lru_cache
 
 import sympy
 
+from symmem._cache import bound_cache
 from symmem.accounting.activations import Term, part_terms, tensor_bytes
 from symmem.accounting.evaluate import ceil_int, evaluate, evaluate_form, expand_sum, sum_form
 from symmem.accounting.params import (
@@ -45,7 +46,7 @@ def values(scn: Scenario, b_value: int | None = None, s_value: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------- parameters
-@lru_cache(maxsize=16)
+@bound_cache(maxsize=16)
 def model_totals(model: ModelConfig, convention: str = "paper") -> ModelTotals:
     """Whole-model parameter counts: `total` (no MTP), `activated` per token, and the MTP module's own `mtp`.
 

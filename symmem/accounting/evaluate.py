@@ -231,9 +231,11 @@ def _weighted_poly(weighted: tuple[tuple[int, sympy.Expr], ...]) -> dict[tuple, 
     return acc
 
 
+@lru_cache(maxsize=4096)
 def sum_form(weighted: tuple[tuple[int, sympy.Expr], ...]) -> Form | None:
-    """The integer form of sum(weight · expr), built without a sympy sum (what the engine adds up per stage)."""
-    poly = _weighted_poly(tuple(weighted))
+    """The integer form of sum(weight · expr), built without a sympy sum (what the engine adds up per stage);
+    `weighted` is a tuple (a cache key: every stage of every scenario variant adds the same sums again)."""
+    poly = _weighted_poly(weighted)
     return None if poly is None else _form_of(poly)
 
 

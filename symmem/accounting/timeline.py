@@ -171,22 +171,25 @@ def part_timeline(flow: Dataflow, rules: RuleSet, policy: Policy, axes: AxisSize
         return [Amount(WORKSPACE, w.tensor.name, nbytes(w.tensor)) for i in members[j]
                 for w in rules.workspace(ops[i], flow, phase, axes)]
 
+    # Each storage's amounts, made once: an event lists the same few hundred amounts again and again
+    saved_amount = {r: Amount(SAVED_CURRENT, r, b) for r, b in s_bytes.items()}
+    transient_amount = {r: Amount(TRANSIENT, r, b) for r, b in s_bytes.items()}
+    grad_amount = {t: Amount(GRADS, "grad " + t, nbytes(flow.tensors[t])) for t in grads}
     events: list[OpEvent] = []
     for i in range(n):
         alive = []
-        for r, b in s_bytes.items():
+        for r in s_bytes:
             if s_prod[r] <= i and (r in kept or s_last[r] >= i):
-                comp = SAVED_CURRENT if r in kept and kept[r] <= i else TRANSIENT
-                alive.append(Amount(comp, r, b))
+                alive.append(saved_amount[r] if r in kept and kept[r] <= i else transient_amount[r])
         events.append(OpEvent("forward", label(i), tuple(alive + workspace(i, "forward"))))
     for j in range(n - 1, -1, -1):
-        alive = [Amount(SAVED_CURRENT, r, s_bytes[r]) for r, k in kept.items() if k <= j]
+        alive = [saved_amount[r] for r, k in kept.items() if k <= j]
         if first_recomputed <= j <= last_recomputed:  # recomputed: its own saves exist again until released
-            alive += [Amount(SAVED_CURRENT, r, s_bytes[r]) for r, k in kept_all.items()
+            alive += [saved_amount[r] for r, k in kept_all.items()
                       if k <= j and r not in kept and k >= first_recomputed]
         # An in-place gradient (TE's cross-entropy writes it into the logits it saved) takes no memory while the
         # saved tensor is alive, and keeps that storage alive after it, until its producer's backward.
-        alive += [Amount(GRADS, "grad " + t, nbytes(flow.tensors[t])) for t in grads
+        alive += [grad_amount[t] for t in grads
                   if g_prod[t] <= j <= last_use[t] and not (t in in_place and j == last_use[t])]
         events.append(OpEvent("backward", label(j), tuple(alive + workspace(j, "backward"))))
     return PartTimeline(saved, tuple(events))

@@ -7,7 +7,6 @@ tables are computed (the machine has two cores; `symmem paper` must stay well un
 from __future__ import annotations
 
 import importlib
-import multiprocessing
 import os
 
 from symmem.render.tables import Table, index_markdown, render_all
@@ -91,6 +90,8 @@ def _cores() -> int:
 def _start_figures():
     if _cores() < 2:  # one core: children would only add their cost (copy-on-write pages), never overlap
         return None
+    import multiprocessing  # only here: a one-core run never forks, and need not import it
+
     try:
         ctx = multiprocessing.get_context("fork")
     except ValueError:  # no fork on this platform: draw in-process
