@@ -120,6 +120,11 @@ def _join_figures(handles) -> dict[str, bytes]:
 
 
 def _matplotlib_version() -> str:
+    import sys
+
+    mpl = sys.modules.get("matplotlib")
+    if mpl is not None:  # loaded to draw the figures: its own version (importlib.metadata costs 30 ms to import)
+        return mpl.__version__
     from importlib.metadata import version
 
     return version("matplotlib")
@@ -172,20 +177,25 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
         for t in tables:
             files.update(render_all(t))
         files.update(report(tables))
-        extra = {"Figures": "\n".join(f"- `figures/{n}.pdf`: {c}" for n, c in FIGURES.items())
-                 + f"\n\nDrawn with matplotlib {_matplotlib_version()}; another version may draw other bytes.",
-                 "Beyond the paper": "- `deepseek_generations`, `deepseek_generations_activations`, `kv_cache` and "
-                                     "`figures/deepseek_generations_activations`: DeepSeek V3 → V3.2 → V4-Flash → "
-                                     "V4-Pro under the paper's rule set (parameters, model states with the `muon` "
-                                     "recipe, activations for s = 4K … 1M, the inference KV cache against "
-                                     "DeepSeek's 10 % claim), from `derivations/deepseek_generations.py`.",
-                 "Report": "- `report.tex` gathers every table, the derived formulas (`formulas.tex`) and the "
-                           "figures; compile with `pdflatex report.tex`."}
-        files["README.md"] = index_markdown(tables, "paper_tables: the paper's tables, regenerated", INTRO, extra)
     except BaseException:
         for proc, _conn in handle or ():
             proc.kill()
         raise
     if figures:
         files.update(_join_figures(handle))
+    files["README.md"] = _index(tables)
     return files
+
+
+def _index(tables: list[Table]) -> str:
+    """paper_tables/README.md (after the figures: it names the matplotlib that drew them)."""
+    extra = {"Figures": "\n".join(f"- `figures/{n}.pdf`: {c}" for n, c in FIGURES.items())
+             + f"\n\nDrawn with matplotlib {_matplotlib_version()}; another version may draw other bytes.",
+             "Beyond the paper": "- `deepseek_generations`, `deepseek_generations_activations`, `kv_cache` and "
+                                 "`figures/deepseek_generations_activations`: DeepSeek V3 → V3.2 → V4-Flash → "
+                                 "V4-Pro under the paper's rule set (parameters, model states with the `muon` "
+                                 "recipe, activations for s = 4K … 1M, the inference KV cache against "
+                                 "DeepSeek's 10 % claim), from `derivations/deepseek_generations.py`.",
+             "Report": "- `report.tex` gathers every table, the derived formulas (`formulas.tex`) and the "
+                       "figures; compile with `pdflatex report.tex`."}
+    return index_markdown(tables, "paper_tables: the paper's tables, regenerated", INTRO, extra)
