@@ -6,6 +6,8 @@ no multiplication signs; terms that differ in one symbol share their common fact
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy
 
 from symmem.accounting.evaluate import as_expr, compile_expr, expanded
@@ -101,6 +103,12 @@ def _last_linear(powers: dict):
 
 def latex(expr: sympy.Expr) -> str:
     """Any expression, in the paper's notation where it is a polynomial, else sympy's printer with our names."""
+    return _latex(as_expr(expr), len(SYMBOLS))
+
+
+@lru_cache(maxsize=4096)  # the tables print the same formula twice on average
+def _latex(expr: sympy.Expr, _n_symbols: int) -> str:
+    # keyed on the symbol table's size too: a symbol declared later must not meet a text printed before it
     try:
         return polynomial_latex(expr)
     except (sympy.PolynomialError, sympy.GeneratorsNeeded, sympy.CoercionFailed):
