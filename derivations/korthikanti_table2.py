@@ -9,8 +9,6 @@ against the paper's formula as printed.
 
 from __future__ import annotations
 
-from functools import cache
-
 import sympy
 
 from symmem.accounting.analysis import stage_terms, to_int, values
@@ -31,11 +29,10 @@ QUANTITY = "layer.activations"
 STAGE = 1  # `symmem check`'s default stage; the korthikanti scenario has PP 8 (Table 3), stage 1 holds layers 12-23
 
 
-@cache
 def _parser():
     from symmem.cli.main import build_parser
 
-    return build_parser()  # one for the six rows: building every command's flags costs 20 ms
+    return build_parser()  # the program's own (built once per process: every command's flags cost 20 ms)
 
 
 def _scenario(flags: tuple[str, ...], formula: str):

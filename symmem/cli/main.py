@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 
@@ -45,6 +46,7 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+@functools.cache  # built once per process (20 ms): parsing leaves it unchanged, and derivations parse flags too
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="symmem", description="Closed-form GPU memory of DeepSeek MoE training, derived from "
                                                 "layer dataflows.")
