@@ -69,16 +69,17 @@ def _params(groups: tuple[str, ...]):
     def derive(scn: Scenario, stage: int, layer: int | None):
         st = scn.stages[stage]
         axes = scn.parallel.axis_sizes()
-        expr = sympy.Integer(0)
+        pairs = []
         sources: dict[sympy.Expr, list[str]] = {}
         for use in weight_uses(stage_parts(scn.model, st, scn.convention)):
             if use.weight.group not in groups:
                 continue
-            e = use.count * local_size(use.weight.dims, axes)
-            expr += e
-            for mono in monomials(e):
+            n = local_size(use.weight.dims, axes)
+            pairs.append((use.count, n))
+            for mono in monomials(use.count * n):
                 sources.setdefault(mono, []).append(f"{use.part}/{use.block}: weight {use.weight.name} of {use.op}")
-        return sympy.expand(expr), sources
+        # expanded from the polynomials: adding the sympy sum term by term re-sorted it each time
+        return expand_sum(pairs), sources
 
     return derive
 
