@@ -34,3 +34,26 @@ def bound_cache(maxsize: int):
         return call
 
     return decorate
+
+
+def hash_once(cls):
+    """Class decorator for a frozen dataclass used as a cache key: its hash is computed once per instance (a model
+    config hashes some thirty (name, value) pairs, and the engine looks it up in its caches thousands of times per
+    run). The hash lives beside the fields and is never pickled: another process hashes strings differently."""
+    compute = cls.__hash__
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = d["_hash"] = compute(self)  # beside the fields, not through the frozen __setattr__
+        return h
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
+    cls.__hash__ = __hash__
+    cls.__getstate__ = __getstate__
+    return cls

@@ -15,6 +15,7 @@ from functools import cache, cached_property
 import sympy
 
 from symmem import _json
+from symmem._cache import hash_once
 from symmem._config_checks import check_config
 from symmem._files import read_named_or_path
 from symmem.errors import SymmemError
@@ -22,6 +23,7 @@ from symmem.family import Family, all_presets, family, family_of_type
 from symmem.symbols import sym
 
 
+@hash_once
 @dataclass(frozen=True)
 class ModelConfig:
     """The sizes and structure of one model, as the engine sees them."""

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 import sympy
 
+from symmem._cache import hash_once
 from symmem.errors import SymmemError
 
 
@@ -176,18 +177,15 @@ class DataflowBuilder:
         return Dataflow(self.name, tuple(self.ops), dict(self.tensors), tuple(self.inputs), tuple(outputs))
 
 
+@hash_once
 @dataclass(frozen=True)
 class AxisSizes:
     """How many ways each parallel axis splits a dimension on one rank. An inactive axis has size 1."""
 
     sizes: Mapping[str, sympy.Expr]
 
-    def __hash__(self) -> int:  # a cache key of the derivations that depend on it: hashed once
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash(tuple(sorted(self.sizes.items())))
-            self.__dict__["_hash"] = h  # a frozen dataclass: set beside its fields, not through __setattr__
-        return h
+    def __hash__(self) -> int:  # a cache key of the derivations that depend on it (hashed once: hash_once)
+        return hash(tuple(sorted(self.sizes.items())))
 
     def of(self, axis: str) -> sympy.Expr:
         try:

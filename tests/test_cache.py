@@ -1,5 +1,7 @@
 """`symmem._cache.bound_cache`: one cache entry per meaning of a call, however it is spelled."""
 
+from dataclasses import dataclass
+
 import pytest
 
 from symmem import load_model
@@ -46,3 +48,33 @@ def test_a_dataflow_is_built_once_per_structure():
     assert embedding_flow(model) is embedding_flow(model, None)
     assert mtp_flow(model) is mtp_flow(model, "paper", 0, None)
     assert layer_flow(model, "moe", "megatron") is not layer_flow(model, "moe")
+
+
+def test_hash_once_keeps_hash_and_equality_and_is_never_pickled():
+    import dataclasses
+    import pickle
+
+    from symmem._cache import hash_once
+
+    computed = []
+
+    @hash_once
+    @dataclass(frozen=True)
+    class Key:
+        a: int
+        b: tuple
+
+        def __hash__(self):
+            computed.append(self)
+            return hash((self.a, self.b))
+
+    k = Key(1, (2, 3))
+    assert hash(k) == hash(k) == hash((1, (2, 3)))
+    assert len(computed) == 1  # once per instance
+    assert Key(1, (2, 3)) == k and hash(Key(1, (2, 3))) == hash(k)
+    assert dataclasses.replace(k, a=2) != k and hash(dataclasses.replace(k, a=2)) == hash((2, (2, 3)))
+    model = load_model("deepseek-v3")
+    h = hash(model)
+    back = pickle.loads(pickle.dumps(model))
+    assert back == model and "_hash" not in back.__dict__  # another process hashes strings differently
+    assert hash(back) == h

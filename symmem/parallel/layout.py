@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from symmem._cache import hash_once
 from symmem.errors import SymmemError
 
 LAYOUT_KINDS = ("paper", "even", "explicit", "megatron")
@@ -36,6 +37,7 @@ class LayoutSpec:
                               f"{self.first}, last = {self.last}); set kind = \"megatron\" to use them")
 
 
+@hash_once
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage: its index, its decoder layers and whether it holds the embedding, the final norm and

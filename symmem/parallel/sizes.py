@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from symmem._cache import hash_once
 from symmem.config import ModelConfig
 from symmem.errors import SymmemError
 from symmem.graph import AxisSizes
@@ -28,6 +29,7 @@ def _check_size(field: str, value: object) -> int:
     return value
 
 
+@hash_once
 @dataclass(frozen=True)
 class Parallel:
     """How the GPUs are arranged. World size = DP × TP × CP × PP (Megatron's order tp-cp-ep-dp-pp); the expert
