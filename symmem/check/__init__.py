@@ -47,7 +47,8 @@ def scenario_formula(text: str, scn) -> sympy.Expr:
     from symmem.check.compare import check_denominators
 
     check_denominators(expr, subs, "the scenario's parallel sizes and symbol aliases")
-    return sympy.expand(expr.subs(subs))
+    # xreplace: symbols for numbers and symbols, none of them a key again (what subs does, without its search)
+    return sympy.expand(expr.xreplace({k: sympy.Integer(v) if isinstance(v, int) else v for k, v in subs.items()}))
 
 
 def check_formula(text: str, scn, quantity: str = "stage.activations", stage: int = 1, layer: int | None = None):
