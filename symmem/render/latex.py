@@ -115,6 +115,7 @@ def _latex(expr: sympy.Expr, _n_symbols: int) -> str:
         return sympy.latex(expr, symbol_names=latex_names())
 
 
+@lru_cache(maxsize=4096)  # sympy's str printer is slow, and tables print some formulas twice
 def plain(expr: sympy.Expr) -> str:
     """A plain-text form (`10*b*s*h + ...`) that `symmem check` parses back."""
     # a sum of monomials is its own expansion: the (slow) expand is skipped
