@@ -248,18 +248,21 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
     earlier = sympy.Integer(0)
     for p, tl in zip(parts, timelines, strict=True):
         before = earlier + (p.count - 1) * tl.saved
-        common = base + ([Amount(SAVED_EARLIER, "earlier parts and copies", before)] if before != 0 else [])
-        layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights() if w.shared_with is None])
+        common = tuple(base + ([Amount(SAVED_EARLIER, "earlier parts and copies", before)] if before != 0 else []))
+        # what this part adds to each of its forward and backward events (the same amounts for all of them)
+        forward_extra: tuple[Amount, ...] = ()
+        backward: tuple[Amount, ...] = ()
+        if p.is_layers and zero >= 2:
+            layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights()
+                                        if w.shared_with is None])
+            if zero >= 3:
+                forward_extra = (Amount(GATHERED, f"{1 + ZERO3_PREFETCH} layers' parameters",
+                                        (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights),)
+            backward = forward_extra + (Amount(UNREDUCED, "the layer's gradients", grad_bytes * layer_weights),)
+        backward_all = backward + tuple(backward_extra)
         for ev in tl.events:
-            extra = []
-            if p.is_layers and zero >= 3:
-                extra.append(Amount(GATHERED, f"{1 + ZERO3_PREFETCH} layers' parameters",
-                                    (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights))
-            if p.is_layers and zero >= 2 and ev.phase == "backward":
-                extra.append(Amount(UNREDUCED, "the layer's gradients", grad_bytes * layer_weights))
-            if ev.phase == "backward":
-                extra += backward_extra
-            events.append(Event(ev.phase, p.name, ev.op, tuple(common) + ev.alive + tuple(extra)))
+            extra = backward_all if ev.phase == "backward" else forward_extra
+            events.append(Event(ev.phase, p.name, ev.op, common + ev.alive + extra))
         earlier += p.count * tl.saved
     events.append(Event("optimizer step", "", "step", ()))
     return events
