@@ -10,6 +10,11 @@ within twice the floor's time.
 Run alone: `python benchmarks/bench_paper.py [--repeat N]`; `benchmarks/run.py` runs it with the others.
 `--breakdown` also prints where one in-process run spends its CPU (imports, each derivation, rendering, each
 figure), pinned to one core: what the targets would have to cut.
+
+`--instructions` counts the instructions each executes instead (`valgrind --tool=callgrind`, about a minute and a
+half; PYTHONHASHSEED fixed): the same on every run, where the time on a shared machine moved by a third in one
+afternoon, so that a change can be judged by one run of each. A count is no time (an instruction that misses the
+cache costs more than one that hits), so the targets stay in seconds.
 """
 
 from __future__ import annotations
@@ -27,6 +32,32 @@ import time
 FLOOR = [sys.executable, "-c", "import sympy, jinja2, matplotlib.pyplot"]
 CPU_TARGET = 1.5  # seconds of CPU
 RATIO_TARGET = 2.0  # times the floor
+
+
+def instructions() -> dict[str, int]:
+    """Instructions executed by the floor and by `symmem paper` (one core: no fork), under callgrind, both at once."""
+    import re
+
+    if not shutil.which("valgrind"):
+        raise SystemExit("--instructions needs valgrind (apt install valgrind)")
+    compile_sources()
+    env = {**_env(), "PYTHONHASHSEED": "0"}
+    with tempfile.TemporaryDirectory() as tmp:
+        paper = [sys.executable, "-m", "symmem", "paper", "--out", os.path.join(tmp, "paper_tables")]
+        grind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+        # symmem paper pinned to one core, as timed (on two it would fork); the floor on whichever core is free
+        runs = {name: subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                for name, cmd in (("floor", [*grind, *FLOOR]), ("paper", _pin([*grind, *paper])))}
+        counts = {}
+        for name, proc in runs.items():
+            _out, err = proc.communicate()
+            found = re.search(r"Collected : (\d+)", err)
+            if proc.returncode or not found:
+                raise SystemExit(f"callgrind of {name} failed: {err[-300:]}")
+            counts[name] = int(found.group(1))
+    print(f"instructions (callgrind, one core): symmem paper {counts['paper']:.3e}, floor {counts['floor']:.3e}, "
+          f"ratio {counts['paper'] / counts['floor']:.2f}x (of instructions, not of time)")
+    return counts
 
 
 def _pin(cmd: list[str]) -> list[str]:
@@ -145,7 +176,11 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=9)
     p.add_argument("--breakdown", action="store_true")
+    p.add_argument("--instructions", action="store_true", help="count instructions (valgrind) instead of timing")
     a = p.parse_args()
-    run(a.repeat)
-    if a.breakdown:
-        breakdown()
+    if a.instructions:
+        instructions()
+    else:
+        run(a.repeat)
+        if a.breakdown:
+            breakdown()
