@@ -128,9 +128,9 @@ out = {}
 from symmem import _gc
 _gc.enable()  # as the program does (symmem.cli.main.cli): the collector paused while the libraries load
 t = T()
-from symmem.render.plots import defer_font_subsetter
-defer_font_subsetter()  # as the figures do
-_gc.settle(load=("sympy", "jinja2", "matplotlib.figure", "matplotlib.backends.backend_pdf"))
+_gc.settle(load=("sympy", "jinja2"))
+from symmem.render.plots import load_matplotlib
+load_matplotlib()  # as the figures do
 out["imports (sympy, jinja2, matplotlib's Figure and PDF backend)"] = T() - t
 t = T()
 import derivations

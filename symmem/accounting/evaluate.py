@@ -115,7 +115,7 @@ def _factor_key(pair) -> str:
     return key
 
 
-def _rational(p: int, q: int) -> int | Fraction:
+def _rational(p: int, q: int) -> Coeff:
     """A coefficient: a Python int when it is one (int arithmetic is several times faster than Fraction's, and
     most of the engine's coefficients are integers), else an exact Fraction."""
     return p if q == 1 else Fraction(p, q)

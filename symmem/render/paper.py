@@ -147,11 +147,9 @@ def _warm_up() -> None:
     PDF backend (imported in each child, it cost each child its own import), every stage of the paper scenario
     under each recomputation policy, and the activations of the generations figure. The forked processes inherit
     these modules and caches."""
-    from symmem import _gc
-    from symmem.render.plots import defer_font_subsetter
+    from symmem.render.plots import load_matplotlib
 
-    defer_font_subsetter()
-    _gc.settle(load=("matplotlib.figure", "matplotlib.backends.backend_pdf"))
+    load_matplotlib()
 
     from derivations import deepseek_generations, measured_runs
     from symmem.accounting.analysis import memory, stage_activation_bytes

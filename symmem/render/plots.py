@@ -44,12 +44,18 @@ def defer_font_subsetter() -> None:
     sys.modules["fontTools"].subset = module
 
 
-def _figure(**kw):
-    # The object-oriented API without pyplot: no GUI backend, no global figure registry, faster to import.
+def load_matplotlib() -> None:
+    """Import what the figures use (the Figure class and the PDF backend, not pyplot), the font subsetter
+    deferred, with the one-shot program's collector paused (`symmem._gc`)."""
     from symmem import _gc
 
     defer_font_subsetter()
     _gc.settle(load=("matplotlib.figure", "matplotlib.backends.backend_pdf"))
+
+
+def _figure(**kw):
+    # The object-oriented API without pyplot: no GUI backend, no global figure registry, faster to import.
+    load_matplotlib()
     import matplotlib
     from matplotlib.figure import Figure
 
