@@ -8,6 +8,7 @@ generic `ModelConfig`, the checks families share, and the loader.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -36,6 +37,9 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     ignored_keys: tuple[str, ...] = ()
     options: tuple[tuple[str, object], ...] = ()  # the family's structural settings (hashable values)
+    # the context length the model was built for (HF `max_position_embeddings`, GPT-2's `n_positions`); None when
+    # the config does not say. It sizes nothing: a scenario derived from the model alone takes s from it.
+    max_positions: int | None = None
 
     @cached_property
     def family(self) -> Family:
@@ -147,7 +151,14 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
         raise SymmemError(f"{name}: top level is {type(raw).__name__}: a config.json must hold a JSON object")
     if "model_type" not in raw:
         raise SymmemError(f"{name}: missing key 'model_type': it selects the model family")
-    return family_of_type(raw["model_type"], name).parse(raw, name)
+    cfg = family_of_type(raw["model_type"], name).parse(raw, name)
+    for key in CONTEXT_KEYS:
+        if raw.get(key) is not None:
+            return dataclasses.replace(cfg, max_positions=positive_int(key, raw[key], name))
+    return cfg
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions")  # HF's names for the context length, in that order
 
 
 def load_model(name_or_path: str, overrides: Mapping | None = None) -> ModelConfig:

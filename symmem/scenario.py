@@ -324,6 +324,23 @@ def _load(name_or_path: str) -> Scenario:
     return from_toml_dict(_toml.loads(text, source), source)
 
 
+MODEL_SCENARIO_S = 4096  # the sequence length of a scenario derived from a model alone, unless its context is shorter
+
+
+def model_scenario(model: ModelConfig) -> Scenario:
+    """One model on one GPU: what `--model` alone means (TP = PP = DP = 1, micro-batch 1, s = 4096 or the model's
+    own context length when that is shorter; everything else the Scenario's defaults). Never another model's
+    scenario: the paper's 1,024-GPU DeepSeek-V3 case applies only when asked for (`--scenario paper`).
+
+    >>> scn = model_scenario(load_model("gpt2"))
+    >>> scn.parallel.world_size, scn.b, scn.s
+    (1, 1, 1024)
+    """
+    s = min(MODEL_SCENARIO_S, model.max_positions or MODEL_SCENARIO_S)
+    return Scenario(model.name, model, Parallel(), s=s,
+                    description=f"{model.name} on one GPU (TP = PP = DP = 1, micro-batch 1, s = {s})")
+
+
 def with_parallel(scn: Scenario, **changes) -> Scenario:
     """A copy with some parallel sizes changed (EDP re-derived unless given; the world re-derived when DP, TP,
     CP or PP change).

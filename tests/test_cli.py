@@ -206,7 +206,7 @@ def test_toml_values_of_the_wrong_type(capsys, tmp_path, body, words):
     (["memory", "--rank-load", "1e300"], "out of range"),
     (["memory", "--gpu-memory", "1e400"], "up to 10^18 bytes"),
     (["memory", "--schedule", "interleaved", "--chunks", "2"], "cannot split into 2 chunks"),
-    (["memory", "--model", "deepseek-v2-lite"], "choose another PP (--pp)"),
+    (["memory", "--scenario", "paper", "--model", "deepseek-v2-lite"], "choose another PP (--pp)"),
 ])
 def test_conflicting_or_out_of_range_flags(capsys, args, words):
     code, _, err = run(capsys, *args)
@@ -234,3 +234,22 @@ def test_in_flight_is_a_number(capsys):
         assert all(type(r["in_flight"]) is int and "in_flight_exact" not in r for r in d["stages"])
     assert in_flight_fields(Fraction(15, 2)) == {"in_flight": 7.5, "in_flight_exact": "15/2"}
     assert in_flight_fields(Fraction(7)) == {"in_flight": 7}
+
+
+@pytest.mark.parametrize("model, s", [("gpt2", 1024), ("llama-3-8b", 4096), ("deepseek-v2-lite", 4096)])
+def test_bare_model_is_one_model_on_one_gpu(capsys, model, s):
+    # `--model` alone: that model on one GPU (issue 18 item 4), never the paper's 1,024-GPU DeepSeek-V3 scenario.
+    # GPT-2's context is 1,024 tokens (n_positions in its published config.json), shorter than the default 4,096.
+    code, out, err = run(capsys, "memory", "--model", model, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["parallel"].startswith("DP 1, TP 1, PP 1,") and "(1 GPUs" in d["parallel"]
+    assert (d["b"], d["s"]) == (1, s) and len(d["stages"]) == 1
+
+
+def test_bare_model_errors_name_only_given_flags(capsys):
+    # GPT-2's vocabulary (50,257, prime) divides by no TP > 1: the error names the flag the user gave
+    code, _, err = run(capsys, "memory", "--model", "gpt2", "--tp", "2")
+    assert code == 2 and "tp = 2" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "memory", "--model", "gpt2")
+    assert code == 0, err

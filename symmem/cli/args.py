@@ -50,8 +50,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
     g = p.add_argument_group(title)
     scenarios = _shipped("symmem.scenarios", ".toml")
     first = [n for n in ("paper", "paper-megatron", "korthikanti") if n in scenarios]
-    g.add_argument("--scenario", default="paper",
-                   help=f"built-in: {', '.join(first + [n for n in scenarios if n not in first])}; or a TOML path")
+    g.add_argument("--scenario",
+                   help=f"built-in: {', '.join(first + [n for n in scenarios if n not in first])}; or a TOML path "
+                        "(default: paper; with --model alone, that model on one GPU)")
     g.add_argument("--model", help=f"preset ({', '.join(_shipped('symmem.presets', '.json'))}) or a config.json path")
     if not swept:
         for short, long in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
@@ -114,19 +115,22 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
     from symmem.parallel.routing import Routing
     from symmem.parallel.schedule import Schedule
     from symmem.parallel.sizes import Parallel
-    from symmem.scenario import load_scenario
+    from symmem.scenario import load_scenario, model_scenario
     from symmem.units import parse_size
 
     if args.layers_per_stage is not None and (args.first is not None or args.last is not None):
         raise SymmemError("--layers-per-stage: conflicts with --first-stage-layers/--last-stage-layers; give one "
                           "layout, either the layers of every stage or Megatron's first and last counts")
-    scn = load_scenario(args.scenario)
-    if skip & {"tp", "pp"}:  # swept: start from one GPU per model replica (the sweep sets TP, PP and the layout)
-        seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
-        scn = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe), layout=LayoutSpec())
     ch: dict = {}
     if args.model:
         ch["model"] = load_model(args.model)
+    if args.scenario is None and "model" in ch:  # a bare --model: that model on one GPU, not the paper's case
+        scn = model_scenario(ch["model"])
+    else:
+        scn = load_scenario(args.scenario or "paper")
+    if skip & {"tp", "pp"}:  # swept: start from one GPU per model replica (the sweep sets TP, PP and the layout)
+        seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
+        scn = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe), layout=LayoutSpec())
     par = dataclasses.asdict(scn.parallel)
     if "model" in ch and ch["model"].family.routed_experts is None and args.ep is None and args.etp is None:
         par.update(ep=1, etp=1, edp=None)  # a model without routed experts has no expert parallelism to keep
