@@ -26,6 +26,16 @@ c188b533 (TE, the 2.11.0 build); file:line at those revisions.
   backward for the weight gradient) and computes its input gradient at full length before the reduce-scatter; a
   row-parallel linear produces its output at full length before the reduce-scatter and all-gathers the output
   gradient in backward (layernorm_linear.py:151, 378-383; MLM megatron/core/tensor_parallel/layers.py:474-549).
+* GPT (Korthikanti et al.'s layer): TE LayerNormLinear with LayerNorm keeps its input and FP32 mean and rstdev per
+  row (TE layernorm_linear.py:466-476: inputmat, mu, rsigma); Megatron's fused bias-GeLU keeps its input (MLM
+  megatron/core/fusions/fused_bias_gelu.py:39-40, `ctx.save_for_backward(input, bias)`; the bias is a weight).
+* Blocks Megatron-Core does not implement at 23e00ed0 (no DSA indexer, no mHC, no hash router, no compressed or
+  sliding attention: DeepSeek-V3.2 and V4) run as the PyTorch ops they are: each such op kind keeps what eager
+  autograd keeps, the rule of the `torch-eager` rule set (symmem/rules/torch_eager.py, tools/autograd/
+  derivatives.yaml; measured to the byte on transformers' layers), named per kind in `GENERIC_EAGER` below. The
+  sparse attention's key selection is charged to the fused attention kernel and keeps its int32 indices (as a
+  sparse-attention kernel needs them again in backward). Ops with no autograd node (`no_grad`: the lightning
+  indexer) keep nothing.
 * cuDNN's fused-attention backward keeps FP32 accumulators of dQ, dK and dV (at the query heads) while it runs.
   This is a hypothesis: no source readable here states cuDNN's workspace; FlashAttention-2's backward allocates an
   FP32 dq_accum of this shape (and dk/dv accumulators for grouped heads). It is named in every breakdown.
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 from symmem.graph import BOOL, FP32, INT32, AxisSizes, D, Dataflow, Dim, Op, Tensor
 from symmem.rules import RuleSet, Saved, as_dtype, inputs, nothing
+from symmem.rules import torch_eager as _eager
 
 CUDNN_ACCUMULATORS = "cuDNN fused-attention backward FP32 dQ/dK/dV accumulators (hypothesis)"
 
@@ -55,6 +66,12 @@ def _norm(op: Op, flow: Dataflow) -> list[Saved]:
     x = flow.tensors[op.inputs[0]]
     return [Saved(x, f"input of {op.name}"),
             Saved(Tensor(f"{x.name}.rstd", _rows(x), FP32), f"FP32 rstdev of {op.name}")]
+
+
+def _layernorm(op: Op, flow: Dataflow) -> list[Saved]:
+    """TE LayerNormLinear (LayerNorm): the input, and FP32 mean and rstdev per row (layernorm_linear.py:466-476)."""
+    x = flow.tensors[op.inputs[0]]
+    return _norm(op, flow) + [Saved(Tensor(f"{x.name}.mu", _rows(x), FP32), f"FP32 mean of {op.name}")]
 
 
 def _attention(op: Op, flow: Dataflow) -> list[Saved]:
@@ -123,6 +140,12 @@ def _attention_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) ->
     return [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)]
 
 
+# PyTorch ops with no Megatron-Core module at 23e00ed0 (V3.2's indexer, V4's mHC and hash router): eager autograd's
+# saves, as the torch-eager rule set has them. sigmoid: its output; div: numerator and denominator; affine (a tensor
+# times a learned scale): the tensor; clamp: its input; gather: the int64 index; cast and sum: nothing; no_grad: no
+# autograd node at all.
+GENERIC_EAGER = ("sigmoid", "div", "affine", "clamp", "cast", "sum", "gather", "no_grad")
+
 RULES = RuleSet(
     "megatron-te",
     "Megatron-Core + TransformerEngine 2.11 (BF16): fused attention, fused SwiGLU, TE norms and linears, "
@@ -147,6 +170,10 @@ RULES = RuleSet(
         "add": nothing,
         "rope": nothing,
         "dispatch": nothing,
+        "layernorm": _layernorm,
+        "gelu": inputs(0, why="input (fused bias-GeLU, fused_bias_gelu.py:39-40)"),
+        "select": inputs(1, why="int32 selected-key indices (sparse attention)"),
+        **{kind: _eager.RULES.rules[kind] for kind in GENERIC_EAGER},
     },
     workspaces={"linear": _linear_workspace, "matmul": _attention_workspace},
     grad_in_place=frozenset({"cross_entropy"}),

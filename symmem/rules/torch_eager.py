@@ -98,6 +98,9 @@ RULES = RuleSet(
         "div": inputs(0, 1),  # DivBackward0: numerator and denominator
         "gather": inputs(1),  # GatherBackward0: the int64 index
         "index": _indices,
+        # the paper dataflows' sparse-attention key selection (V3.2, V4): an index read, IndexBackward0 keeps the
+        # (int32) indices; unmeasured (the hf dataflows gather by index ops of their own)
+        "select": _indices,
         "index_add": inputs(0, 1),  # IndexAddBackward0: the index and the source
         "masked_fill": inputs(1),  # MaskedFillBackward0: the bool mask
         "topk": outputs(1),  # TopkBackward0: the int64 indices
