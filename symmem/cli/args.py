@@ -32,7 +32,7 @@ def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:
 
 
 # What `symmem sweep` enumerates: these flags take lists there, and a sweep's fixed settings are everything else.
-SWEPT = frozenset({"tp", "pp", "ep", "etp", "dp", "edp", "cp", "cp_comm_type", "zero", "b", "s", "recompute",
+SWEPT = frozenset({"tp", "pp", "ep", "etp", "dp", "edp", "cp", "zero", "b", "s", "recompute",
                    "schedule", "chunks", "microbatches", "layers_per_stage", "first", "last"})
 
 
@@ -61,8 +61,7 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
                             ("cp", "context-parallel-size")):
             g.add_argument(f"--{short}", f"--{long}", dest=short,
                            type=int_arg(1, num.MAX_PP if short == "pp" else num.MAX_PARALLEL))
-        g.add_argument("--cp-comm-type", dest="cp_comm_type",
-                       help="context parallelism: p2p (ring) or a2a (all-to-all)")
+    g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a (all-to-all)")
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
     g.add_argument("--convention", help="TP split of W_QR: paper (replicated) or megatron (with W_UQ)")
@@ -137,6 +136,13 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
     par_changes = {k: getattr(args, k) for k in ("tp", "pp", "ep", "etp", "dp", "edp", "cp", "cp_comm_type",
                                                  "sequence_parallel", "moe_sequence_parallel")
                    if getattr(args, k) is not None}
+    if getattr(args, "profile", None) and args.sequence_parallel is None:
+        from symmem.profiles import profile
+
+        if profile(args.profile).sequence_parallel:  # the framework's own default (megatron-te: on, MoE too)
+            par_changes["sequence_parallel"] = True
+            if args.moe_sequence_parallel is None:
+                par_changes["moe_sequence_parallel"] = True
     if par_changes:
         par.update(par_changes)
         if "edp" not in par_changes:

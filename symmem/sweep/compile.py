@@ -264,6 +264,7 @@ def _dominated(p: Poly, qd: dict) -> bool:
 def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ...], tuple[PeakGroup, ...]]:
     """The stage's candidate peak events (`timeline.stage_events`) with t, ep, etp symbolic, compiled."""
     from symmem.accounting import timeline as T
+    from symmem.accounting.activations import tensor_bytes
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert
     from symmem.model import stage_parts
 
@@ -271,8 +272,11 @@ def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ..
     axes = scn.parallel.axis_sizes(True)
     e_tok = _tokens_per_expert(_activation_key(scn), axes)
     # in flight 2: the one other micro-batch's amount is the saved bytes per micro-batch; ZeRO-3: every extra
+    extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
+    back = tuple(T.Amount(T.PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0)))
+                 for name, t in extra)  # the pipeline schedule's gradient buffers, as `analysis` adds them
     events = T.stage_events(parts, scn.rules, scn.policy, axes, scn.act_bytes, e_tok, Fraction(2), 3,
-                            scn.precision.weight_bytes, scn.precision.grad_bytes)
+                            scn.precision.weight_bytes, scn.precision.grad_bytes, back)
     known: dict = {}
 
     def comp(amounts, variables=VARIABLES) -> Poly:
@@ -329,10 +333,14 @@ def stepwise_in_s(scn: Scenario) -> bool:
 
 def structural_key(scn: Scenario) -> tuple:
     """What the derived expressions depend on (not t, EP, ETP, DP, ZeRO, precision, schedule or M; b and s only
-    through the Hugging Face dataflow's implementation, `Scenario.flow_impl`)."""
+    through the Hugging Face dataflow's implementation, `Scenario.flow_impl`): among the rest, the profile (its
+    rule set and pipeline buffers), CP (a number in the expressions) and the sizes as the profile allocates them
+    (Megatron's padded vocabulary, which depends on TP)."""
     par = scn.parallel
     hist_ep = par.ep if scn.routing.kind == "histogram" else None
-    return (scn.model, scn.layout, par.pp, scn.convention, scn.rules_name, scn.recompute_name, scn.routing,
+    sizes = tuple(sorted((str(k), v) for k, v in scn.size_values().items()))
+    return (scn.model, scn.layout, par.pp, scn.convention, scn.rules_name, scn.profile_name, par.cp,
+            par.cp_comm_type, sizes, scn.recompute_name, scn.routing,
             par.sequence_parallel, par.moe_sp, scn.mtp, scn.act_bytes, hist_ep, getattr(scn, "flow_impl", None),
             scn.precision.weight_bytes, scn.precision.grad_bytes,  # the timeline's ZeRO-2/3 extras
             scn.s if stepwise_in_s(scn) else None)
@@ -350,7 +358,7 @@ def compile_case(scn: Scenario) -> CompiledCase:
     if hit is not None:
         return hit
     t0 = time.perf_counter()
-    consts = dict(scn.model.substitutions())
+    consts = scn.size_values()  # the model's sizes as the profile allocates them (a copy)
     if stepwise_in_s(scn):  # one case per s (structural_key): the step functions of s are numbers here
         consts[s_symbol] = scn.s
     groups: dict[tuple, list[int]] = {}

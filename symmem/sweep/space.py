@@ -1,8 +1,8 @@
 """Sweeps of parallel configurations: enumeration, the rules that reject, and two evaluation paths.
 
-The space is the product of ten axes, in this order (the order ranks ties and numbers each configuration):
-TP, PP, EP, ETP, recomputation, schedule, ZeRO, micro-batches M, sequence length s, micro-batch size b.
-A configuration is valid when the GPU count is DP·TP·PP with DP an integer, a pipeline layout exists (`paper`
+The space is the product of eleven axes, in this order (the order ranks ties and numbers each configuration):
+TP, CP, PP, EP, ETP, recomputation, schedule, ZeRO, micro-batches M, sequence length s, micro-batch size b.
+A configuration is valid when the GPU count is DP·TP·CP·PP with DP an integer, a pipeline layout exists (`paper`
 when valid, else `even`), the engine's `Parallel` and model checks pass (EP·ETP | DP·TP, TP | heads, h_F and
 vocabulary, EP | experts, ETP | expert width) and the schedule accepts M. Rejections carry the engine's message.
 
@@ -32,7 +32,7 @@ from symmem.scenario import Scenario
 from symmem.sweep.evaluate import CHUNK, COMPONENTS, Block, iter_blocks
 from symmem.sweep.evaluate import sched_label as schedule_name
 
-AXES = ("tp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
+AXES = ("tp", "cp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
 __all__ = ["AXES", "CHUNK", "COMPONENTS", "RULES", "Block", "Rejection", "Space", "Summary", "compiled_records",
            "iter_blocks", "pipeline_layout", "reference_records", "sweep"]
 
@@ -54,6 +54,7 @@ class Space:
     microbatches: tuple[int | None, ...]  # None: M = PP
     s: tuple[int, ...]
     b: tuple[int, ...]
+    cp: tuple[int, ...] = (1,)  # context-parallel sizes (each must divide every s)
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -62,7 +63,7 @@ class Space:
             values = getattr(self, name)
             if not values:
                 raise SymmemError(f"{name}: empty; give at least one value")
-        for name in ("tp", "pp", "ep", "etp", "s", "b"):
+        for name in ("tp", "cp", "pp", "ep", "etp", "s", "b"):
             for v in getattr(self, name):
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise SymmemError(f"{name} = {v!r}: must be a positive integer")
@@ -74,9 +75,15 @@ class Space:
         for r in self.recompute:
             policy(r)
         pps = set(self.pp)  # linear in the axes, not their product: a long TP and PP axis stay cheap
-        if not any(self.gpus % t == 0 and any(p in pps for p in _divisors(self.gpus // t)) for t in self.tp):
-            raise SymmemError(f"gpus = {self.gpus}: no TP·PP of the sweep divides it (TP in {list(self.tp)}, "
-                              f"PP in {list(self.pp)})")
+        if not any(self.gpus % (t * c) == 0 and any(p in pps for p in _divisors(self.gpus // (t * c)))
+                   for t in self.tp for c in self.cp):
+            cp = f", CP in {list(self.cp)}" if self.cp != (1,) else ""
+            raise SymmemError(f"gpus = {self.gpus}: no TP·{'CP·' if cp else ''}PP of the sweep divides it (TP in "
+                              f"{list(self.tp)}{cp}, PP in {list(self.pp)})")
+        for c in self.cp:  # each rank holds s/CP tokens (Scenario's rule), checked before anything is enumerated
+            bad = next((s for s in self.s if s % c), None)
+            if bad is not None:
+                raise SymmemError(f"cp = {c}: must divide every swept sequence length (s = {bad} is not a multiple)")
         if self.size >= 2**62:
             raise SymmemError(f"the sweep has {self.size:.3g} configurations: too many to number; narrow the ranges")
 
@@ -128,16 +135,19 @@ def pipeline_layout(base: Scenario, pp: int) -> LayoutSpec:
             raise SymmemError(f"{e1}; {e2}") from None
 
 
-def check_world(gpus: int, tp: int, pp: int) -> int:
-    if gpus % (tp * pp):
-        raise SymmemError(f"gpus = {gpus}: not divisible by TP·PP = {tp}·{pp} = {tp * pp}")
-    return gpus // (tp * pp)
+def check_world(gpus: int, tp: int, pp: int, cp: int = 1) -> int:
+    if gpus % (tp * cp * pp):
+        if cp == 1:
+            raise SymmemError(f"gpus = {gpus}: not divisible by TP·PP = {tp}·{pp} = {tp * pp}")
+        raise SymmemError(f"gpus = {gpus}: not divisible by TP·CP·PP = {tp}·{cp}·{pp} = {tp * cp * pp}")
+    return gpus // (tp * cp * pp)
 
 
-def make_parallel(base: Scenario, gpus: int, tp: int, pp: int, ep: int, etp: int) -> Parallel:
+def make_parallel(base: Scenario, gpus: int, tp: int, pp: int, ep: int, etp: int, cp: int = 1) -> Parallel:
     par = base.parallel
-    return Parallel(tp=tp, pp=pp, ep=ep, etp=etp, dp=gpus // (tp * pp), world=gpus,
-                    sequence_parallel=par.sequence_parallel, moe_sequence_parallel=par.moe_sequence_parallel)
+    return Parallel(tp=tp, pp=pp, ep=ep, etp=etp, dp=gpus // (tp * cp * pp), world=gpus, cp=cp,
+                    cp_comm_type=par.cp_comm_type, sequence_parallel=par.sequence_parallel,
+                    moe_sequence_parallel=par.moe_sequence_parallel)
 
 
 RULES = ("world", "layout", "parallel", "schedule")  # checked in this order; a configuration fails the first
@@ -277,11 +287,11 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
     axes = [getattr(space, a) for a in AXES]
     it = enumerate(itertools.product(*axes)) if ordinals is None else (
         (o, tuple(ax[int(i)] for ax, i in zip(axes, np.unravel_index(o, space.shape), strict=True))) for o in ordinals)
-    for ordinal, (tp, pp, ep, etp, rc, sched, z, m, s, b) in it:
+    for ordinal, (tp, cp, pp, ep, etp, rc, sched, z, m, s, b) in it:
         try:
-            dp = check_world(space.gpus, tp, pp)
+            dp = check_world(space.gpus, tp, pp, cp)
             layout = pipeline_layout(base, pp)
-            par = make_parallel(base, space.gpus, tp, pp, ep, etp)
+            par = make_parallel(base, space.gpus, tp, pp, ep, etp, cp)
             scn = base.replace(parallel=par, layout=layout, recompute_name=rc, schedule=sched,
                                zero=zero_stage(z), microbatches=m, b=b, s=s)
         except SymmemError as e:
@@ -295,7 +305,7 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
                  top.peak_allocated - top.states.total)
         event = " ".join(x for x in (pk.event.phase, pk.event.part, pk.event.op) if x)
         records[ordinal] = {
-            "ordinal": ordinal, "tp": tp, "pp": pp, "ep": ep, "etp": etp, "dp": dp, "edp": par.expert_dp,
+            "ordinal": ordinal, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp, "dp": dp, "edp": par.expert_dp,
             "layout": layout.kind, "recompute": rc, "schedule": schedule_name(sched), "zero": z,
             "microbatches": scn.m, "s": s, "b": b, "stage": top.stage.index,
             **dict(zip(COMPONENTS, comps, strict=True)),
