@@ -145,7 +145,7 @@ def test_stage_classes_and_layout_depend_on_pp():
     scn = base.replace(parallel=Parallel(tp=2, pp=16, ep=8, dp=32, sequence_parallel=True))
     case = compile_case(scn)
     assert [c.index for c in case.classes] == [0, 1, 15] and case.classes[1].members == tuple(range(1, 15))
-    assert case.classes[1].activation.variables == {"b", "s", "t", "ep", "etp"}
+    assert case.classes[1].activation.variables == {"b", "s", "t", "ep", "etp", "cp"}  # CP a variable too
     assert all(p.variables <= {"t", "ep", "etp"} for p in case.classes[1].params)
 
 
@@ -319,7 +319,7 @@ def test_pruned_candidates_keep_the_maximum():
             assert all(any(dominates(q, p) for q in g.candidates) for p in members)
             for _ in range(5):
                 at = {"b": rng.randint(1, 8), "s": rng.choice((512, 4096, 8192)), "t": rng.choice((1, 2, 8)),
-                      "ep": rng.choice((1, 8, 64)), "etp": 1}
+                      "ep": rng.choice((1, 8, 64)), "etp": 1, "cp": rng.choice((1, 2, 4))}
                 assert max(p.value(at) for p in g.candidates) == max(p.value(at) for p in members)
 
 

@@ -30,7 +30,7 @@ from symmem.accounting.params import GROUPS, MOE_GROUPS
 from symmem.accounting.states import Precision, zero_stage
 from symmem.errors import SymmemError
 from symmem.parallel.schedule import Schedule
-from symmem.sweep.compile import INT64_SAFE, compile_case
+from symmem.sweep.compile import INT64_SAFE, array_maxima, compile_case
 
 COMPONENTS = ("weights", "gradients", "optimizer", "dynamic")  # dynamic: what the step adds at the peak event
 CHUNK = 1 << 18  # configurations per evaluated tile
@@ -82,7 +82,8 @@ class Block:
         comps = (w, g, o, alloc - w - g - o)
         sp = self.space
         at = {"t": int(self.par["tp"][pi]), "ep": int(self.par["ep"][pi]), "etp": int(self.par["etp"][pi]),
-              "s": sp.s[self.s_idx[si]], "b": sp.b[self.b_idx[bi]]}
+              "cp": int(self.par["cp"][pi]), "V": int(self.par["V"][pi]), "s": sp.s[self.s_idx[si]],
+              "b": sp.b[self.b_idx[bi]]}
         event = binding_event(self.classes[c], at, zero_stage(sp.zero[self.z_idx[zi]]),
                               Fraction(int(self.kn[c, mi]), self.kd))
         low, high = int(self.low.flat[flat]), int(self.high.flat[flat])
@@ -206,9 +207,9 @@ def _clip(x: np.ndarray) -> np.ndarray:
 
 
 def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
-    """The valid (TP, CP, EP, ETP) arrangements for PP, grouped by what the derivation depends on beyond PP: CP
-    (a number in the derivation: attention runs over the whole sequence), EP for histogram routing, and the
-    vocabulary the profile allocates at the arrangement's TP (Megatron pads it to a multiple of 128·TP);
+    """The valid (TP, CP, EP, ETP) arrangements for PP, grouped by what the derivation depends on beyond PP: EP
+    for histogram routing (TP, CP, EP and ETP are variables of the compiled polynomials), and TP 1 under a rule set whose workspaces exist only under sequence parallelism (below); each arrangement
+    carries the vocabulary the profile allocates at its TP (`V`, a variable where Megatron pads it per TP);
     rejections reported in the order the rules are checked."""
     from symmem.sweep.space import check_world, make_parallel, pipeline_layout
 
@@ -244,14 +245,13 @@ def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
         # (megatron-te's all-gather buffers: none when the sp axis is 1) cannot see t = 1 in a symbolic t: those
         # arrangements are derived apart, with sequence parallelism off (the same bytes, as the engine has them)
         tp1 = tp == 1 and par.sequence_parallel and bool(base.rules.workspaces)
-        key = (ep if base.routing.kind == "histogram" else None, cp,
-               pad(base.model.value("V"), tp) if pad is not None else None, tp1)
+        key = (ep if base.routing.kind == "histogram" else None, tp1)
         derive_as = dataclasses.replace(par, sequence_parallel=False, moe_sequence_parallel=False) if tp1 else par
         g = groups.setdefault(key, {"par": derive_as, "tp": [], "cp": [], "ep": [], "etp": [], "dp": [], "edp": [],
-                                    "base": [], "pars": []})
+                                    "base": [], "pars": [], "V": []})
         for k, v in (("tp", tp), ("cp", cp), ("ep", ep), ("etp", etp), ("dp", dp), ("edp", par.expert_dp),
                      ("base", i_tp * st[0] + i_cp * st[1] + i_pp * st[2] + i_ep * st[3] + i_etp * st[4]),
-                     ("pars", par)):
+                     ("pars", par), ("V", pad(base.model.value("V"), tp) if pad is not None else 0)):
             g[k].append(v)
     return layout, groups
 
@@ -277,7 +277,9 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
         for g in groups.values():
             par = {k: np.array(v, dtype=np.int64) for k, v in g.items() if k not in ("par", "pars")}
             n_par = len(par["tp"])
-            tep = {"t": par["tp"], "ep": par["ep"], "etp": par["etp"]}
+            tep = {"t": par["tp"], "ep": par["ep"], "etp": par["etp"], "cp": par["cp"]}
+            if base.profile.padded_vocabulary is not None and base.model.has("V"):
+                tep["V"] = par["V"]
             for i_rc, rc in enumerate(space.recompute):
                 rep = base.replace(parallel=g["par"], layout=layout, recompute_name=rc, schedule=Schedule(),
                                    microbatches=None)
@@ -346,6 +348,10 @@ def _buffers(scn, case, pars: list, s_values: tuple[int, ...]) -> np.ndarray | N
     point before being extended to every swept s."""
     if scn.profile.buffers is None:
         return None
+    key = (case.key, tuple(pars), s_values)
+    hit = _BUFFERS.get(key)
+    if hit is not None:
+        return hit
     s = np.array(s_values, dtype=np.int64)
     out = np.zeros((len(case.classes), len(pars), len(s)), dtype=np.int64)
     for j, par in enumerate(pars):
@@ -357,7 +363,13 @@ def _buffers(scn, case, pars: list, s_values: tuple[int, ...]) -> np.ndarray | N
                 raise SymmemError(f"profile {scn.profile.name!r}: its buffers are not linear in s; the compiled "
                                   "sweep cannot extend them (check configurations with symmem memory)")
             out[c, j] = v1 + (v2 - v1) * (s - 1)
+    if len(_BUFFERS) > 4096:
+        _BUFFERS.clear()
+    _BUFFERS[key] = out
     return out
+
+
+_BUFFERS: dict = {}  # a sweep run again (or its plot) finds its arrangements' buffers here
 
 
 @lru_cache(maxsize=65536)
@@ -418,6 +430,7 @@ def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple
     b = np.array(space.b[b_sl], dtype=np.int64)[None, None, :]
     arrays = {"b": b, "s": s, **{k: v[:, None, None] for k, v in tep.items()}}
     tep3 = {k: v[:, None, None] for k, v in tep.items()}
+    maxima = array_maxima(arrays)  # once for every candidate of every class
     shape = (len(tep["t"]), s.shape[1], b.shape[2])
     out = []
     for c in case.classes:
@@ -425,10 +438,16 @@ def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple
         saved = (np.broadcast_to(num, shape), den if np.ndim(den) == 0 else np.broadcast_to(den, shape))
         dyn: dict[int, np.ndarray] = {}
         for g in c.groups:
+            nums, den = g.scaled  # over one denominator: the ceiling of the largest, one division
             m = None
-            for p in g.candidates:
-                v = p.ceil_array(arrays)
+            for p in nums:
+                v = p.ceil_array(arrays, maxima)
                 m = v if m is None else np.maximum(m, v)
+            d = den.ceil_array({k: v for k, v in arrays.items() if k in den.variables})
+            if not (np.ndim(d) == 0 and d == 1):
+                if m.dtype == object or np.asarray(d).dtype == object:
+                    m, d = m.astype(object), np.asarray(d).astype(object)
+                m = -((-m) // d)
             m = np.broadcast_to(m, shape)
             for zv, extra in ((0, None), (2, g.zero2), (3, g.zero3)):
                 v = m if extra is None or not extra.terms else m + extra.ceil_array(tep3)
@@ -471,23 +490,28 @@ def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray,
             d = dyn[variants[0]].astype(dt)[:, None]  # (P, 1, s, b)
         else:
             d = np.stack([dyn[v].astype(dt) for v in variants], axis=1)  # (P, Z, s, b)
-        alloc = (state_tot[c].astype(dt)[:, :, None, None, None] + other[:, None]) + d[:, :, None]
+        # what does not depend on M (states, framework buffers, the event's own bytes) is added on (P, Z, s, b)
+        # first: one addition at the full (P, Z, M, s, b) size instead of three (exact: integers)
+        static = state_tot[c].astype(dt)[:, :, None, None]
         if framework is not None:
-            alloc = alloc + framework[c].astype(dt)[:, None, None, :, None]
+            static = static + framework[c].astype(dt)[:, None, :, None]
+        alloc = other[:, None] + (d + static)[:, :, None]
         if best is None:
             best, cls = alloc, np.zeros(alloc.shape, dtype=np.int8)
         else:
             up = alloc > best
             best = np.where(up, alloc, best)
             cls[up] = c
-    low = _reserved(best, frag[0]) + bufs[0]
-    high = _reserved(best, frag[1]) + bufs[1]
+    as_float = best.astype(np.float64) if best.dtype != object else None  # converted once for both ends
+    low = _reserved(best, frag[0], as_float) + bufs[0]
+    high = _reserved(best, frag[1], as_float) + bufs[1]
     return _clip(low), _clip(high), _clip(best), cls
 
 
-def _reserved(alloc: np.ndarray, f: float) -> np.ndarray:
-    """ceil(alloc · (1 + f)) with alloc converted to a float first, as `StageMemory.reserved`."""
+def _reserved(alloc: np.ndarray, f: float, as_float: np.ndarray | None = None) -> np.ndarray:
+    """ceil(alloc · (1 + f)) with alloc converted to a float first, as `StageMemory.reserved` (`as_float`: that
+    conversion, when already made)."""
     g = 1 + f
     if alloc.dtype == object:
         return np.array([math.ceil(x * g) for x in alloc.flat], dtype=object).reshape(alloc.shape)
-    return np.ceil(alloc.astype(np.float64) * g).astype(np.int64)
+    return np.ceil((alloc.astype(np.float64) if as_float is None else as_float) * g).astype(np.int64)

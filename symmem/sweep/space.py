@@ -227,19 +227,20 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
         count = n_low if marginal else n_fit
         if not count:
             continue
-        head = (cap - blk.high).ravel()
         idx = np.flatnonzero(listed.ravel())
+        hv = cap - blk.high.ravel()[idx]  # headroom of the listed ones only, aligned with idx
         if top:
-            hv = head[idx]
             if len(heap) >= top:
                 keep = hv >= heap[0][0]
                 idx, hv = idx[keep], hv[keep]
             if idx.size > top:
                 kth = np.partition(hv, idx.size - top)[idx.size - top]
-                idx = np.concatenate([idx[hv > kth], idx[hv == kth][: top - int(np.count_nonzero(hv > kth))]])
+                first = np.concatenate([np.flatnonzero(hv > kth),
+                                        np.flatnonzero(hv == kth)[: top - int(np.count_nonzero(hv > kth))]])
+                idx, hv = idx[first], hv[first]
         ords = blk.ordinals(idx) if idx.size else np.zeros(0, dtype=np.int64)
-        for i, o in zip(idx.tolist(), ords.tolist(), strict=True):
-            item = (int(head[i]), -o)
+        for i, h, o in zip(idx.tolist(), hv.tolist(), ords.tolist(), strict=True):
+            item = (int(h), -o)
             if not top:
                 kept.append((item, blk.record(i)))
             elif len(heap) < top:
