@@ -79,7 +79,8 @@ def test_hang_guards(tmp_path):
         assert out == "", (what, out[:200])  # no verdict header or partial output before the error
         assert seconds < 10, (what, seconds)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cf.toml", "exp.toml", "fifo.toml", "zero.toml"]
-    assert "17,280,000,000 configurations" in results[11][2]
+    # TP 4 x PP 6 (divisors of 1024 up to 61 layers) x EP 9 x recompute 3 (none, selective, full) x ZeRO 4 x b 1e7
+    assert "25,920,000,000 configurations" in results[11][2]
 
 
 def test_entry_point_exit_codes(tmp_path):
@@ -155,7 +156,7 @@ BAD_FLAGS = [
     (["sweep", "--gpus", "1024", "--chunks", "0"], "from 2 to 1,024"),
     (["sweep", "--gpus", "1024", "--pp", "1-1024"], "values go from 1 to 256"),
     (["sweep", "--gpus", "1048576", "--tp", "1", "--pp", "1", "--ep", "1-100001"],
-     "100,001 parallel arrangements (TP, PP, EP, ETP: 1, 1, 100,001, 1 values), more than the limit of 100,000"),
+     "100,001 parallel arrangements (TP, CP, PP, EP, ETP: 1, 1, 1, 100,001, 1 values), more than the limit of 100,000"),
     (["sweep", "--gpus", "1024", "--chunk", "1"], "from 1,024 to 16,777,216"),
     (["timeline", "--stage", "0", "--out", "t.png", "--schedule", "gpipe", "--microbatches", "1048576"],
      "more than the limit of 50,000 a timeline draws"),
@@ -505,7 +506,7 @@ ISSUE_INPUTS = [
     (["memory", "--scenario", "/dev/zero"], {}, "is a device"),
     (["memory", "--histogram", "/dev/zero"], {}, "is a device"),
     (["memory", "--scenario", "s.toml"], {"s.toml": 'model = "/dev/zero"\n'}, "is a device"),
-    (["sweep", "--gpus", "1024", "-b", "1-10000000"], {}, "17,280,000,000 configurations"),
+    (["sweep", "--gpus", "1024", "-b", "1-10000000"], {}, "25,920,000,000 configurations"),
     (["sweep", "--gpus", "1024", "--tp", "1-" + "9" * 4000 + ":x2"], {}, "a number of 4,000 digits"),
     # config.json and TOML shapes
     (["params", "--model", "c.json"], {"c.json": _v3(topk_method=["x"])}, "topk_method = ['x']: must be a string"),

@@ -286,7 +286,8 @@ class Progress:
 
 
 # ------------------------------------------------------------------------------------------------- output
-COLUMNS = ("rank", "tp", "cp", "pp", "ep", "etp", "dp", "edp", "layout", "recompute", "schedule", "microbatches", "zero",
+COLUMNS = ("rank", "tp", "cp", "pp", "ep", "etp", "dp", "edp", "layout", "recompute", "schedule", "microbatches",
+           "zero",
            "b", "s", "stage", "binding", "event", "weights", "gradients", "optimizer", "dynamic", "peak_allocated",
            "low", "high", "headroom", "verdict")
 REJECT_COLUMNS = ("rule", "tp", "cp", "pp", "ep", "etp", "schedule", "microbatches", "reason", "configurations")
@@ -302,7 +303,8 @@ def _settings(space) -> dict:
             "routing": base.routing.label, "mtp": base.mtp,
             "sequence_parallel": par.sequence_parallel, "moe_sequence_parallel": par.moe_sp,
             "fragmentation": list(base.fragmentation), "comm_buffers": list(base.comm_buffers),
-            "axes": {"tp": list(space.tp), "cp": list(space.cp), "pp": list(space.pp), "ep": list(space.ep), "etp": list(space.etp),
+            "axes": {"tp": list(space.tp), "cp": list(space.cp), "pp": list(space.pp), "ep": list(space.ep),
+                     "etp": list(space.etp),
                      "recompute": list(space.recompute),
                      "schedule": [x.name if x.name != "interleaved" else f"interleaved:{x.chunks}"
                                   for x in space.schedule],
@@ -349,7 +351,8 @@ def _text(summary, top: int, rejected: bool) -> str:
         sp_text += ", MoE sequence-sharded" if par.moe_sp else ", MoE not sequence-sharded"
     lines = [
         f"sweep: {base.model.name} on {sp.gpus:,} GPUs of {sp.capacity:,} bytes ({fmt_gb(sp.capacity)} GB, "
-        f"{fmt_gib(sp.capacity)} GiB); profile {base.profile.name}, precision {base.precision.name}, convention {base.convention}, rules "
+        f"{fmt_gib(sp.capacity)} GiB); profile {base.profile.name}, precision {base.precision.name}, convention "
+        f"{base.convention}, rules "
         f"{base.rules.name}, routing {base.routing.kind}, {sp_text}, MTP {'on' if base.mtp else 'off'}; "
         f"fragmentation {base.fragmentation[0]:.0%}-{base.fragmentation[1]:.0%}, communication buffers "
         f"{base.comm_buffers[0] / GB:.2f}-{base.comm_buffers[1] / GB:.2f} GB",
@@ -366,13 +369,15 @@ def _text(summary, top: int, rejected: bool) -> str:
                      "(capacity - high estimate of what is reserved at the peak); sizes in GiB = 2^30 bytes; the "
                      "stage with the highest peak, its largest component (dynamic: what the step adds at the "
                      "peak event) and the event that binds:")
-        head = (f"{'rank':>4} {'TP':>3} {'CP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} {'recompute':<10} "
+        head = (f"{'rank':>4} {'TP':>3} {'CP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} "
+                f"{'recompute':<10} "
                 f"{'schedule':<13} {'M':>4} {'ZeRO':>4} {'b':>4} {'s':>7} {'stage':>5} {'binding':<11} "
                 f"{'low-high GiB':>15} {'headroom':>8}  peak event")
         lines.append(head)
         for r in _ranked(summary):
             lines.append(
-                f"{r['rank']:>4} {r['tp']:>3} {r['cp']:>3} {r['pp']:>3} {r['ep']:>4} {r['etp']:>3} {r['dp']:>5} {r['edp']:>5} "
+                f"{r['rank']:>4} {r['tp']:>3} {r['cp']:>3} {r['pp']:>3} {r['ep']:>4} {r['etp']:>3} {r['dp']:>5} "
+                f"{r['edp']:>5} "
                 f"{r['recompute']:<10} {r['schedule']:<13} {r['microbatches']:>4} {r['zero']:>4} {r['b']:>4} "
                 f"{r['s']:>7} {r['stage']:>5} {r['binding']:<11} "
                 f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f}  {r['event']}")

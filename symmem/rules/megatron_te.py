@@ -44,8 +44,8 @@ c188b533 (TE, the 2.11.0 build); file:line at those revisions.
 from __future__ import annotations
 
 from symmem.graph import BOOL, FP32, INT32, AxisSizes, D, Dataflow, Dim, Op, Tensor
-from symmem.rules import RuleSet, Saved, as_dtype, inputs, nothing
 from symmem.rules import torch_eager as _eager
+from symmem.rules._base import RuleSet, Saved, as_dtype, inputs, nothing
 
 CUDNN_ACCUMULATORS = "cuDNN fused-attention backward FP32 dQ/dK/dV accumulators (hypothesis)"
 

@@ -21,7 +21,7 @@ dispatch, combine, dropout with p > 0) are PyTorch's nearest equivalents; they a
 from __future__ import annotations
 
 from symmem.graph import BOOL, FP32, INT64, Dataflow, Dim, Op, Tensor
-from symmem.rules import RuleSet, Saved, combine, inputs, nothing, outputs
+from symmem.rules._base import RuleSet, Saved, combine, inputs, nothing, outputs
 
 
 def _rmsnorm(op: Op, flow: Dataflow) -> list[Saved]:

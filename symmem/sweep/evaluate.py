@@ -31,6 +31,7 @@ from symmem.accounting.states import Precision, zero_stage
 from symmem.errors import SymmemError
 from symmem.parallel.schedule import Schedule
 from symmem.sweep.compile import INT64_SAFE, array_maxima, compile_case
+from symmem.sweep.rules import check_world, make_parallel, pipeline_layout
 
 COMPONENTS = ("weights", "gradients", "optimizer", "dynamic")  # dynamic: what the step adds at the peak event
 CHUNK = 1 << 18  # configurations per evaluated tile
@@ -208,10 +209,10 @@ def _clip(x: np.ndarray) -> np.ndarray:
 
 def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
     """The valid (TP, CP, EP, ETP) arrangements for PP, grouped by what the derivation depends on beyond PP: EP
-    for histogram routing (TP, CP, EP and ETP are variables of the compiled polynomials), and TP 1 under a rule set whose workspaces exist only under sequence parallelism (below); each arrangement
+    for histogram routing (TP, CP, EP and ETP are variables of the compiled polynomials), and TP 1 under a rule
+    set whose workspaces exist only under sequence parallelism (below); each arrangement
     carries the vocabulary the profile allocates at its TP (`V`, a variable where Megatron pads it per TP);
     rejections reported in the order the rules are checked."""
-    from symmem.sweep.space import check_world, make_parallel, pipeline_layout
 
     base, gpus, st = space.base, space.gpus, space.strides
     per_combo = len(space.recompute) * len(space.schedule) * len(space.zero) * len(space.microbatches) * \

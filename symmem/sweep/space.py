@@ -25,12 +25,11 @@ import numpy as np
 from symmem.accounting.recompute import policy
 from symmem.accounting.states import zero_stage
 from symmem.errors import SymmemError
-from symmem.parallel.layout import LayoutSpec, layers_per_stage
 from symmem.parallel.schedule import Schedule
-from symmem.parallel.sizes import Parallel
 from symmem.scenario import Scenario
 from symmem.sweep.evaluate import CHUNK, COMPONENTS, Block, iter_blocks
 from symmem.sweep.evaluate import sched_label as schedule_name
+from symmem.sweep.rules import RULES, check_world, make_parallel, pipeline_layout
 
 AXES = ("tp", "cp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
 __all__ = ["AXES", "CHUNK", "COMPONENTS", "RULES", "Block", "Rejection", "Space", "Summary", "compiled_records",
@@ -121,36 +120,7 @@ def _divisors(n: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------------ the rules
-def pipeline_layout(base: Scenario, pp: int) -> LayoutSpec:
-    """The `paper` layout when it is valid for PP, else `even`; a `SymmemError` naming both reasons if neither."""
-    n_layers = base.model.value("L")
-    try:
-        layers_per_stage(LayoutSpec("paper"), n_layers, pp)
-        return LayoutSpec("paper")
-    except SymmemError as e1:
-        try:
-            layers_per_stage(LayoutSpec("even"), n_layers, pp)
-            return LayoutSpec("even")
-        except SymmemError as e2:
-            raise SymmemError(f"{e1}; {e2}") from None
-
-
-def check_world(gpus: int, tp: int, pp: int, cp: int = 1) -> int:
-    if gpus % (tp * cp * pp):
-        if cp == 1:
-            raise SymmemError(f"gpus = {gpus}: not divisible by TP·PP = {tp}·{pp} = {tp * pp}")
-        raise SymmemError(f"gpus = {gpus}: not divisible by TP·CP·PP = {tp}·{cp}·{pp} = {tp * cp * pp}")
-    return gpus // (tp * cp * pp)
-
-
-def make_parallel(base: Scenario, gpus: int, tp: int, pp: int, ep: int, etp: int, cp: int = 1) -> Parallel:
-    par = base.parallel
-    return Parallel(tp=tp, pp=pp, ep=ep, etp=etp, dp=gpus // (tp * cp * pp), world=gpus, cp=cp,
-                    cp_comm_type=par.cp_comm_type, sequence_parallel=par.sequence_parallel,
-                    moe_sequence_parallel=par.moe_sequence_parallel)
-
-
-RULES = ("world", "layout", "parallel", "schedule")  # checked in this order; a configuration fails the first
+# (symmem.sweep.rules: shared with the compiled path)
 
 
 @dataclass(frozen=True)
