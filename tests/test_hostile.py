@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -485,6 +486,11 @@ ISSUE_INPUTS = [
     (["check", "(b+s+h)" * 1400], {}, "more than 2,000 terms"),
     (["check", "+".join(["(b+s+h)"] * 1400)], {}, "longer than the limit of 10000 characters"),
     (["check", "+".join(["(b+s+h)"] * 1200)], {}, ("different", lambda out: "verdict: DIFFERENT" in out)),
+    # issue 22: a difference beyond a float's range, in GiB: (10^40)^16 / 2^30 = 9.31e630, not -inf
+    (["check", "((9999999999999999999999999999999999999999)^4)^4"], {},
+     ("different", lambda out: "(-9.31e+630 GiB)" in out)),
+    (["check", "((9999999999999999999999999999999999999999)^4)^4", "--json"], {},
+     ("different", lambda out: '"verdict": "DIFFERENT"' in out)),
     (["memory", "--gpu-memory", EXP], {}, "up to 10^18 bytes"),
     (["memory", "--capacity-factor", EXP], {}, "the exponent is limited to 30"),
     (["memory", "--scenario", "s.toml"], {"s.toml": _paper_toml('memory = "80GB"', f'memory = "{EXP}"')},
@@ -643,6 +649,10 @@ def test_issue_inputs_through_the_cli(tmp_path):
             argv, _, expected = ISSUE_INPUTS[i]
             what = f"{' '.join(argv)[:100]!r}"
             assert "Traceback" not in err, (what, err)
+            # numbers too large for a float print exactly or in scientific notation, never as inf or nan (issue 22);
+            # the user's own text, echoed in quotes ('inf' refused as a number), is not a printed number
+            printed = re.sub(r"'[^'\n]*'", "", out + err)
+            assert not re.search(r"(?<![A-Za-z_])-?(inf|nan|Infinity|NaN)(?![A-Za-z_])", printed), (what, out, err)
             assert seconds < 10, (what, seconds)
             assert rss_kib < 1 << 20, (what, rss_kib)  # the batch's process under 1 GiB, this input included
             if isinstance(expected, str):
