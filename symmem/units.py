@@ -24,6 +24,14 @@ GPUS = {"h800": 80 * GB, "h100": 80 * GB, "a100": 80 * GB, "h20": 96 * GB, "h200
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
+def gpu_capacity(name: str, field: str = "gpu") -> int:
+    """The memory capacity of a GPU by name (`GPUS`, bytes as sold)."""
+    key = name.strip().lower() if isinstance(name, str) else None
+    if key not in GPUS:
+        raise SymmemError(f"{field} = {str(name)[:40]!r}: unknown GPU; known: {', '.join(g.upper() for g in GPUS)}")
+    return GPUS[key]
+
+
 def parse_size(text: object, field: str = "size") -> int:
     """`80GB` = 80·10^9 bytes, `80GiB` = 80·2^30, `80e9` and `80000000000` are bytes; `H800`, `H200`... name a GPU."""
     if isinstance(text, str) and text.strip().lower() in GPUS:

@@ -253,3 +253,23 @@ def test_bare_model_errors_name_only_given_flags(capsys):
     assert code == 2 and "tp = 2" in err and err.count("\n") == 1
     code, _, err = run(capsys, "memory", "--model", "gpt2")
     assert code == 0, err
+
+
+def test_one_flag_vocabulary(capsys, monkeypatch):
+    # issue 22: --gpu NAME on every command that takes a GPU, no abbreviations, negative-looking values refused
+    from symmem.cli import commands
+    from symmem.cli import sweep as sweep_cli
+
+    monkeypatch.setitem(commands.COMMANDS, "sweep", sweep_cli.COMMAND)
+    code, out, err = run(capsys, "memory", "--model", "gpt2", "--gpu", "H100", "--json")
+    assert code == 0, err
+    assert json.loads(out)["gpu_memory"] == 80 * 10**9  # H100 SXM: 80 GB of HBM3 (NVIDIA's datasheet)
+    code, out, err = run(capsys, "sweep", "--model", "gpt2", "--gpus", "8", "--gpu", "H100", "--json", "--top", "1")
+    assert code == 0 and json.loads(out)["gpu_memory"] == 80 * 10**9, err
+    for argv, words in ((["memory", "--gpu-m", "80GB"], "unrecognized arguments: --gpu-m"),
+                        (["sweep", "--gpus", "8", "--gp", "H100"], "unrecognized arguments: --gp"),
+                        (["memory", "--gpu-memory", "-80GB"], "--gpu-memory = '-80GB': not a size"),
+                        (["memory", "--tp", "-2"], "-2: must be a positive integer"),
+                        (["memory", "--gpu", "X100"], "--gpu = 'X100': unknown GPU")):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "" and words in err and err.count("\n") == 1, (argv, err)

@@ -98,6 +98,32 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
         g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
         g.add_argument("--activation-dtype", help="bf16 (2 bytes, default) or fp32 (4 bytes)")
         g.add_argument("--gpu-memory", help="GPU capacity: 80GB, 141GB, 80GiB, or a name: H800, H100, H200, B200")
+        g.add_argument("--gpu", help="the GPU by name (H800, H100, H200, B200, A100, ...): its memory capacity, "
+                                     "unless --gpu-memory gives one")
+
+
+def add_swept_args(p: argparse.ArgumentParser) -> None:
+    """`symmem sweep`'s lists of values for the fields in SWEPT: the same names (Megatron's where it has one) as
+    the single values every other command takes, each a list or range here."""
+    a = p.add_argument_group("what is swept (lists 1,2,4; ranges 1-64, 1024-8192:1024, 1-256:x2)")
+    a.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", default="1,2,4,8",
+                   help="tensor-parallel sizes (default 1,2,4,8)")
+    a.add_argument("--cp", "--context-parallel-size", dest="cp", default="1",
+                   help="context-parallel sizes (default 1; each must divide every s)")
+    a.add_argument("--pp", "--pipeline-model-parallel-size", dest="pp",
+                   help="pipeline sizes (default: divisors of G up to the layer count)")
+    a.add_argument("--ep", "--expert-model-parallel-size", dest="ep",
+                   help="expert-parallel sizes (default: powers of two dividing the expert count)")
+    a.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", default="1",
+                   help="expert tensor-parallel sizes (default 1)")
+    a.add_argument("-b", "--micro-batch-size", dest="b", default="1,2,4,8", help="default 1,2,4,8")
+    a.add_argument("-s", "--seq-length", dest="s", help="default: the scenario's")
+    a.add_argument("--recompute", default="none,selective,full",
+                   help="none, full, selective, deepseek, custom:OPS (default none,selective,full)")
+    a.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved[:V], dualpipe (default: scenario's)")
+    a.add_argument("--chunks", default="2", help="virtual stages V for a bare `interleaved` (default 2)")
+    a.add_argument("--zero", help="ZeRO stages (default 0,1,2,3; a profile's own, e.g. megatron-te's 1)")
+    a.add_argument("--microbatches", default="pp", help="M per step; `pp` means M = PP (the default)")
 
 
 def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
@@ -215,6 +241,10 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                     raise SymmemError(f"--histogram = {args.histogram!r}: {len(hist):,} loads, more than the "
                                       f"limit of {MAX_HISTOGRAM:,} (one per routed expert)")
             ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load, hist)
+        if args.gpu is not None:
+            from symmem.units import gpu_capacity
+
+            ch["gpu_memory"] = gpu_capacity(args.gpu, "--gpu")
         if args.gpu_memory is not None:
             ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
         for flag in ("dataflow", "attn_impl", "experts_impl"):

@@ -15,7 +15,7 @@ import sys
 import time
 
 from symmem import _numbers as num
-from symmem.cli.args import SWEPT, add_scenario_args, scenario_from_args
+from symmem.cli.args import SWEPT, add_scenario_args, add_swept_args, scenario_from_args
 from symmem.errors import SymmemError
 from symmem.units import GB, GIB, fmt_gb, fmt_gib
 
@@ -165,21 +165,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                                            "field, as in every other command)")
     g = p.add_argument_group("the machine")
     g.add_argument("--gpus", required=True, help="total GPUs G = DP·TP·PP")
-    a = p.add_argument_group("what is swept (lists 1,2,4; ranges 1-64, 1024-8192:1024, 1-256:x2)")
-    a.add_argument("--tp", default="1,2,4,8", help="tensor-parallel sizes (default 1,2,4,8)")
-    a.add_argument("--cp", "--context-parallel-size", dest="cp", default="1",
-                   help="context-parallel sizes (default 1; each must divide every s)")
-    a.add_argument("--pp", help="pipeline sizes (default: divisors of G up to the layer count)")
-    a.add_argument("--ep", help="expert-parallel sizes (default: powers of two dividing the expert count)")
-    a.add_argument("--etp", default="1", help="expert tensor-parallel sizes (default 1)")
-    a.add_argument("-b", "--micro-batch-size", dest="b", default="1,2,4,8", help="default 1,2,4,8")
-    a.add_argument("-s", "--seq-length", dest="s", help="default: the scenario's")
-    a.add_argument("--recompute", default="none,selective,full",
-                   help="none, full, selective, deepseek, custom:OPS (default none,selective,full)")
-    a.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved[:V], dualpipe (default: scenario's)")
-    a.add_argument("--chunks", default="2", help="virtual stages V for a bare `interleaved` (default 2)")
-    a.add_argument("--zero", help="ZeRO stages (default 0,1,2,3; a profile's own, e.g. megatron-te's 1)")
-    a.add_argument("--microbatches", default="pp", help="M per step; `pp` means M = PP (the default)")
+    add_swept_args(p)
     o = p.add_argument_group("output")
     fmt = o.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
