@@ -172,6 +172,14 @@ class Scenario:
         return tuple(sorted(self._size_values.items(), key=lambda kv: kv[0].name))
 
     @cached_property
+    def activation_key(self) -> tuple:
+        """What the activation derivations depend on, written once (not b, s, ZeRO, precision, the schedule or
+        the profile's buffers): the caches of `symmem.accounting` key on it, and the sweep's structural key
+        (`symmem.sweep.compile.structural_key`) is derived from it with the sizes the sweep keeps symbolic taken
+        out of the parallel arrangement."""
+        return (self.model, self.convention, self.rules, self.policy, self.parallel, self.routing, self.act_bytes)
+
+    @cached_property
     def flow_impl(self) -> object | None:
         """The HF implementation the activation dataflows follow, or None for the paper's dataflows.
 

@@ -133,8 +133,7 @@ def stage_terms(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) ->
 
 
 def _activation_key(scn: Scenario) -> tuple:
-    # What activations depend on (not b, s, ZeRO, precision or the schedule): derivations are shared across them.
-    return (scn.model, scn.convention, scn.rules, scn.policy, scn.parallel, scn.routing, scn.act_bytes)
+    return scn.activation_key  # what activations depend on (`Scenario.activation_key`)
 
 
 def _tokens_per_expert(key: tuple, axes) -> sympy.Expr:

@@ -387,13 +387,13 @@ def structural_key(scn: Scenario) -> tuple:
     through the Hugging Face dataflow's implementation, `Scenario.flow_impl`): among the rest, the profile (its
     rule set and pipeline buffers), CP (a number in the expressions) and the sizes as the profile allocates them
     (Megatron's padded vocabulary, which depends on TP)."""
-    par = scn.parallel
-    hist_ep = par.ep if scn.routing.kind == "histogram" else None
+    model, convention, rules, policy, par, routing, act_bytes = scn.activation_key
+    hist_ep = par.ep if routing.kind == "histogram" else None
+    # the arrangement as the derivation sees it: TP, CP, EP and ETP are variables, DP is not in the expressions
+    arrangement = (par.pp, par.sequence_parallel, par.moe_sp, par.cp_comm_type, hist_ep)
     sizes = tuple(sorted((str(k), v) for k, v in case_constants(scn).items()))
-    return (scn.model, scn.layout, par.pp, scn.convention, scn.rules_name, scn.profile_name,
-            par.cp_comm_type, sizes, scn.recompute_name, scn.routing,
-            par.sequence_parallel, par.moe_sp, scn.mtp, scn.act_bytes, hist_ep, getattr(scn, "flow_impl", None),
-            scn.precision.weight_bytes, scn.precision.grad_bytes,  # the timeline's ZeRO-2/3 extras
+    return (model, convention, rules, policy, arrangement, routing, act_bytes, scn.layout, scn.profile_name, sizes,
+            scn.mtp, scn.flow_impl, scn.precision.weight_bytes, scn.precision.grad_bytes,  # ZeRO-2/3 extras
             scn.s if stepwise_in_s(scn) else None)
 
 
