@@ -36,6 +36,9 @@ c188b533 (TE, the 2.11.0 build); file:line at those revisions.
   sparse attention's key selection is charged to the fused attention kernel and keeps its int32 indices (as a
   sparse-attention kernel needs them again in backward). Ops with no autograd node (`no_grad`: the lightning
   indexer) keep nothing.
+* The embedding's backward computes the dense [V/TP, h] weight gradient (F.embedding, MLM
+  megatron/core/tensor_parallel/layers.py:281), which DDP's hook adds into main_grad and frees
+  (distributed_data_parallel.py:503-524): a transient of the embedding's backward.
 * cuDNN's fused-attention backward keeps FP32 accumulators of dQ, dK and dV (at the query heads) while it runs.
   This is a hypothesis: no source readable here states cuDNN's workspace; FlashAttention-2's backward allocates an
   FP32 dq_accum of this shape (and dk/dv accumulators for grouped heads). It is named in every breakdown.
@@ -140,6 +143,16 @@ def _attention_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) ->
     return [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)]
 
 
+def _embedding_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
+    """The lookup's backward: F.embedding (MLM megatron/core/tensor_parallel/layers.py:281) has a dense weight
+    gradient, the whole [V/TP, h] table in the weight's dtype, which DDP's hook adds into the FP32 main_grad and
+    then frees (distributed_data_parallel.py:503-524): a transient of every micro-batch's embedding backward."""
+    if phase != "backward" or not op.weights:
+        return []
+    w = op.weights[0]
+    return [Saved(Tensor(f"{w.name}.grad", w.dims), f"dense weight gradient of {op.name} (freed by DDP's hook)")]
+
+
 # PyTorch ops with no Megatron-Core module at 23e00ed0 (V3.2's indexer, V4's mHC and hash router): eager autograd's
 # saves, as the torch-eager rule set has them. sigmoid: its output; div: numerator and denominator; affine (a tensor
 # times a learned scale): the tensor; clamp: its input; gather: the int64 index; cast and sum: nothing; no_grad: no
@@ -175,7 +188,7 @@ RULES = RuleSet(
         "select": inputs(1, why="int32 selected-key indices (sparse attention)"),
         **{kind: _eager.RULES.rules[kind] for kind in GENERIC_EAGER},
     },
-    workspaces={"linear": _linear_workspace, "matmul": _attention_workspace},
+    workspaces={"linear": _linear_workspace, "matmul": _attention_workspace, "embedding": _embedding_workspace},
     grad_in_place=frozenset({"cross_entropy"}),
     fused_tags=("core_attention", "swiglu"),
 )
