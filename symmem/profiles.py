@@ -52,6 +52,9 @@ class Profile:
     # sequence parallelism (and a sequence-sharded MoE block) when chosen on the command line without
     # --sequence-parallel/--no-sequence-parallel: the framework's way of running TP > 1
     sequence_parallel: bool = False
+    # whether symmem.accounting.reserved knows the order the framework allocates in (model build, buffers,
+    # optimizer, steps): then each stage's reserved memory is derived by replaying PyTorch's caching allocator
+    allocation_order: bool = False
 
 
 # --------------------------------------------------------------------------------------------- megatron-te
@@ -182,7 +185,7 @@ PROFILES = {
         # megatron/core/model_parallel_config.py:388-391 requires it with expert and tensor parallelism together;
         # megatron/training/arguments.py:836-842 turns it off at TP 1, where it changes nothing), its MoE block
         # sequence-sharded
-        sequence_parallel=True),
+        sequence_parallel=True, allocation_order=True),
 }
 
 

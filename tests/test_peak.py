@@ -25,14 +25,22 @@ GIB = 2**30
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[r["case"] for r in RUNS])
-def test_measured_runs_within_one_percent(run):
+def test_measured_runs_allocated_within_half_a_percent_and_reserved_within_three(run):
+    # issue 18: allocated within 0.5 %, reserved (the caching allocator replayed) within 3 % of the measured max
+    # over the stage's ranks; the per-rank figures are SimuMax's too
     measured = run["measured"]["per_stage_alloc_gib_derived"]
     reserved = run["measured"]["per_stage_reserved_gib_derived"]
+    per_rank = run["measured"]["per_rank_mb"]
+    per_stage = run["parallelism"]["world_size"] // run["parallelism"]["pp"]
     stages = memory(load_scenario(run["case"]))
     assert len(stages) == len(measured)
-    for key, st in zip(measured, stages, strict=True):
+    for i, (key, st) in enumerate(zip(measured, stages, strict=True)):
         ours = st.peak_allocated / GIB
-        assert abs(ours - measured[key]) / measured[key] < 0.01, (key, ours, measured[key])
+        assert abs(ours - measured[key]) / measured[key] < 0.005, (key, ours, measured[key])
+        ranks = [per_rank[str(r)]["max_reserved_mb"] / 1024 for r in range(i * per_stage, (i + 1) * per_stage)]
+        assert max(ranks) == pytest.approx(reserved[key], abs=1e-3)  # the per-stage figure is the ranks' maximum
+        derived = st.reserved_derived / GIB
+        assert abs(derived - reserved[key]) / reserved[key] < 0.03, (key, derived, reserved[key])
         low, high = st.reserved
         assert low / GIB <= reserved[key] <= high / GIB, (key, low / GIB, reserved[key], high / GIB)
 

@@ -35,12 +35,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
+
+import sympy
 
 from symmem.accounting import timeline as T
 from symmem.accounting.allocator import CachingAllocator
 from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.graph import local_size
-
 
 ITERATIONS = 3  # the measured runs log three iterations; the peak is the maximum over them
 
@@ -117,16 +119,93 @@ def _one_f_one_b(k: Fraction, m: int) -> list[str]:
     return ["F"] * warm + ["F", "B"] * (m - warm) + ["B"] * warm
 
 
+def _iteration(alloc: CachingAllocator, events: tuple, it: int) -> None:
+    for kind, key, nbytes in events:
+        if kind == "malloc":
+            alloc.malloc((it, key), nbytes)
+        elif kind == "free":
+            alloc.free((it, key))
+        elif it == 0:  # "first": made once, at its first use (TE's dummy weight-gradient buffers)
+            alloc.malloc(key, nbytes)
+
+
+@lru_cache(maxsize=64)
+def _iteration_events(scn, stage) -> tuple:
+    """One iteration of one GPU of `stage` as (kind, key, bytes): every activation storage of every layer copy and
+    micro-batch from the timeline, in 1F1B order; the same for every rank and iteration (written once)."""
+    from symmem.accounting.activations import tensor_bytes
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
+    from symmem.model import stage_parts
+
+    vals = values(scn)
+    par = scn.parallel
+    axes = par.axis_sizes()
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    rules, policy, act_bytes = scn.rules, scn.policy, scn.act_bytes
+    e_tok = _tokens_per_expert(_activation_key(scn), axes)
+    timelines = [T.part_timeline(pt.flow, rules, policy, axes, act_bytes, e_tok) for pt in parts]
+    wgrad = [b for b in stage_buffers(scn, stage) if b.name.startswith("TE dummy")]
+    sizes: dict = {}
+    out: list[tuple] = []
+
+    def size(a) -> int:
+        if a.nbytes not in sizes:
+            sizes[a.nbytes] = _bytes(a.nbytes, vals)
+        return sizes[a.nbytes]
+
+    def step(mb, pi: int, copy: int, live: dict, now: dict) -> None:
+        """From one op's event to the next: what the next op does not hold is freed first (an event's alive set
+        already holds everything that coexists while its op runs: inputs, outputs, workspace), then what it adds
+        is allocated."""
+        for name in live:
+            if name not in now:
+                out.append(("free", (mb, pi, copy, name), 0))
+        for name, a in now.items():
+            if name not in live:
+                out.append(("malloc", (mb, pi, copy, name), size(a)))
+
+    extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
+    pipeline = [(name, _bytes(tensor_bytes(t, axes, act_bytes, sympy.Integer(0)), vals)) for name, t in extra]
+    k = scn.schedule.in_flight(stage.index, par.pp, scn.m)
+    forwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "forward"] for tl in timelines]
+    backwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "backward"] for tl in timelines]
+    kept = [{n: a for ev in fw for n, a in ev.items() if a.component == T.SAVED_CURRENT} for fw in forwards]
+    fwd_mb = bwd_mb = 0
+    for phase in _one_f_one_b(k, scn.m):
+        if phase == "F":
+            mb, fwd_mb = fwd_mb, fwd_mb + 1
+            for pi, pt in enumerate(parts):
+                for copy in range(pt.count):
+                    live: dict = {}
+                    for now in forwards[pi]:
+                        step(mb, pi, copy, live, now)
+                        live = now
+                    for name, a in live.items():  # what the layer does not keep dies with its forward
+                        if a.component != T.SAVED_CURRENT:
+                            out.append(("free", (mb, pi, copy, name), 0))
+        else:
+            mb, bwd_mb = bwd_mb, bwd_mb + 1
+            if mb == 0:
+                out += [("first", ("buffer", b.name), b.nbytes) for b in wgrad]
+            out += [("malloc", (mb, "pipeline", name), n) for name, n in pipeline]
+            for pi in range(len(parts) - 1, -1, -1):
+                for copy in range(parts[pi].count - 1, -1, -1):
+                    live = kept[pi]  # kept since the forward
+                    for now in backwards[pi]:
+                        step(mb, pi, copy, live, now)
+                        live = now
+                    out += [("free", (mb, pi, copy, name), 0) for name in live]
+            out += [("free", (mb, "pipeline", name), 0) for name, _ in pipeline]
+    return tuple(out)
+
+
 def replay_stage(scn, stage, rank: int = 0) -> Reserved:
     """Replay one GPU of `stage` through the caching allocator: the `rank`-th GPU of the stage (0 to
     TP·CP·DP - 1), which decides its shards of the DDP buffers: Megatron orders a stage's ranks TP fastest, then CP,
     then DP (parallel_state, order tp-cp-ep-dp-pp), so its index in the dense optimizer's DP×CP group is rank // TP;
     the expert layers regroup them ETP fastest, then EP, then EDP: its expert shard index is rank // (ETP·EP)."""
-    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
-    from symmem.accounting.activations import tensor_bytes
+    from symmem.accounting.analysis import stage_buffers, values
     from symmem.model import stage_parts
-
-    import sympy
 
     vals = values(scn)
     par = scn.parallel
@@ -169,80 +248,13 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
     # 4: the first step
     done = track("first step (forward and backward)")
     buffers = stage_buffers(scn, stage)
-    wgrad = [b for b in buffers if b.name.startswith("TE dummy")]
     for b in buffers:
         if not b.name.startswith(("TE dummy", "DDP")):  # workspaces, RoPE table: at the first forward
             alloc.malloc(("buffer", b.name), b.nbytes)
-    rules, policy, act_bytes = scn.rules, scn.policy, scn.act_bytes
-    e_tok = _tokens_per_expert(_activation_key(scn), axes)
-    timelines = [T.part_timeline(pt.flow, rules, policy, axes, act_bytes, e_tok) for pt in parts]
-    sizes: dict = {}
-
-    def size(a) -> int:
-        if a.nbytes not in sizes:
-            sizes[a.nbytes] = _bytes(a.nbytes, vals)
-        return sizes[a.nbytes]
-
-    extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
-    pipeline = [(name, _bytes(tensor_bytes(t, axes, act_bytes, sympy.Integer(0)), vals)) for name, t in extra]
-    k = scn.schedule.in_flight(stage.index, par.pp, scn.m)
-    first_backward = True
-
-    def step(mb, pi: int, copy: int, live: dict, now: dict) -> None:
-        """From one op's event to the next: what the next op does not hold is freed first (an event's alive set
-        already holds everything that coexists while its op runs: inputs, outputs, workspace), then what it adds
-        is allocated."""
-        for name in [n for n in live if n not in now]:
-            alloc.free((mb, pi, copy, name))
-        for name, a in now.items():
-            if name not in live:
-                alloc.malloc((mb, pi, copy, name), size(a))
-
-    def iteration(it: int) -> None:
-        nonlocal first_backward
-        fwd_mb = bwd_mb = 0
-        for phase in _one_f_one_b(k, scn.m):
-            if phase == "F":
-                mb, fwd_mb = (it, fwd_mb), fwd_mb + 1
-                for pi, (pt, tl) in enumerate(zip(parts, timelines, strict=True)):
-                    for copy in range(pt.count):
-                        live: dict = {}
-                        for ev in tl.events:
-                            if ev.phase != "forward":
-                                continue
-                            now = {a.what: a for a in ev.alive}
-                            step(mb, pi, copy, live, now)
-                            live = now
-                        for name, a in live.items():  # what the layer does not keep dies with its forward
-                            if a.component != T.SAVED_CURRENT:
-                                alloc.free((mb, pi, copy, name))
-            else:
-                mb, bwd_mb = (it, bwd_mb), bwd_mb + 1
-                if first_backward:
-                    for b in wgrad:
-                        alloc.malloc(("buffer", b.name), b.nbytes)
-                    first_backward = False
-                for name, n in pipeline:
-                    alloc.malloc((mb, "pipeline", name), n)
-                for pi in range(len(parts) - 1, -1, -1):
-                    pt, tl = parts[pi], timelines[pi]
-                    for copy in range(pt.count - 1, -1, -1):
-                        live = {a.what: a for ev in tl.events if ev.phase == "forward" for a in ev.alive
-                                if a.component == T.SAVED_CURRENT}  # kept since the forward
-                        for ev in tl.events:
-                            if ev.phase != "backward":
-                                continue
-                            now = {a.what: a for a in ev.alive}
-                            step(mb, pi, copy, live, now)
-                            live = now
-                        for name in live:
-                            alloc.free((mb, pi, copy, name))
-                for name, _ in pipeline:
-                    alloc.free((mb, "pipeline", name))
-
-    iteration(0)
+    events = _iteration_events(scn, stage)
+    _iteration(alloc, events, 0)
     done()
-    # 5: the optimizer step's Adam moments, then the second iteration (the moments alive through it)
+    # 5: the optimizer step's Adam moments, then the later iterations (the moments alive through them)
     done = track("optimizer step (Adam moments)")
     half = p.optimizer_bytes // 2
     for i, n in enumerate(pieces):
@@ -251,6 +263,6 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
     done()
     for it in range(1, ITERATIONS):
         done = track("later iterations")
-        iteration(it)
+        _iteration(alloc, events, it)
         done()
     return Reserved(alloc.peak_allocated, alloc.peak_reserved, alloc.segments, peak_phase[0])

@@ -156,7 +156,8 @@ def part_timeline(flow: Dataflow, rules: RuleSet, policy: Policy, axes: AxisSize
     first_recomputed = min(recomputed, default=n)
     saved = sympy.Add(*[s_bytes[r] for r in kept])
 
-    grads = _requires_grad(flow) - internal
+    needs_grad = _requires_grad(flow) - internal
+    grads = [t for t in flow.tensors if t in needs_grad]  # in flow order: the same in every process
     in_place = {t for op in ops if op.kind in rules.grad_in_place for t in op.inputs}
     g_prod = {t: produced.get(t, -1) for t in grads}
 

@@ -238,6 +238,8 @@ def memory_rows(scn):
                                     "microbatch": "the last in flight" if ev.phase != "optimizer step" else None},
                      "peak_breakdown": {**m.peak.static, **m.peak.dynamic},
                      "reserved_low": low, "reserved_high": high,
+                     # the caching allocator replayed (profiles that say their allocation order), else null
+                     "reserved": m.reserved_derived,
                      "verdict": verdict(low, high, scn.gpu_memory), "peak": m is top})
     return rows, top
 
@@ -258,15 +260,20 @@ def _memory_run(args) -> int:
     print(f"GPU capacity {scn.gpu_memory:,} bytes ({fmt_gb(scn.gpu_memory)} GB, {fmt_gib(scn.gpu_memory)} GiB); "
           f"reserved = peak x (1 + {scn.fragmentation[0]:.0%}..{scn.fragmentation[1]:.0%}) + communication buffers "
           f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")
+    derived = any(r["reserved"] is not None for r in rows)
+    if derived:
+        print("reserved: PyTorch's caching allocator replayed over the step as the framework allocates "
+              "(symmem/accounting/reserved.py); NCCL's buffers are outside it")
     print(f"{'stage':>5} {'weights':>8} {'grads':>8} {'optim':>8} {'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} "
-          f"{'reserved (low-high)':>20}  verdict; peak event")
+          + (f"{'reserved':>9} " if derived else "") + f"{'reserved (low-high)':>20}  verdict; peak event")
     for r in rows:
         mark = "  <- peak" if r["peak"] else ""
         ev = r["peak_event"]
         print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} {fmt_gib(r['gradients']):>8} "
               f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {_in_flight_text(r):>5} "
               f"{fmt_gib(r['allocated']):>8} {fmt_gib(r['peak_allocated']):>8} "
-              f"{fmt_gib(r['reserved_low']) + '-' + fmt_gib(r['reserved_high']):>20}  "
+              + (f"{fmt_gib(r['reserved']):>9} " if derived else "")
+              + f"{fmt_gib(r['reserved_low']) + '-' + fmt_gib(r['reserved_high']):>20}  "
               f"{r['verdict']}; {ev['phase']} {ev['part']} {ev['op']}{mark}")
     print("(GiB = 2^30 bytes; sum = model states + saved activations in flight, as the paper adds them; peak = "
           "the busiest moment of the step, with framework buffers, transients and activation gradients)")
