@@ -18,6 +18,7 @@ from symmem.accounting.analysis import memory, stage_step_series, values
 from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.accounting.timeline import GATHERED
 from symmem.cli.main import main
+from symmem.parallel.schedule import Schedule
 from symmem.scenario import load_scenario
 
 RUNS = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
@@ -62,10 +63,14 @@ def _series_max(scn, st) -> int:
     ("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef", {}),
     ("deepseekv2_tp1_ep4_pp2_dp4_l4_mbc4_cef", {}),
     ("paper", {"recompute_name": "full", "zero": 3}),
+    # the schedules' own orders (issue 22): GPipe holds every micro-batch, interleaving walks chunk by chunk
+    ("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef", {"schedule": Schedule("gpipe")}),
+    ("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef", {"schedule": Schedule("interleaved", 2)}),
+    ("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef", {"schedule": Schedule("interleaved", 3), "microbatches": 6}),
 ])
 def test_candidate_peak_is_the_largest_event_of_the_whole_step(name, changes):
     """The peak is derived from candidate events (the last micro-batch in flight); walking every op of every
-    micro-batch of the step in 1F1B order finds no larger moment."""
+    micro-batch of the step in the schedule's own order finds no larger moment."""
     from symmem.accounting.states import zero_stage
 
     scn = load_scenario(name)
@@ -73,7 +78,15 @@ def test_candidate_peak_is_the_largest_event_of_the_whole_step(name, changes):
         changes = {**changes, "zero": zero_stage(changes["zero"])}
     scn = scn.replace(**changes)
     for st in memory(scn)[:2]:
-        assert _series_max(scn, st.stage) + sum(st.peak.static.values()) == st.peak_allocated
+        walked = _series_max(scn, st.stage) + sum(st.peak.static.values())
+        if scn.schedule.name != "interleaved":
+            assert walked == st.peak_allocated
+        else:  # the candidates count each chunk as 1/v of the stage; the walk has the real chunks, which differ by
+            # what the embedding (chunk 0, tens of KiB above) and the head (chunk v-1: its 1 GiB of logits is held
+            # by fewer chunks in flight than 1/v of every one: 0.8-1.1 % below at v = 3) keep. The candidate is an
+            # upper bound but for the embedding's few KiB; how loose is named in docs/sweep.md and this test
+            assert walked <= st.peak_allocated + 2**20, (walked, st.peak_allocated)
+            assert st.peak_allocated - walked < 0.02 * st.peak_allocated, (walked, st.peak_allocated)
 
 
 def test_peak_holds_at_least_the_sum_under_the_paper_rules():
