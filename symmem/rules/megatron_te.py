@@ -36,6 +36,10 @@ c188b533 (TE, the 2.11.0 build); file:line at those revisions.
   sparse attention's key selection is charged to the fused attention kernel and keeps its int32 indices (as a
   sparse-attention kernel needs them again in backward). Ops with no autograd node (`no_grad`: the lightning
   indexer) keep nothing.
+* Under context parallelism (ring exchange, `--cp-comm-type p2p`) the attention backward also holds TE's two
+  K/V communication buffers with their gradients and one step's dq_, dk_, dv_ (context_parallel.py:2205-2210,
+  2392-2403 at c188b533); the all-to-all variant (a2a) is charged the same (its buffers, q, k, v and their
+  gradients exchanged, are of the same order; not read line by line).
 * The embedding's backward computes the dense [V/TP, h] weight gradient (F.embedding, MLM
   megatron/core/tensor_parallel/layers.py:281), which DDP's hook adds into main_grad and frees
   (distributed_data_parallel.py:503-524): a transient of the embedding's backward.
@@ -140,7 +144,21 @@ def _attention_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) ->
     q, k = flow.tensors[op.inputs[0]], flow.tensors[op.inputs[1]]  # k at the query heads (after any repeat)
     pv = next(o for o in flow.ops if "core_attention" in o.tags and o.name.endswith("pv") and o.block == op.block)
     v = flow.tensors[pv.inputs[1]]
-    return [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)]
+    out = [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)]
+    if axes.of("cp") != 1:
+        out += _cp_ring_buffers(q, _root_of_expand(op.inputs[1], flow), _root_of_expand(pv.inputs[1], flow))
+    return out
+
+
+def _cp_ring_buffers(q: Tensor, k: Tensor, v: Tensor) -> list[Saved]:
+    """Context parallelism's ring attention backward (TE AttnFuncWithCPAndKVP2P.backward, BF16;
+    attention/dot_product_attention/context_parallel.py:2205-2210 at c188b533): two communication buffers of
+    shape (2, *kv), each the K/V of one step and their gradient, k and v at the key/value heads (4·(k + v)); and
+    each step's kernel outputs dq_, dk_, dv_ before they are added into the running gradients (2392-2403): one
+    step's q + k + v. dq itself is `dq_buffer` (empty_like(q), 2205), the gradient the timeline already holds."""
+    return [Saved(Tensor(f"{t.name}.cp_ring_{i}", t.dims), "CP ring K/V and dK/dV buffers (TE P2P backward)")
+            for t in (k, v) for i in range(4)] + [
+        Saved(Tensor(f"{t.name}.cp_step_grad", t.dims), "CP step's dq_, dk_, dv_ (TE P2P backward)") for t in (q, k, v)]
 
 
 def _embedding_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:

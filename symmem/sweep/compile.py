@@ -33,6 +33,13 @@ from symmem.symbols import sym
 VARIABLES = ("b", "s", "t", "ep", "etp", "cp")
 PARALLEL = ("t", "ep", "etp")  # what parameter counts and the ZeRO extras vary with
 SWEPT_AXES = "sweep"  # Parallel.axis_sizes: t, EP, ETP and CP symbolic
+
+
+def swept_axes(scn: Scenario) -> bool | str:
+    """How a case keeps the parallel sizes: t, EP, ETP symbolic, and CP too where it is above 1 (a rule set may
+    hold buffers only under context parallelism, which a symbolic CP cannot tell from CP = 1: such arrangements
+    are their own case, `structural_key`)."""
+    return SWEPT_AXES if scn.parallel.cp > 1 else True
 INT64_SAFE = 2**62  # every intermediate is kept below this bound on the int64 path (int64 holds 2^63 - 1)
 
 Powers = tuple[tuple[str, int], ...]
@@ -136,12 +143,14 @@ class Poly:
             {k: v for k, v in arrays.items() if k in shifts}) if shifts else d
         return num, den
 
-    def ceil_array(self, arrays: Mapping[str, object], maxima: Mapping[str, int] | None = None) -> np.ndarray:
+    def ceil_array(self, arrays: Mapping[str, object], maxima: Mapping[str, int] | None = None,
+                   powers: dict | None = None) -> np.ndarray:
         """The exact ceiling over broadcastable arrays of positive integers (int64; object if it must be).
 
         Scalars are substituted first; the bound on the numerator is computed with Python integers from the
         arrays' maxima, so the int64 path is taken only when no product or sum can overflow. `maxima`, when given,
-        are the arrays' maxima, already checked positive (`array_maxima`: computed once for many polynomials)."""
+        are the arrays' maxima, already checked positive (`array_maxima`: computed once for many polynomials);
+        `powers`, a cache of the arrays' powers shared by the polynomials evaluated over the same arrays."""
         scalars = {k: int(v) for k, v in arrays.items() if np.ndim(v) == 0}
         arrs = {k: np.asarray(v) for k, v in arrays.items() if np.ndim(v) != 0}
         poly = self.partial(scalars) if scalars else self
@@ -155,13 +164,14 @@ class Poly:
         bound = sum(abs(n) * math.prod(maxima[v] ** e for v, e in powers) for n, powers in terms)
         den_bound = d * math.prod(maxima[v] ** sh for v, sh in shifts.items())
         dtype = np.int64 if max(bound, den_bound) < INT64_SAFE else object
-        cache: dict[tuple[str, int], np.ndarray] = {}
+        cache: dict = powers if powers is not None else {}
 
         def power(name: str, e: int) -> np.ndarray:
-            if (name, e) not in cache:
+            key = (name, e, dtype is object)
+            if key not in cache:
                 base = arrs[name].astype(dtype)
-                cache[(name, e)] = base if e == 1 else base ** e
-            return cache[(name, e)]
+                cache[key] = base if e == 1 else base ** e
+            return cache[key]
 
         # Terms grouped by their power of the variable with the largest array (b, in a sweep): each group is summed
         # on the smaller shape without that axis, and the full shape is reached once per group, not once per term.
@@ -319,7 +329,7 @@ def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ..
     from symmem.model import stage_parts
 
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
-    axes = scn.parallel.axis_sizes(SWEPT_AXES)
+    axes = scn.parallel.axis_sizes(swept_axes(scn))
     e_tok = _tokens_per_expert(_activation_key(scn), axes)
     variables, parallel = case_variables(scn)
     # in flight 2: the one other micro-batch's amount is the saved bytes per micro-batch; ZeRO-3: every extra
@@ -390,7 +400,7 @@ def structural_key(scn: Scenario) -> tuple:
     model, convention, rules, policy, par, routing, act_bytes = scn.activation_key
     hist_ep = par.ep if routing.kind == "histogram" else None
     # the arrangement as the derivation sees it: TP, CP, EP and ETP are variables, DP is not in the expressions
-    arrangement = (par.pp, par.sequence_parallel, par.moe_sp, par.cp_comm_type, hist_ep)
+    arrangement = (par.pp, par.sequence_parallel, par.moe_sp, par.cp > 1, par.cp_comm_type, hist_ep)
     sizes = tuple(sorted((str(k), v) for k, v in case_constants(scn).items()))
     return (model, convention, rules, policy, arrangement, routing, act_bytes, scn.layout, scn.profile_name, sizes,
             scn.mtp, scn.flow_impl, scn.precision.weight_bytes, scn.precision.grad_bytes,  # ZeRO-2/3 extras
@@ -415,8 +425,8 @@ def compile_case(scn: Scenario) -> CompiledCase:
         consts[s_symbol] = scn.s
     groups: dict[tuple, list[int]] = {}
     for st in scn.stages:
-        act = Poly.compile(stage_activation_expr(scn, st, symbolic_parallel=SWEPT_AXES), consts, variables)
-        per_gpu = stage_params(scn, st, symbolic_parallel=SWEPT_AXES).per_gpu_expr
+        act = Poly.compile(stage_activation_expr(scn, st, symbolic_parallel=swept_axes(scn)), consts, variables)
+        per_gpu = stage_params(scn, st, symbolic_parallel=swept_axes(scn)).per_gpu_expr
         params = tuple(Poly.compile(per_gpu[g], consts, parallel) for g in GROUPS)
         peak = peak_events(scn, st, consts)
         groups.setdefault((act, params, peak), []).append(st.index)

@@ -52,8 +52,8 @@ class Block:
     s_idx: np.ndarray
     b_idx: np.ndarray
     m_values: np.ndarray  # M of each m_idx (None resolved to PP)
-    low: np.ndarray
-    high: np.ndarray
+    fits_high: np.ndarray  # bool: high <= capacity (fits)
+    fits_low: np.ndarray  # bool: low <= capacity (fits at the low end of overheads)
     alloc: np.ndarray
     cls: np.ndarray  # which stage class peaks
     stage_index: tuple[int, ...]  # the stage each class is named by
@@ -64,11 +64,25 @@ class Block:
 
     @property
     def size(self) -> int:
-        return int(self.high.size)
+        return int(self.alloc.size)
+
+    def reserved_at(self, flat: np.ndarray, end: int) -> np.ndarray:
+        """The reserved estimate (end 0: low, 1: high) at the flat positions `flat`, as
+        `analysis.StageMemory.reserved` computes it: ceil(peak · (1 + fragmentation)) + buffers."""
+        base = self.space.base
+        return _reserved(self.alloc.ravel()[flat], base.fragmentation[end]) + base.comm_buffers[end]
+
+    @property
+    def low(self) -> np.ndarray:  # whole arrays: the feasible-region plot and tests (the sweep counts by mask)
+        return self.reserved_at(np.arange(self.size), 0).reshape(self.alloc.shape)
+
+    @property
+    def high(self) -> np.ndarray:
+        return self.reserved_at(np.arange(self.size), 1).reshape(self.alloc.shape)
 
     def ordinals(self, flat: np.ndarray) -> np.ndarray:
         """Sweep numbers of the flat positions `flat` (increasing with `flat`)."""
-        pi, zi, mi, si, bi = np.unravel_index(flat, self.high.shape)
+        pi, zi, mi, si, bi = np.unravel_index(flat, self.alloc.shape)
         st = self.space.strides
         return (self.par["base"][pi] + self.z_idx[zi] * st[7] + self.m_idx[mi] * st[8] + self.s_idx[si] * st[9]
                 + self.b_idx[bi] * st[10])
@@ -76,7 +90,7 @@ class Block:
     def record(self, flat: int) -> dict:
         from symmem.accounting.analysis import verdict
 
-        pi, zi, mi, si, bi = (int(x) for x in np.unravel_index(flat, self.high.shape))
+        pi, zi, mi, si, bi = (int(x) for x in np.unravel_index(flat, self.alloc.shape))
         c = int(self.cls.flat[flat])
         w, g, o = (int(x) for x in self.states[c, pi, zi])
         alloc = int(self.alloc.flat[flat])
@@ -87,7 +101,7 @@ class Block:
               "b": sp.b[self.b_idx[bi]]}
         event = binding_event(self.classes[c], at, zero_stage(sp.zero[self.z_idx[zi]]),
                               Fraction(int(self.kn[c, mi]), self.kd))
-        low, high = int(self.low.flat[flat]), int(self.high.flat[flat])
+        low, high = (int(self.reserved_at(np.array([flat]), end)[0]) for end in (0, 1))
         cap = sp.capacity
         par = {k: int(self.par[k][pi]) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
         return {
@@ -246,7 +260,7 @@ def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
         # (megatron-te's all-gather buffers: none when the sp axis is 1) cannot see t = 1 in a symbolic t: those
         # arrangements are derived apart, with sequence parallelism off (the same bytes, as the engine has them)
         tp1 = tp == 1 and par.sequence_parallel and bool(base.rules.workspaces)
-        key = (ep if base.routing.kind == "histogram" else None, tp1)
+        key = (ep if base.routing.kind == "histogram" else None, tp1, cp > 1)
         derive_as = dataclasses.replace(par, sequence_parallel=False, moe_sequence_parallel=False) if tp1 else par
         g = groups.setdefault(key, {"par": derive_as, "tp": [], "cp": [], "ep": [], "etp": [], "dp": [], "edp": [],
                                     "base": [], "pars": [], "V": []})
@@ -431,7 +445,9 @@ def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple
     b = np.array(space.b[b_sl], dtype=np.int64)[None, None, :]
     arrays = {"b": b, "s": s, **{k: v[:, None, None] for k, v in tep.items()}}
     tep3 = {k: v[:, None, None] for k, v in tep.items()}
+    variants = {_variant(z) for z in space.zero}
     maxima = array_maxima(arrays)  # once for every candidate of every class
+    powers: dict = {}  # the arrays' powers, likewise
     shape = (len(tep["t"]), s.shape[1], b.shape[2])
     out = []
     for c in case.classes:
@@ -442,7 +458,7 @@ def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple
             nums, den = g.scaled  # over one denominator: the ceiling of the largest, one division
             m = None
             for p in nums:
-                v = p.ceil_array(arrays, maxima)
+                v = p.ceil_array(arrays, maxima, powers)
                 m = v if m is None else np.maximum(m, v)
             d = den.ceil_array({k: v for k, v in arrays.items() if k in den.variables})
             if not (np.ndim(d) == 0 and d == 1):
@@ -451,6 +467,8 @@ def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple
                 m = -((-m) // d)
             m = np.broadcast_to(m, shape)
             for zv, extra in ((0, None), (2, g.zero2), (3, g.zero3)):
+                if zv not in variants:
+                    continue  # a ZeRO variant the sweep does not ask for (megatron-te: ZeRO-1 only)
                 v = m if extra is None or not extra.terms else m + extra.ceil_array(tep3)
                 dyn[zv] = v if zv not in dyn else np.maximum(dyn[zv], v)
         out.append((saved, dyn))
@@ -483,10 +501,22 @@ def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray,
     best = cls = None
     for c in range(n_cls):
         (num, den), dyn = acts_mb[c]
-        other = num.astype(dt)[:, None] * (kn[c] - kd).astype(dt)[None, :, None, None]  # (P, M, s, b)
-        den = den * kd if np.ndim(den) == 0 else den.astype(dt)[:, None] * kd
-        if np.ndim(den) != 0 or den != 1:
-            other = -((-other) // den)  # ceil((k − 1) · saved), exactly
+        k_1 = (kn[c] - kd).astype(dt)[None, :, None, None]
+        whole = None
+        if kd == 1 and (np.ndim(den) != 0 or den != 1):
+            # saved per micro-batch in whole bytes (every tensor is, at a valid configuration): then
+            # ceil((k - 1) · num / den) = (k - 1) · (num / den), divided once on (P, s, b), not at the full size
+            n_, d_ = num.astype(dt), (den if np.ndim(den) == 0 else den.astype(dt))
+            q, r = n_ // d_, n_ % d_  # (np.divmod has no object loop)
+            if not r.any():
+                whole = q
+        if whole is not None:
+            other = whole[:, None] * k_1
+        else:
+            other = num.astype(dt)[:, None] * k_1  # (P, M, s, b)
+            den = den * kd if np.ndim(den) == 0 else den.astype(dt)[:, None] * kd
+            if np.ndim(den) != 0 or den != 1:
+                other = -((-other) // den)  # ceil((k − 1) · saved), exactly
         if len(set(variants)) == 1:
             d = dyn[variants[0]].astype(dt)[:, None]  # (P, 1, s, b)
         else:
@@ -503,16 +533,21 @@ def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray,
             up = alloc > best
             best = np.where(up, alloc, best)
             cls[up] = c
-    as_float = best.astype(np.float64) if best.dtype != object else None  # converted once for both ends
-    low = _reserved(best, frag[0], as_float) + bufs[0]
-    high = _reserved(best, frag[1], as_float) + bufs[1]
-    return _clip(low), _clip(high), _clip(best), cls
+    # Fits: ceil(peak · (1 + f)) + buffers <= capacity, i.e. peak · (1 + f) <= capacity - buffers (an integer), in
+    # the same float64 product `StageMemory.reserved` rounds up: exact, and no integer array of reserved bytes
+    cap = space.capacity
+    if best.dtype == object:
+        fits = [np.array([math.ceil(x * (1 + f)) + b <= cap for x in best.flat]).reshape(best.shape)
+                for f, b in zip(frag, bufs, strict=True)]
+    else:
+        as_float = best.astype(np.float64)
+        fits = [as_float * (1 + f) <= cap - b for f, b in zip(frag, bufs, strict=True)]
+    return fits[1], fits[0], _clip(best), cls
 
 
-def _reserved(alloc: np.ndarray, f: float, as_float: np.ndarray | None = None) -> np.ndarray:
-    """ceil(alloc · (1 + f)) with alloc converted to a float first, as `StageMemory.reserved` (`as_float`: that
-    conversion, when already made)."""
+def _reserved(alloc: np.ndarray, f: float) -> np.ndarray:
+    """ceil(alloc · (1 + f)) with alloc converted to a float first, as `StageMemory.reserved`."""
     g = 1 + f
     if alloc.dtype == object:
         return np.array([math.ceil(x * g) for x in alloc.flat], dtype=object).reshape(alloc.shape)
-    return np.ceil((alloc.astype(np.float64) if as_float is None else as_float) * g).astype(np.int64)
+    return np.ceil(alloc.astype(np.float64) * g).astype(np.int64)

@@ -180,9 +180,9 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     for blk in iter_blocks(space, chunk, raw_rej, progress, cases):
         n = blk.size
         out.valid += n
-        fit = blk.high <= cap
+        fit = blk.fits_high
         n_fit = int(np.count_nonzero(fit))
-        n_low = int(np.count_nonzero(blk.low <= cap))
+        n_low = int(np.count_nonzero(blk.fits_low))
         out.fits += n_fit
         out.marginal += n_low - n_fit
         if region:
@@ -193,12 +193,12 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
                                                    np.full(len(space.b), sentinel)))
                 for row, best in zip(rows, bests, strict=True):
                     row[blk.b_idx] = np.maximum(row[blk.b_idx], best[keys == key].max(axis=0))
-        listed = (blk.low <= cap) if marginal else fit
+        listed = blk.fits_low if marginal else fit
         count = n_low if marginal else n_fit
         if not count:
             continue
         idx = np.flatnonzero(listed.ravel())
-        hv = cap - blk.high.ravel()[idx]  # headroom of the listed ones only, aligned with idx
+        hv = cap - blk.reserved_at(idx, 1)  # headroom of the listed ones only, aligned with idx
         if top:
             if len(heap) >= top:
                 keep = hv >= heap[0][0]
