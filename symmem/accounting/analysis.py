@@ -224,23 +224,6 @@ class StageMemory:
 
     fragmentation_fractions: tuple[float, float] = (0.05, 0.30)
 
-    @cached_property
-    def reserved_derived(self) -> int | None:
-        """What PyTorch's caching allocator reserves at most on one GPU of the stage over the measured window
-        (`torch.cuda.max_memory_reserved()`), replayed from the order the framework allocates in
-        (`symmem.accounting.reserved`); None for a profile that does not say that order. The stage's ranks differ
-        in their shards of the DDP buffers: the largest over up to RESERVED_RANKS of them, evenly spaced over the
-        DP×CP group."""
-        if not self.scenario.profile.allocation_order:
-            return None
-        from symmem.accounting.reserved import replay_stage
-
-        par = self.scenario.parallel
-        n = par.dense_shard
-        k = min(RESERVED_RANKS, n)
-        ranks = sorted({(j * n // k) * par.tp for j in range(k)})
-        return max(replay_stage(self.scenario, self.stage, r).peak_reserved for r in ranks)
-
     @property
     def low(self) -> int:
         return self.allocated + self.fragmentation[0] + self.comm_buffers[0]
@@ -248,9 +231,6 @@ class StageMemory:
     @property
     def high(self) -> int:
         return self.allocated + self.fragmentation[1] + self.comm_buffers[1]
-
-
-RESERVED_RANKS = 4  # ranks of a stage replayed through the caching allocator (their shards differ)
 
 
 def verdict(low: int, high: int, capacity: int) -> str:

@@ -266,3 +266,20 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
         _iteration(alloc, events, it)
         done()
     return Reserved(alloc.peak_allocated, alloc.peak_reserved, alloc.segments, peak_phase[0])
+
+
+RESERVED_RANKS = 4  # ranks of a stage replayed through the caching allocator (their shards differ)
+
+
+def stage_reserved(scn, stage) -> int | None:
+    """What PyTorch's caching allocator reserves at most on one GPU of `stage` over the measured window
+    (`torch.cuda.max_memory_reserved()`), replayed from the order the framework allocates in; None for a profile
+    that does not say that order. The stage's ranks differ in their shards of the DDP buffers: the largest over up
+    to RESERVED_RANKS of them, evenly spaced over the DP×CP group."""
+    if not scn.profile.allocation_order:
+        return None
+    par = scn.parallel
+    n = par.dense_shard
+    k = min(RESERVED_RANKS, n)
+    ranks = sorted({(j * n // k) * par.tp for j in range(k)})
+    return max(replay_stage(scn, stage, r).peak_reserved for r in ranks)

@@ -218,6 +218,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 def memory_rows(scn):
     from symmem.accounting.analysis import memory, verdict
+    from symmem.accounting.reserved import stage_reserved
 
     mems = memory(scn)
     top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))
@@ -239,7 +240,7 @@ def memory_rows(scn):
                      "peak_breakdown": {**m.peak.static, **m.peak.dynamic},
                      "reserved_low": low, "reserved_high": high,
                      # the caching allocator replayed (profiles that say their allocation order), else null
-                     "reserved": m.reserved_derived,
+                     "reserved": stage_reserved(scn, m.stage),
                      "verdict": verdict(low, high, scn.gpu_memory), "peak": m is top})
     return rows, top
 
