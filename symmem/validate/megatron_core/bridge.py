@@ -7,10 +7,15 @@ the dtype or shape of a tensor the tracker measures (paths are in the installed 
   (`torch.cuda.current_device()`), `transformer/utils.py:35` and `:40` (`device="cuda"` masks). A
   `TorchFunctionMode` (`CpuDevices`) rewrites a `device=` that names CUDA to `cpu`, and `Tensor.cuda()` to the
   tensor itself (a CPU tensor moved to the CPU is the same tensor: no copy). `torch.cuda.current_device()` returns
-  "cpu".
+  "cpu". `torch.autograd.backward` is run by the mode with the mode kept on (torch's own steps), so that what is
+  recomputed in backward is bridged too.
 * the model-parallel RNG tracker, `tensor_parallel/random.py:243-248`: `fork()` restores CUDA RNG states; here it is
   a null context (dropout runs at p = 0 in every measured configuration, so no random number is drawn under it).
-  `model_parallel_cuda_manual_seed` is not called; the CPU generator is seeded instead.
+  `model_parallel_cuda_manual_seed` is not called; the CPU generator is seeded instead. Activation checkpointing
+  stores and restores the CUDA RNG state (`tensor_parallel/random.py:444-460`, through `_get_cuda_rng_state` `:41-55`
+  and `_set_cuda_rng_state` `:72`): here there is none (None, and setting it does nothing). The CPU RNG state it
+  also stores (`torch.get_rng_state()`, `:446`) is host memory on a GPU, and made outside the dispatcher here: not
+  counted.
 * CUDA streams and events: `transformer/moe/token_dispatcher.py:445`, `transformer/moe/shared_experts.py:123` create
   `torch.cuda.Stream`, `token_dispatcher.py:899` synchronises an event: stand-ins with no effect (everything on a
   CPU is one stream).
@@ -50,11 +55,30 @@ def _mode_class():
             kwargs = kwargs or {}
             if "device" in kwargs and _is_cuda(kwargs["device"]):
                 kwargs = {**kwargs, "device": "cpu"}
+            if func is torch.autograd.backward or func is torch.Tensor.backward:
+                return self._backward(*args, **kwargs)
             if func is torch.Tensor.cuda:
                 return args[0]
             if func is torch.Tensor.to and len(args) > 1 and _is_cuda(args[1]):
                 args = (args[0], "cpu", *args[2:])
             return func(*args, **kwargs)
+
+        def _backward(self, tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None,
+                      **kwargs):
+            """`torch.autograd.backward` with this mode kept on: a mode is off while it handles a call, and
+            backward reaches the mode (torch/autograd/__init__.py:377), so recomputation in backward
+            (tensor_parallel/random.py:557) would run without it. The same steps as torch's (`:382-395`)."""
+            from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+            from torch.autograd.graph import _engine_run_backward
+
+            grad_tensors = kwargs.get("gradient", grad_tensors)  # Tensor.backward's name
+            tensors = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
+            inputs = () if inputs is None else ((inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs))
+            with self:
+                grads = _make_grads(tensors, _tensor_or_tensors_to_tuple(grad_tensors, len(tensors)),
+                                    is_grads_batched=False)
+                _engine_run_backward(tensors, grads, create_graph if retain_graph is None else retain_graph,
+                                     create_graph, inputs, allow_unreachable=True, accumulate_grad=True)
 
     return CpuDevices
 
@@ -107,6 +131,8 @@ def cpu_megatron():
         (torch.cuda, "current_stream"): torch.cuda.current_stream,
         (torch.cuda, "synchronize"): torch.cuda.synchronize,
         (mrandom.CudaRNGStatesTracker, "fork"): mrandom.CudaRNGStatesTracker.fork,
+        (mrandom, "_get_cuda_rng_state"): mrandom._get_cuda_rng_state,
+        (mrandom, "_set_cuda_rng_state"): mrandom._set_cuda_rng_state,
     }
     had_gemm = hasattr(moe_utils, "te_general_gemm")
 
@@ -125,6 +151,8 @@ def cpu_megatron():
     torch.cuda.current_stream = lambda device=None: _Stream()
     torch.cuda.synchronize = lambda device=None: None
     mrandom.CudaRNGStatesTracker.fork = fork
+    mrandom._get_cuda_rng_state = lambda *args, **kwargs: None
+    mrandom._set_cuda_rng_state = lambda *args, **kwargs: None
     if not had_gemm:
         moe_utils.te_general_gemm = None
     try:

@@ -189,6 +189,7 @@ def _iteration(rank: int, st: Settings) -> dict:
         if first:
             gc.collect()
             saved_layers.update(saved.result())
+            saved_detail.update(saved.detail())
 
         def loss_func(output):
             loss = output.float().mean()
@@ -197,6 +198,7 @@ def _iteration(rank: int, st: Settings) -> dict:
         return out, loss_func
 
     saved_layers: dict[str, int] = {}
+    saved_detail: dict[str, list] = {}
     Tracker = tracker_class()
     tracker = Tracker()
     gc.collect()
@@ -219,7 +221,13 @@ def _iteration(rank: int, st: Settings) -> dict:
             "pp_rank": ps.get_pipeline_model_parallel_rank(), "dp_rank": ps.get_data_parallel_rank(),
             "peak": tracker.peak, "peak_op": tracker.peak_op, "peak_phase": tracker.peak_phase,
             "start": start, "end": end, "states": states["total"], "states_by_kind": states,
-            "saved": dict(sorted(saved_layers.items(), key=lambda kv: int(kv[0].split()[1])))}
+            "saved": dict(sorted(saved_layers.items(), key=_layer_order)),
+            "saved_detail": saved_detail}
+
+
+def _layer_order(item) -> tuple:
+    name = item[0]
+    return (1, 0) if not name.startswith("layer ") else (0, int(name.split()[1]))
 
 
 def _state_bytes(model, optimizer) -> dict:

@@ -81,6 +81,9 @@ def tracker_class():
     return StorageTracker
 
 
+OUTSIDE = "outside layers"  # the embedding, the output layer and loss, full recomputation's checkpoints
+
+
 class SavedPerLayer:
     """Storages saved for backward in one micro-batch's forward, per layer (first packer wins)."""
 
@@ -90,22 +93,33 @@ class SavedPerLayer:
         self.owner: dict[int, str] = {}
         self.refs: dict[int, tuple[weakref.ref, int]] = {}
         self.active = False
+        self.shapes: dict[int, tuple] = {}
 
     def pack(self, t):
-        if self.active and self.layer is not None:
+        if self.active:
             try:
                 st = t.untyped_storage()
             except (RuntimeError, NotImplementedError):
                 return t
             ptr = st.data_ptr()
             if st.nbytes() and ptr not in self.excluded and ptr not in self.owner:
-                self.owner[ptr] = self.layer
+                self.owner[ptr] = self.layer or OUTSIDE
                 self.refs[ptr] = (weakref.ref(st), st.nbytes())
+                self.shapes[ptr] = (tuple(t.shape), str(t.dtype).replace("torch.", ""))
         return t
 
     @staticmethod
     def unpack(t):
         return t
+
+    def detail(self) -> dict[str, list]:
+        """Per layer: (shape, dtype, storage bytes) of every storage counted, in packing order."""
+        out: dict[str, list] = {}
+        for ptr, layer in self.owner.items():
+            ref, n = self.refs[ptr]
+            if ref() is not None:
+                out.setdefault(layer, []).append([*self.shapes[ptr], n])
+        return out
 
     def result(self) -> dict[str, int]:
         out: dict[str, int] = {}
