@@ -1,0 +1,192 @@
+"""Megatron-Core 0.16.1 with its local (non-TransformerEngine) layer spec, as it runs on a CPU: model states and
+what each module keeps for backward, per rank. Checked to the byte by `symmem.validate.megatron_core` (`symmem
+measure --framework megatron-core`).
+
+Paths are in the installed package (`megatron/core/`, version 0.16.1) and torch 2.13.0. Settings of the runs: no
+sequence parallelism, dropout 0, no fusions (bias-activation, RoPE, masked softmax), Adam through torch's optimizer
+(no TE/Apex), FP32 gradient buffers (`grad_reduce_in_fp32`), `overlap_grad_reduce` off (one bucket per buffer).
+
+Model states (`states`):
+
+* parameters are those Megatron's modules create, in their registration order (`named_parameters`): the word
+  embedding [V/t, h] (`models/common/embeddings/language_model_embedding.py:56`), the learned positions [P, h]
+  (`:67`, GPT only), per layer `input_layernorm` (`transformer/transformer_layer.py:287`), `linear_proj`
+  [h, n_h d/t] before `linear_qkv` [(n_h + 2 n_g) d/t, h] (`transformer/attention.py:349`, `:1267`),
+  `pre_mlp_layernorm` (`transformer_layer.py:334`), `linear_fc1` [2f/t, h] for a gated unit
+  (`transformer/mlp.py:108`, `:121`), `linear_fc2` [h, f/t] (`mlp.py:141`); biases after their weight when
+  `add_bias_linear`; the MoE layer's router [E, h] in FP32 (`transformer/moe/router.py:53-55`), its local experts
+  (`moe/moe_layer.py:223`, SequentialMLP: one MLP per expert) and shared expert (`moe_layer.py:232`); the final
+  norm (`transformer/transformer_block.py:378`) and the output layer [V/t, h] (`models/gpt/gpt_model.py:241`) on the
+  last stage, unless it shares the embedding. Norms are torch's `LayerNorm`/`RMSNorm` built without a dtype
+  (`transformer/torch_norm.py:51`): FP32 parameters even when the run's are BF16.
+* DDP groups parameters by (param dtype, grad dtype) and by dense/expert (`distributed/distributed_data_parallel.py:
+  111-125`, `:138-151`); one buffer per group holds the parameters in reverse order, with the distributed
+  optimizer each start padded to 64 elements and the end to lcm(DP, 128) (`distributed/param_and_grad_buffer.py:
+  635-665`, `:701-735`); its parameter buffer exists only with the distributed optimizer (`:797`), the FP32
+  gradient buffer always (`:803`).
+* the distributed optimizer gives rank r of DP the r-th 1/DP of each buffer (`optimizer/distrib_optimizer.py:
+  112-171`); a parameter with elements in that range gets a shard: a new FP32 main copy when it is 16-bit, a view
+  of the parameter when it is FP32 (`distrib_optimizer.py:361-432`); torch's Adam keeps exp_avg and exp_avg_sq
+  (FP32, the shard's size) and a 4-byte FP32 `step` per shard (torch/optim/adam.py `_init_group`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from symmem.errors import SymmemError
+
+SUPPORTED = ("llama", "gpt2", "qwen2_moe")
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes Megatron's modules are built from, read from an HF config."""
+
+    kind: str  # llama | gpt2 | qwen2_moe
+    h: int
+    layers: int
+    heads: int
+    groups: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    positions: int  # learned position embeddings (GPT), 0 with RoPE
+    gated: bool
+    bias: bool
+    tied: bool
+    experts: int = 0
+    topk: int = 0
+    moe_ffn: int = 0
+    shared_ffn: int = 0
+
+    @classmethod
+    def from_hf(cls, raw: dict, name: str = "config") -> Dims:
+        kind = raw.get("model_type")
+        if kind not in SUPPORTED:
+            raise SymmemError(f"{name}: model_type = {kind!r}: megatron-core runs support {', '.join(SUPPORTED)}")
+        try:
+            if kind == "gpt2":
+                h = raw["n_embd"]
+                return cls(kind, h, raw["n_layer"], raw["n_head"], raw["n_head"], h // raw["n_head"],
+                           raw.get("n_inner") or 4 * h, raw["vocab_size"], raw["n_positions"], False, True,
+                           bool(raw.get("tie_word_embeddings", True)))
+            h, heads = raw["hidden_size"], raw["num_attention_heads"]
+            moe = kind == "qwen2_moe"
+            return cls(kind, h, raw["num_hidden_layers"], heads, raw.get("num_key_value_heads", heads),
+                       raw.get("head_dim") or h // heads, raw["intermediate_size"], raw["vocab_size"], 0, True,
+                       False, bool(raw.get("tie_word_embeddings", False)),
+                       raw["num_experts"] if moe else 0, raw["num_experts_per_tok"] if moe else 0,
+                       raw["moe_intermediate_size"] if moe else 0,
+                       (raw.get("shared_expert_intermediate_size") or 0) if moe else 0)
+        except KeyError as exc:
+            raise SymmemError(f"{name}: missing key {exc.args[0]!r} for model_type {kind}") from None
+
+
+@dataclass(frozen=True)
+class Weight:
+    name: str
+    numel: int
+    fp32: bool  # created FP32 whatever the run's dtype (norms, router)
+    expert: bool = False  # in the expert-parallel DDP buffer
+
+
+def weights(d: Dims, tp: int, pp: int, pp_rank: int) -> list[Weight]:
+    """The parameters of one rank, in Megatron's registration order."""
+    out: list[Weight] = []
+    first, last = pp_rank == 0, pp_rank == pp - 1
+    if first:
+        out.append(Weight("embedding.word_embeddings.weight", d.vocab // tp * d.h, False))
+        if d.positions:
+            out.append(Weight("embedding.position_embeddings.weight", d.positions * d.h, False))
+    per_stage = d.layers // pp
+
+    def norm(name):
+        out.append(Weight(f"{name}.weight", d.h, True))
+        if d.kind == "gpt2":
+            out.append(Weight(f"{name}.bias", d.h, True))
+
+    def linear(name, rows, cols, expert=False):
+        out.append(Weight(f"{name}.weight", rows * cols, False, expert))
+        if d.bias:
+            out.append(Weight(f"{name}.bias", rows, False, expert))
+
+    def mlp(name, f, expert=False):
+        linear(f"{name}.linear_fc1", (2 if d.gated else 1) * f // tp, d.h, expert)
+        if d.bias:  # linear_fc2 is row-parallel: its bias is whole
+            out.append(Weight(f"{name}.linear_fc2.weight", d.h * (f // tp), False, expert))
+            out.append(Weight(f"{name}.linear_fc2.bias", d.h, False, expert))
+        else:
+            out.append(Weight(f"{name}.linear_fc2.weight", d.h * (f // tp), False, expert))
+
+    for i in range(pp_rank * per_stage, (pp_rank + 1) * per_stage):
+        p = f"decoder.layers.{i}"
+        norm(f"{p}.input_layernorm")
+        out.append(Weight(f"{p}.self_attention.linear_proj.weight", d.h * (d.heads * d.head_dim // tp), False))
+        if d.bias:
+            out.append(Weight(f"{p}.self_attention.linear_proj.bias", d.h, False))
+        linear(f"{p}.self_attention.linear_qkv", (d.heads + 2 * d.groups) * d.head_dim // tp, d.h)
+        norm(f"{p}.pre_mlp_layernorm")
+        if d.experts:
+            out.append(Weight(f"{p}.mlp.router.weight", d.experts * d.h, True))
+            for e in range(d.experts):
+                mlp(f"{p}.mlp.experts.local_experts.{e}", d.moe_ffn, expert=True)
+            if d.shared_ffn:
+                mlp(f"{p}.mlp.shared_experts", d.shared_ffn)
+        else:
+            mlp(f"{p}.mlp", d.ffn)
+    if last:
+        norm("decoder.final_layernorm")
+        if not (d.tied and pp == 1):
+            if d.tied:
+                raise SymmemError("tie_word_embeddings with PP > 1: the shared embedding's own bucket is not modelled")
+            out.append(Weight("output_layer.weight", d.vocab // tp * d.h, False))
+    return out
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One DDP buffer: its parameters' (start, end) in elements and its padded size."""
+
+    fp32_params: bool
+    expert: bool
+    ranges: tuple[tuple[Weight, int, int], ...]
+    numel: int
+
+
+def ddp_buffers(ws: list[Weight], dp: int, distributed: bool, bf16: bool) -> list[Buffer]:
+    """param_and_grad_buffer.py:635-735, one bucket (overlap_grad_reduce off)."""
+    groups: dict[tuple[bool, bool], list[Weight]] = {}
+    for w in ws:
+        groups.setdefault((w.fp32 or not bf16, w.expert), []).append(w)
+    out = []
+    for (fp32, expert), members in groups.items():
+        start, ranges = 0, []
+        for w in reversed(members):
+            if distributed:
+                start = -(-start // 64) * 64
+            ranges.append((w, start, start + w.numel))
+            start += w.numel
+        numel = -(-start // math.lcm(dp, 128)) * math.lcm(dp, 128) if distributed else start
+        out.append(Buffer(fp32, expert, tuple(ranges), numel))
+    return out
+
+
+def states(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, bf16: bool,
+           distributed: bool = True) -> dict[str, int]:
+    """Bytes of one rank's parameters, gradient buffers and optimizer tensors (EP 1: every rank holds all experts)."""
+    ws = weights(d, tp, pp, pp_rank)
+    out = {"params": 0, "grad_buffers": 0, "optimizer": 0}
+    for buf in ddp_buffers(ws, dp, distributed, bf16):
+        pbytes = 4 if buf.fp32_params else 2
+        out["params"] += buf.numel * pbytes if distributed else sum(w.numel for w, _, _ in buf.ranges) * pbytes
+        out["grad_buffers"] += 4 * buf.numel
+        lo, hi = (dp_rank * buf.numel // dp, (dp_rank + 1) * buf.numel // dp) if distributed else (0, buf.numel)
+        for _w, a, b in buf.ranges:
+            n = max(0, min(b, hi) - max(a, lo))
+            if n:
+                main = 0 if buf.fp32_params else 4 * n  # a 16-bit parameter's FP32 main shard
+                out["optimizer"] += main + 8 * n + 4  # exp_avg, exp_avg_sq, step
+    out["total"] = sum(out.values())
+    return out
