@@ -190,3 +190,94 @@ def states(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, bf16:
                 out["optimizer"] += main + 8 * n + 4  # exp_avg, exp_avg_sq, step
     out["total"] = sum(out.values())
     return out
+
+
+# ------------------------------------------------------------------------------------------------ saved tensors
+# What one transformer layer keeps for backward in the local spec, per distinct storage (e = the run's bytes per
+# element, 4 or 2; FP32 = 4; n and g the query and key/value heads of the rank, d the head size, f the FFN width
+# of the rank; no sequence parallelism, so every rank holds all s·b rows):
+#
+# * torch's RMSNorm (`transformer/torch_norm.py:51`; torch 2.13's rms_norm upcasts to FP32): the FP32 input (the
+#   input itself in FP32 runs), FP32 rstd per row, the FP32 normalised input (kept by the product with the weight)
+#   and the output, kept by the next linear (`tensor_parallel/layers.py:465`, `ctx.save_for_backward(input,
+#   weight)`). torch's LayerNorm (GPT): the input, FP32 mean and rstd per row, the output (kept by the linear).
+# * RoPE, unfused (`models/common/embeddings/rope_utils.py:122-125`): cos and sin [s, 1, 1, d] made at the run's
+#   dtype on each call, for q and for k: four tables per layer, kept by the products with them.
+# * core attention (`transformer/dot_product_attention.py`): with g < n, key and value are repeated to n heads
+#   (`:170`, `:173`: new storages); `baddbmm` (`:194`) keeps q and k; the causal mask [s, s] (bool), made on every
+#   call (`transformer/utils.py:35`) and kept by the in-place masked_fill; torch's softmax runs in FP32 and keeps
+#   its output (`fusions/fused_softmax.py:314`, `:334`), cast back to the run's dtype in 16-bit runs (a second
+#   storage, kept by the bmm); the bmm with the values (`:239`) keeps them. Without RoPE and repeat (GPT), q, k and
+#   v are views of linear_qkv's output: one storage. Dropout runs at p = 0 and keeps nothing.
+# * linear_proj keeps the attention's output [s, b, n d]; the MLP: linear_fc1 its input; SwiGLU (`transformer/
+#   mlp.py:219-226`) keeps fc1's output (silu's input, a chunk), silu's output and `x_linear + glu_linear_offset`
+#   (a new storage); linear_fc2 the product. GeLU with bias (`mlp.py:164-166`): the biased fc1 output (gelu's
+#   input) and gelu's output (fc2's input).
+# * selective recomputation checkpoints core attention (`transformer/attention.py:390-420`): it keeps its inputs
+#   (q and k after RoPE, linear_qkv's output viewed as v) and an int32 tensor of the mask type (`attention.py:414`)
+#   instead of the attention's intermediates. Full recomputation keeps nothing inside a layer: the checkpoint of
+#   the layer's input is kept outside it (`transformer/transformer_block.py`, `_checkpointed_forward`).
+
+
+def layer_saved(d: Dims, tp: int, b: int, s: int, bf16: bool, recompute: str = "none") -> list[tuple[str, int]]:
+    """(term, bytes) of what one transformer layer of a rank keeps for backward (dense layers)."""
+    if d.experts:
+        raise SymmemError("saved tensors of Megatron's MoE layer (router, dispatcher, experts) are not modelled yet")
+    if recompute == "full":
+        return []
+    e = 2 if bf16 else 4
+    rows = s * b
+    n, g, hd = d.heads // tp, d.groups // tp, d.head_dim
+    f = d.ffn // tp
+    out: list[tuple[str, int]] = []
+
+    def norm(name):
+        if d.kind == "gpt2":
+            if bf16:
+                raise SymmemError("GPT (LayerNorm) in BF16 is not modelled yet")
+            out.extend([(f"{name} input", rows * d.h * e), (f"{name} FP32 mean", rows * 4),
+                        (f"{name} FP32 rstd", rows * 4), (f"{name} output (linear input)", rows * d.h * e)])
+        else:
+            out.extend([(f"{name} FP32 input", rows * d.h * 4), (f"{name} FP32 rstd", rows * 4),
+                        (f"{name} FP32 normalised input", rows * d.h * 4),
+                        (f"{name} output (linear input)", rows * d.h * e)])
+
+    norm("input_layernorm")
+    rope = d.kind != "gpt2"
+    if rope:
+        out.append(("RoPE cos and sin for q and k", 4 * s * hd * e))
+    if recompute == "selective":
+        if rope:
+            out.extend([("q after RoPE (checkpoint input)", rows * n * hd * e),
+                        ("k after RoPE (checkpoint input)", rows * g * hd * e)])
+        out.extend([("linear_qkv output, v (checkpoint input)", rows * (n + 2 * g) * hd * e),
+                     ("int32 attention mask type (checkpoint input)", 4)])
+    else:
+        if rope:
+            out.extend([("q after RoPE", rows * n * hd * e), ("k (repeated to n heads when g < n)", rows * n * hd * e)])
+            out.append(("v repeated to n heads" if g < n else "linear_qkv output (v)",
+                        rows * n * hd * e if g < n else rows * (n + 2 * g) * hd * e))
+        else:
+            out.append(("linear_qkv output (q, k, v views)", rows * (n + 2 * g) * hd * e))
+        out.append(("causal mask [s, s] (bool)", s * s))
+        out.append(("FP32 softmax output", b * n * s * s * 4))
+        if bf16:
+            out.append(("softmax output at the run's dtype", b * n * s * s * e))
+    out.append(("attention output (linear_proj input)", rows * n * hd * e))
+    norm("pre_mlp_layernorm")
+    if d.gated:
+        out.extend([("linear_fc1 output (silu input)", rows * 2 * f * e), ("silu output", rows * f * e),
+                    ("x_linear + glu_linear_offset", rows * f * e), ("linear_fc2 input", rows * f * e)])
+    else:
+        out.extend([("biased linear_fc1 output (gelu input)", rows * f * e), ("gelu output (linear_fc2 input)",
+                                                                            rows * f * e)])
+    return out
+
+
+def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf16: bool,
+                    recompute: str = "none") -> dict[str, int]:
+    """Bytes kept for backward by each transformer layer of a rank in one micro-batch ("layer N", 1-based as
+    Megatron numbers them)."""
+    per = sum(n for _, n in layer_saved(d, tp, b, s, bf16, recompute))
+    stage = d.layers // pp
+    return {f"layer {i + 1}": per for i in range(pp_rank * stage, (pp_rank + 1) * stage)}
