@@ -197,7 +197,7 @@ def _iteration(rank: int, st: Settings) -> dict:
 
         return out, loss_func
 
-    saved_layers: dict[str, int] = {}
+    saved_layers: dict[str, int] = {f"layer {m.layer_number}": 0 for m in layers}  # a layer may keep nothing
     saved_detail: dict[str, list] = {}
     Tracker = tracker_class()
     tracker = Tracker()
