@@ -220,9 +220,18 @@ def _iteration(rank: int, st: Settings) -> dict:
     return {"rank": rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
             "pp_rank": ps.get_pipeline_model_parallel_rank(), "dp_rank": ps.get_data_parallel_rank(),
             "peak": tracker.peak, "peak_op": tracker.peak_op, "peak_phase": tracker.peak_phase,
+            "at_peak": _summary(tracker.at_peak),
             "start": start, "end": end, "states": states["total"], "states_by_kind": states,
             "saved": dict(sorted(saved_layers.items(), key=_layer_order)),
             "saved_detail": saved_detail}
+
+
+def _summary(items) -> dict[str, int]:
+    """Bytes live at the peak by the phase and op that made them."""
+    out: dict[str, int] = {}
+    for n, origin in items:
+        out[origin] = out.get(origin, 0) + n
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _layer_order(item) -> tuple:

@@ -46,15 +46,19 @@ def tracker_class():
             self.peak_op = "(start)"
             self.phase = "start"
             self.peak_phase = "start"
+            self.origin: dict[int, str] = {}  # data_ptr -> "phase: op" that made it
+            self.at_peak: list[tuple[int, str]] = []  # (bytes, origin) of every storage live at the peak
 
-        def add(self, storage) -> None:
+        def add(self, storage, op: str = "(registered)") -> None:
             ptr, n = storage.data_ptr(), storage.nbytes()
             if n == 0 or ptr in self.live:
                 return
             self.live[ptr] = n
+            self.origin[ptr] = f"{self.phase}: {op}"
             self.current += n
 
             def gone(_ref, ptr=ptr):
+                self.origin.pop(ptr, None)
                 n = self.live.pop(ptr, 0)
                 self.current -= n
                 self._refs.pop(ptr, None)
@@ -69,11 +73,12 @@ def tracker_class():
         def _check(self, op: str) -> None:
             if self.current > self.peak:
                 self.peak, self.peak_op, self.peak_phase = self.current, op, self.phase
+                self.at_peak = [(n, self.origin[p]) for p, n in self.live.items()]
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for st in _storages(out, []):
-                self.add(st)
+                self.add(st, str(func.__name__))
             if func.__name__ not in ("detach.default", "view.default", "_unsafe_view.default"):
                 self._check(str(func.__name__))
             return out
