@@ -221,8 +221,9 @@ def states(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, bf16:
 
 def layer_saved(d: Dims, tp: int, b: int, s: int, bf16: bool, recompute: str = "none") -> list[tuple[str, int]]:
     """(term, bytes) of what one transformer layer of a rank keeps for backward (dense layers)."""
-    if d.experts:
-        raise SymmemError("saved tensors of Megatron's MoE layer (router, dispatcher, experts) are not modelled yet")
+    if d.experts and (bf16 or tp > 1 or recompute != "none"):
+        raise SymmemError("saved tensors of Megatron's MoE layer are modelled in FP32 at TP 1 without "
+                          "recomputation only")
     if recompute == "full":
         return []
     e = 2 if bf16 else 4
@@ -265,12 +266,38 @@ def layer_saved(d: Dims, tp: int, b: int, s: int, bf16: bool, recompute: str = "
             out.append(("softmax output at the run's dtype", b * n * s * s * e))
     out.append(("attention output (linear_proj input)", rows * n * hd * e))
     norm("pre_mlp_layernorm")
-    if d.gated:
+    if d.experts:
+        out.extend(_moe_saved(d, rows, e))
+    elif d.gated:
         out.extend([("linear_fc1 output (silu input)", rows * 2 * f * e), ("silu output", rows * f * e),
                     ("x_linear + glu_linear_offset", rows * f * e), ("linear_fc2 input", rows * f * e)])
     else:
         out.extend([("biased linear_fc1 output (gelu input)", rows * f * e), ("gelu output (linear_fc2 input)",
                                                                             rows * f * e)])
+    return out
+
+
+def _moe_saved(d: Dims, tokens: int, e: int) -> list[tuple[str, int]]:
+    """The MoE block (alltoall dispatcher, SequentialMLP experts, EP 1, dropless: the experts see tokens·k rows in
+    all, however the router splits them). Router (`transformer/moe/router.py:639`, FP32 gating through
+    `moe_utils.py:1192-1197`, which keeps the FP32 input: the norm's output, counted above): the top-k indices
+    (int64) and probabilities (FP32) [T, k], the routing map [E, T] (bool) and the transposed FP32 probabilities
+    [E, T] (`moe_utils.py:354`, `:372`); the permutation's sorted indices [T·k] (int64, `moe_utils.py:346-369`) and
+    the permuted tokens [T·k, h] (kept by every expert's linear_fc1 as views of one storage) and FP32 permuted
+    probabilities [T·k]; per expert row: the SwiGLU terms of a dense MLP (fc1 output 2f, silu output f,
+    x_linear + offset f) and the product scaled by the routing probability (`transformer/mlp.py:231-234`, the
+    unscaled product f and the scaled one, fc2's input, f); the shared expert is a dense SwiGLU MLP
+    (`moe/shared_experts.py`) on all tokens."""
+    k, experts, fm, fs = d.topk, d.experts, d.moe_ffn, d.shared_ffn
+    routed = tokens * k
+    out = [("router top-k indices (int64)", routed * 8), ("router top-k probabilities (FP32)", routed * 4),
+           ("routing map [E, T] (bool)", experts * tokens), ("transposed probabilities [E, T] (FP32)",
+                                                             experts * tokens * 4),
+           ("permutation sorted indices (int64)", routed * 8), ("permuted tokens", routed * d.h * e),
+           ("permuted probabilities (FP32)", routed * 4),
+           ("experts: fc1 output, silu output, x_linear + offset, product, scaled product", routed * 6 * fm * e)]
+    if fs:
+        out.append(("shared expert: fc1 output, silu output, x_linear + offset, fc2 input", tokens * 5 * fs * e))
     return out
 
 
