@@ -40,7 +40,8 @@ def check(raw: dict, args, name: str):
                               ("the FFN width", d.ffn, args.tp), ("vocab_size", d.vocab, args.tp),
                               ("the layer count", d.layers, args.pp)):
         if value % div:
-            raise SymmemError(f"{name}: {label} = {value}: must divide by {'--pp' if div == args.pp and label == 'the layer count' else '--tp'} = {div}")
+            flag = "--pp" if label == "the layer count" else "--tp"
+            raise SymmemError(f"{name}: {label} = {value}: must divide by {flag} = {div}")
     if d.experts and (d.moe_ffn % args.tp or d.shared_ffn % args.tp):
         raise SymmemError(f"{name}: the expert widths must divide by --tp = {args.tp}")
     if d.positions and args.s > d.positions:
@@ -84,6 +85,7 @@ def run(args) -> int:
         pred = predicted(d, args, m)
         layers = {k: v for k, v in m["saved"].items() if k.startswith("layer ")}
         measured = {"peak": m["peak"], "peak_op": m["peak_op"], "peak_phase": m["peak_phase"],
+                    "at_peak": m["at_peak"],
                     "states": m["states"], "states_by_kind": m["states_by_kind"], "saved": sum(layers.values()),
                     "saved_per_layer": layers, "saved_outside_layers": m["saved"].get("outside layers", 0)}
         match = {"peak": pred["peak"] == measured["peak"], "states": pred["states"] == measured["states"],
@@ -108,7 +110,7 @@ def run(args) -> int:
     for r in ranks:
         m, p = r["measured"], r["predicted"]
 
-        def cell(key):
+        def cell(key, p=p, r=r):
             value = p[key]
             return "-" if value is None else f"{value:,}" + ("" if r["match"][key] else " (DIFFERENT)")
 
