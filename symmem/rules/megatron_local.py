@@ -308,3 +308,65 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
     per = sum(n for _, n in layer_saved(d, tp, b, s, bf16, recompute))
     stage = d.layers // pp
     return {f"layer {i + 1}": per for i in range(pp_rank * stage, (pp_rank + 1) * stage)}
+
+
+# ------------------------------------------------------------------------------------------------ the peak
+# Where these runs peak: in the optimizer step (the activations of a tiny model are far below Adam's moments). At
+# the k-th parameter that torch's single-tensor AdamW updates (torch/optim/adam.py `_single_tensor_adam`: weight
+# decay in place; `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`), the rank holds:
+# * what existed before the iteration: the parameter and FP32 gradient buffers, the 16-bit runs' FP32 main shards,
+#   the rotary inv_freq buffer [d/2] (FP32, `models/common/embeddings/rotary_pos_embedding.py`), the optimizer's
+#   `_scale_one` [1] FP32 and, in FP32 runs, `_dummy_overflow_buf` [1] int32 (`optimizer/optimizer.py:481`, `:485`),
+#   one per optimizer (dense, and expert), one FP32 scalar more made before the iteration (not traced to its line),
+#   and the runner's inputs: M token batches [b, s + 1] int64 and the position ids [s] int64;
+# * what the forward left for the whole process: Megatron's global buffer for the attention scores [b n, s, s] at
+#   the run's dtype (`transformer/dot_product_attention.py:189`, `parallel_state.get_global_memory_buffer`) and the
+#   cached RoPE table [s, 1, 1, d] FP32 (`rotary_pos_embedding.py`, lru_cache);
+# * Adam's exp_avg and exp_avg_sq of every parameter group stepped so far and of the current one (`_init_group`
+#   makes a group's states before updating it) and a 4-byte `step` per shard; groups in Megatron's order: per
+#   optimizer (dense, then expert), weight-decayed parameters first (`optimizer/__init__.py:189`: the group without
+#   overrides sorts first), then biases and norms; within a group, the shard's parameters in buffer order
+#   (`optimizer/distrib_optimizer.py:112-171`);
+# * the transient of the update: sqrt(exp_avg_sq) and its quotient (the parameter's shard size each) beside the
+#   previous parameter's `denom`, still bound.
+# Pipeline ranks also hold the schedule's leftover communication tensors: not modelled (None).
+
+
+def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
+              microbatches: int) -> tuple[int, str] | None:
+    """The most bytes a rank holds in the optimizer step, and the parameter at it; None where not modelled."""
+    if pp > 1:
+        return None
+    e = 2 if bf16 else 4
+    st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16)
+    ws = weights(d, tp, pp, pp_rank)
+    bufs = ddp_buffers(ws, dp, True, bf16)
+    # the rank's shard of each parameter, in buffer order, with its buffer's kind
+    shards: list[tuple[Weight, int, bool]] = []
+    for buf in bufs:
+        lo, hi = dp_rank * buf.numel // dp, (dp_rank + 1) * buf.numel // dp
+        for w, a, c in buf.ranges:
+            n = max(0, min(c, hi) - max(a, lo))
+            if n:
+                shards.append((w, n, buf.fp32_params))
+    main = sum(4 * n for _w, n, fp32 in shards if not fp32)
+    n_opt = 2 if d.experts else 1
+    rope = d.kind != "gpt2"
+    before = (st["params"] + st["grad_buffers"] + main + (d.head_dim // 2 * 4 if rope else 0)
+              + n_opt * (4 if bf16 else 8) + 4 + microbatches * b * (s + 1) * 8 + s * 8)
+    left = b * (d.heads // tp) * s * s * e + (s * d.head_dim * 4 if rope else 0)
+    held = before + left
+    best, at = 0, ""
+    for expert in (False, True):
+        for decayed in (True, False):
+            group = [(w, n) for w, n, _ in shards if w.expert == expert
+                     and (not w.name.endswith(".bias") and not w.name.endswith("norm.weight")) == decayed]
+            if not group:
+                continue
+            held += sum(8 * n + 4 for _w, n in group)
+            prev = 0
+            for w, n in group:
+                if held + 4 * (prev + 2 * n) > best:
+                    best, at = held + 4 * (prev + 2 * n), w.name
+                prev = n
+    return best, at
