@@ -3,8 +3,8 @@ CPU, per rank, measured (`symmem.validate.megatron_core`) and predicted (`symmem
 
 Compared per rank: `states` (parameters, DDP buffers, optimizer tensors), `saved` (what each transformer layer of
 the rank keeps for backward in one micro-batch; the total is printed, the comparison is layer by layer) and `peak`
-(the most live bytes at any op boundary of the iteration). The peak has no prediction yet: it is printed measured,
-with its op and phase, and the run is DIFFERENT (exit 1) until it has one.
+(the most live bytes at any op boundary of the iteration; predicted for the optimizer step, where these runs peak,
+except on pipeline ranks and with MoE layers: there the run is DIFFERENT, exit 1, and says what is not modelled).
 """
 
 from __future__ import annotations
@@ -63,9 +63,14 @@ def predicted(d, args, rank: dict) -> dict:
         saved, why = None, str(exc)
     else:
         why = None
-    return {"peak": None, "states": states["total"], "states_by_kind": states,
+    peak = ml.step_peak(d, args.tp, args.pp, args.dp, rank["pp_rank"], rank["dp_rank"], args.b, args.s, bf16,
+                        args.microbatches)
+    peak_why = None if peak is not None else ("peak: not modelled for pipeline ranks and MoE layers (the schedule's "
+                                              "and the dispatcher's leftovers)")
+    return {"peak": None if peak is None else peak[0], "peak_at": None if peak is None else
+            f"optimizer step, AdamW update of {peak[1]}", "states": states["total"], "states_by_kind": states,
             "saved": None if saved is None else sum(saved.values()), "saved_per_layer": saved,
-            "not_modelled": [x for x in ("peak: no prediction yet", why) if x]}
+            "not_modelled": [x for x in (peak_why, why) if x]}
 
 
 def run(args) -> int:
@@ -101,7 +106,8 @@ def run(args) -> int:
                           "notes": "saved: per transformer layer of the rank, first micro-batch; compared layer by "
                                    "layer. saved_outside_layers (embedding, output layer, loss, full "
                                    "recomputation's checkpoints) is measured, not yet predicted. peak: every live "
-                                   "storage of the process at an op boundary, states included; not yet predicted."},
+                                   "storage of the process at an op boundary, states and the runner's inputs "
+                                   "included; predicted for the optimizer step (not on PP ranks nor with MoE)."},
                          indent=2, sort_keys=True))
         return 0 if ok else 1
     print(f"{args.config}: Megatron-Core 0.16.1 (local spec, CPU, gloo), TP {args.tp} PP {args.pp} DP {args.dp} "
@@ -118,8 +124,8 @@ def run(args) -> int:
         print(f"    states  measured {m['states']:>12,}  predicted {cell('states')}")
         print(f"    saved   measured {m['saved']:>12,}  predicted {cell('saved')}  (layers: "
               + ", ".join(f"{k.split()[1]}: {v:,}" for k, v in m["saved_per_layer"].items()) + ")")
-        print(f"    peak    measured {m['peak']:>12,}  predicted {cell('peak')}  (at {m['peak_op']}, "
-              f"{m['peak_phase']})")
+        print(f"    peak    measured {m['peak']:>12,}  predicted {cell('peak')}  (measured at {m['peak_op']}, "
+              f"{m['peak_phase']}" + (f"; predicted at the {p['peak_at']}" if p["peak_at"] else "") + ")")
         for note in p["not_modelled"]:
             print(f"    not modelled: {note}")
     print("EQUAL" if ok else "DIFFERENT")

@@ -178,13 +178,26 @@ def test_saved_per_layer_equal_per_rank(runs, case):
 
 
 @pytest.mark.megatron
-def test_peak_not_predicted_is_different(runs):
-    """The peak has no prediction yet: reported as such, and the command says DIFFERENT (exit 1), never EQUAL."""
-    code, out = runs("moe-ep1")
+@pytest.mark.parametrize("case", [c for c in MATRIX if not c.startswith("moe") and "pp2" not in c])
+def test_peak_equal_and_exit_0(runs, case):
+    """Dense runs without pipelining: the peak too, on every rank, and the command exits 0 (EQUAL)."""
+    code, out = runs(case)
+    for r in out["ranks"]:
+        assert r["measured"]["peak_phase"] == "optimizer step"
+        assert isinstance(r["measured"]["peak"], int) and r["measured"]["peak"] == r["predicted"]["peak"]
+    assert code == 0 and out["match"]
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("case", ["moe-ep1", "dense-pp2-m4"])
+def test_peak_not_predicted_is_different(runs, case):
+    """Where the peak has no prediction (MoE, pipeline ranks), the command says so and exits 1, never EQUAL."""
+    code, out = runs(case)
     assert code == 1 and not out["match"]
-    r = out["ranks"][0]
-    assert r["match"]["states"] and r["match"]["saved"] and not r["match"]["peak"]
-    assert r["predicted"]["peak"] is None and r["measured"]["peak"] > r["measured"]["states"]
+    for r in out["ranks"]:
+        assert r["match"]["states"] and r["match"]["saved"] and not r["match"]["peak"]
+        assert r["predicted"]["peak"] is None and r["measured"]["peak"] > r["measured"]["states"]
+        assert any(n.startswith("peak: not modelled") for n in r["predicted"]["not_modelled"])
 
 
 @pytest.mark.megatron
