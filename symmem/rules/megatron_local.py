@@ -329,7 +329,9 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
 #   (`optimizer/distrib_optimizer.py:112-171`);
 # * the transient of the update: sqrt(exp_avg_sq) and its quotient (the parameter's shard size each) beside the
 #   previous parameter's `denom`, still bound.
-# Not modelled (None): pipeline ranks, which also hold the schedule's leftover communication tensors, and MoE
+# Not modelled (None): pipeline stages after the first, which also hold two [s, b, h] tensors past the 1F1B
+# schedule (in the tiny PP 2 run the last stage's peak is 16,384 bytes above this sum, made by an `empty` (a
+# receive buffer) and an `add` (an input gradient), not traced to what keeps them), and MoE
 # layers, whose dispatcher keeps routing tensors between iterations and whose measured peak (1,851,432 bytes in the
 # tiny MoE run) holds the expert optimizer's moments while the dense optimizer updates: not explained yet.
 
@@ -337,7 +339,7 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
 def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
               microbatches: int) -> tuple[int, str] | None:
     """The most bytes a rank holds in the optimizer step, and the parameter at it; None where not modelled."""
-    if pp > 1 or d.experts:
+    if pp_rank > 0 or d.experts:
         return None
     e = 2 if bf16 else 4
     st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16)
