@@ -3,7 +3,8 @@
 `run(settings)` spawns TP x PP x DP processes (`torch.multiprocessing`, gloo), each builds the model from an HF
 config, wraps it in Megatron's `DistributedDataParallel` (FP32 gradient buffers) and builds Megatron's optimizer
 (Adam through torch's AdamW; the distributed optimizer, also at DP 1), then runs `get_forward_backward_func()`
-(1F1B when PP > 1) over M micro-batches and `optimizer.step()`, inside `bridge.cpu_megatron()` and a `StorageTracker`. Each rank returns:
+(1F1B when PP > 1) over M micro-batches and `optimizer.step()`, inside `bridge.cpu_megatron()` and a
+`StorageTracker`. Each rank returns:
 
 * `peak`: the most bytes of live storages at any op boundary of the iteration (forward, backward, gradient
   reduction and optimizer step), with the op and phase at it; everything alive in the process counts, the model's
