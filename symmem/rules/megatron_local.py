@@ -329,9 +329,10 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
 #   (`optimizer/distrib_optimizer.py:112-171`);
 # * the transient of the update: sqrt(exp_avg_sq) and its quotient (the parameter's shard size each) beside the
 #   previous parameter's `denom`, still bound.
-# Not modelled (None): pipeline stages after the first, which also hold two [s, b, h] tensors past the 1F1B
-# schedule (in the tiny PP 2 run the last stage's peak is 16,384 bytes above this sum, made by an `empty` (a
-# receive buffer) and an `add` (an input gradient), not traced to what keeps them), and MoE
+# * on a pipeline stage after the first, the last micro-batch's received activation [s, b, h] (the receive
+#   buffer), which the block keeps as `self.input_tensor` (`transformer/transformer_block.py:570-578`) after the
+#   schedule, and its gradient [s, b, h], kept on it by `retain_grad()` (`pipeline_parallel/schedules.py:469`).
+# Not modelled (None): MoE
 # layers, whose dispatcher keeps routing tensors between iterations and whose measured peak (1,851,432 bytes in the
 # tiny MoE run) holds the expert optimizer's moments while the dense optimizer updates: not explained yet.
 
@@ -339,7 +340,7 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
 def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
               microbatches: int) -> tuple[int, str] | None:
     """The most bytes a rank holds in the optimizer step, and the parameter at it; None where not modelled."""
-    if pp_rank > 0 or d.experts:
+    if d.experts:
         return None
     e = 2 if bf16 else 4
     st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16)
@@ -359,6 +360,8 @@ def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b:
     before = (st["params"] + st["grad_buffers"] + main + (d.head_dim // 2 * 4 if rope else 0)
               + n_opt * (4 if bf16 else 8) + 4 + microbatches * b * (s + 1) * 8 + s * 8)
     left = b * (d.heads // tp) * s * s * e + (s * d.head_dim * 4 if rope else 0)
+    if pp_rank > 0:
+        left += 2 * s * b * d.h * e
     held = before + left
     best, at = 0, ""
     for expert in (False, True):  # the dense optimizer, then the expert one (optimizer/__init__.py:630, :668)
