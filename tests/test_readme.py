@@ -120,4 +120,5 @@ def test_readme_figures_are_derived(capsys):
 
     paper = load_scenario("paper")
     weights = 2 * stage_params(paper, paper.stages[1]).total  # BF16
-    assert f"{weights:,} bytes" in text and f"{stage_memory(paper, paper.stages[1]).activation_per_microbatch:,}" in text
+    activations = stage_memory(paper, paper.stages[1]).activation_per_microbatch
+    assert f"{weights:,} bytes" in text and f"{activations:,}" in text
