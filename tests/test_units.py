@@ -18,8 +18,8 @@ def test_not_sizes(text):
 
 
 def test_units_named():
-    assert fmt_gib(12_500_729_856) == "11.64"
-    assert fmt_gb(24_671_158_272) == "24.67"
+    assert fmt_gib(12_500_729_856) == "11.64"  # the paper's Table 6, both in bytes and GiB
+    assert fmt_gb(24_671_158_272) == "24.67"  # Table 10: 24,671,158,272 bytes = 24.67 GB
 
 
 def test_sizes_beyond_a_float_print_in_scientific_notation():
