@@ -78,6 +78,7 @@ class Scenario:
     attn_impl: str = "eager"  # hf dataflow: attn_implementation, "eager" or "sdpa"
     experts_impl: str = "eager"  # hf dataflow: experts_implementation, "eager" or "grouped_mm"
     hf_router: str | None = None  # hf dataflow: router variant; None: from the config (topk_method, norm_topk_prob)
+    flops_convention: str = "paper"  # how FLOPs are counted (symmem.flops: `paper`, matmuls only)
 
     def __post_init__(self) -> None:
         if self.convention not in self.model.family.conventions:
@@ -117,6 +118,9 @@ class Scenario:
                               "or rules = 'torch-eager')")
         if self.policy.ops:
             self._check_custom_recompute()
+        from symmem.flops import check_convention
+
+        check_convention(self.flops_convention)
 
     def _check_custom_recompute(self) -> None:
         """A custom recomputation set must name op kinds, tags or names that exist in this scenario's dataflows."""

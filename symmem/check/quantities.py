@@ -29,7 +29,7 @@ from symmem.scenario import Scenario
 class Quantity:
     name: str
     description: str
-    unit: str  # "bytes" or "parameters"
+    unit: str  # "bytes", "parameters" or "FLOPs"
     derive: Callable[[Scenario, int, int | None], tuple[sympy.Expr, dict[sympy.Expr, list[str]]]]
 
 
@@ -98,6 +98,15 @@ def _states(scn: Scenario, stage: int, layer: int | None):
     return expr, sources
 
 
+def _flops(hardware: bool):
+    def derive(scn: Scenario, stage: int, layer: int | None):
+        from symmem.flops import model_flops
+
+        return model_flops(scn, hardware, scn.flops_convention)
+
+    return derive
+
+
 QUANTITIES: dict[str, Quantity] = {}
 
 
@@ -120,6 +129,11 @@ _register(Quantity("gpu.params.experts", "its routed and shared experts' paramet
 _register(Quantity("gpu.states", "model-state bytes per GPU: weights, gradients, optimizer (--zero, --precision)",
                    "bytes", _states))
 
+
+_register(Quantity("model.flops", "FLOPs of one micro-batch through the whole model, forward and backward "
+                   "(--flops-convention; global sizes)", "FLOPs", _flops(False)))
+_register(Quantity("model.flops_hardware", "model.flops plus the forward recomputation computes again "
+                   "(--recompute)", "FLOPs", _flops(True)))
 
 PER_BLOCK = {"stage.activations": _activations, "layer.activations": _layer_activations}
 

@@ -97,6 +97,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
         g.add_argument("--attn-impl", help="hf dataflow: eager or sdpa")
         g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
         g.add_argument("--activation-dtype", help="bf16 (2 bytes, default) or fp32 (4 bytes)")
+        g.add_argument("--flops-convention", dest="flops_convention",
+                       help="how FLOPs are counted: paper (matrix products only, as Narayanan et al. 2021 and "
+                            "Korthikanti et al. 2022 count them)")
         g.add_argument("--gpu-memory", help="GPU capacity: 80GB, 141GB, 80GiB, or a name: H800, H100, H200, B200")
         g.add_argument("--gpu", help="the GPU by name (H800, H100, H200, B200, A100, ...): its memory capacity, "
                                      "unless --gpu-memory gives one")
@@ -250,6 +253,8 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
         for flag in ("dataflow", "attn_impl", "experts_impl"):
             if getattr(args, flag):
                 ch[flag] = getattr(args, flag)
+        if args.flops_convention:
+            ch["flops_convention"] = args.flops_convention
         if args.activation_dtype:
             from symmem.scenario import ACT_DTYPES as dtypes
 
