@@ -9,8 +9,14 @@ Conventions are rule sets, named and cited. Implemented:
   scores and their product with the values over the whole s x s matrix (no causal halving); norms, softmax,
   activations, dropout and lookups are not counted.
 
-Not yet: `exact` (every op) and `megatron` (Megatron-LM's `num_floating_point_operations`). Asking for them is a
-one-line error naming what is implemented.
+* `megatron`: what Megatron-LM's `num_floating_point_operations` counts (megatron/training/training.py:145-420 at
+  commit 23e00ed0, the measured runs' commit), as rules over the same ops: the products as above but the router's
+  (training.py leaves it out), the attention's two products halved (causal: its `seq_length / 2` terms), MLA's two
+  latent norms at 2 FLOPs an element (its `q_lora_rank * (... + 1)` and `kv_lora_rank * (... + 1)` terms), the MTP
+  module's two input norms and its final norm likewise and its `eh_proj` (its `3 * hidden + 2 * hidden^2` term), no
+  other norm, and the vocabulary as the scenario allocates it (Megatron's padded vocabulary under `megatron-te`).
+
+Not yet: `exact` (every op). Asking for it is a one-line error naming what is implemented.
 
 Sizes are global (the whole model, unsharded): `model.flops` is one micro-batch through the whole model, forward
 and backward; `model.flops_hardware` adds what recomputation computes again (the forward of the recomputed ops:
@@ -26,14 +32,14 @@ from symmem.errors import SymmemError
 from symmem.graph import Dataflow, Op, global_size
 from symmem.symbols import E_tok, b, s, sym
 
-CONVENTIONS = ("paper",)
+CONVENTIONS = ("paper", "megatron")
 ROWS = {b, s, E_tok}  # a dimension whose size holds one of these is a row (a token) of the product
 
 
 def check_convention(name: str) -> str:
     if name not in CONVENTIONS:
         raise SymmemError(f"flops-convention = {name!r}: not implemented; implemented: {', '.join(CONVENTIONS)} "
-                          "(exact and megatron are not yet)")
+                          "(exact is not yet)")
     return name
 
 
@@ -43,6 +49,28 @@ def _rows(dims) -> sympy.Expr:
         if d.size.free_symbols & ROWS:
             size *= d.size
     return size
+
+
+def _megatron_norm(op: Op, part_kind: str) -> bool:
+    """The norms Megatron's function counts: MLA's latent norms, the MTP module's two input norms and its final
+    norm (training.py: `q_lora_rank * (... + 1)`, `kv_lora_rank * (... + 1)`, `3 * args.hidden_size`)."""
+    if op.name.endswith(("q_a_layernorm", "kv_a_layernorm")):
+        return True
+    # the MTP module's own norms carry its prefix (mtp0.enorm, mtp0.hnorm, mtp0.shared_head.norm); its decoder
+    # layer's are a layer's and are not counted
+    return part_kind == "mtp" and op.name.startswith("mtp")
+
+
+def op_forward_flops_megatron(op: Op, flow: Dataflow, part_kind: str) -> sympy.Expr:
+    """The `megatron` convention's forward FLOPs of one op (global sizes)."""
+    if op.kind == "linear" and "routing" in op.tags:
+        return sympy.Integer(0)  # Megatron's function has no router term
+    if op.kind == "rmsnorm":
+        return 2 * global_size(flow.tensors[op.outputs[0]].dims) if _megatron_norm(op, part_kind) else sympy.Integer(0)
+    fwd = op_forward_flops(op, flow)
+    if op.kind == "matmul" and "core_attention" in op.tags:
+        return fwd / 2  # causal: training.py's seq_length / 2
+    return fwd
 
 
 def op_forward_flops(op: Op, flow: Dataflow) -> sympy.Expr:
@@ -72,15 +100,17 @@ def model_flops(scn, hardware: bool = False, convention: str = "paper"
 
     check_convention(convention)
     model = scn.model
+    sizes = {k: v for k, v in scn.size_values().items() if k.name == "V" and v != model.value("V")}
     n_layers = model.value("L")
     fraction = model.family.moe_fraction(model)
     tokens = b * s * fraction if fraction is not None else sympy.Integer(0)
     total = sympy.Integer(0)
     sources: dict[sympy.Expr, list[str]] = {}
-    for part in model_parts(model, scn.convention):
+    for part in model_parts(model, scn.convention, with_mtp=scn.mtp):
         count = sym("L") if part.is_layers and part.count == n_layers else sympy.Integer(part.count)
         for op in part.flow.ops:
-            fwd = op_forward_flops(op, part.flow).xreplace({E_tok: tokens})
+            fwd = (op_forward_flops_megatron(op, part.flow, part.kind) if convention == "megatron"
+                   else op_forward_flops(op, part.flow)).xreplace({E_tok: tokens, **sizes})
             if fwd == 0:
                 continue
             times = 3 + (1 if hardware and part.is_layers and scn.policy.recomputed(op) else 0)
