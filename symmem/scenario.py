@@ -79,6 +79,7 @@ class Scenario:
     experts_impl: str = "eager"  # hf dataflow: experts_implementation, "eager" or "grouped_mm"
     hf_router: str | None = None  # hf dataflow: router variant; None: from the config (topk_method, norm_topk_prob)
     flops_convention: str = "paper"  # how FLOPs are counted (symmem.flops: `paper`, matmuls only)
+    gpu_name: str | None = None  # the GPU by name (symmem.hardware), for the step time; None: not said
 
     def __post_init__(self) -> None:
         if self.convention not in self.model.family.conventions:
@@ -313,6 +314,7 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         experts_impl=tr.get("experts_impl", "eager"),
         hf_router=tr.get("hf_router"),
         gpu_memory=parse_size(gpu.get("memory", "80GB"), "gpu.memory"),
+        gpu_name=_gpu_name(gpu.get("memory")),
         fragmentation=(float(frag[0]), float(frag[1])),
         comm_buffers=(bufs[0], bufs[1]),
     )
@@ -334,6 +336,13 @@ def _load(name_or_path: str) -> Scenario:
     text, source = read_named_or_path("scenario", name_or_path, "symmem.scenarios", ".toml", BUILTIN,
                                       "unknown; built-in scenarios")
     return from_toml_dict(_toml.loads(text, source), source)
+
+
+def _gpu_name(memory: object) -> str | None:
+    """The GPU a `[gpu] memory = "B200"` names (symmem.hardware's presets), else None."""
+    from symmem.hardware import GPUS
+
+    return memory.strip().upper() if isinstance(memory, str) and memory.strip().upper() in GPUS else None
 
 
 MODEL_SCENARIO_S = 4096  # the sequence length of a scenario derived from a model alone, unless its context is shorter

@@ -248,8 +248,13 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
             from symmem.units import gpu_capacity
 
             ch["gpu_memory"] = gpu_capacity(args.gpu, "--gpu")
+            ch["gpu_name"] = args.gpu.strip().upper()
         if args.gpu_memory is not None:
             ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
+            if args.gpu is None:
+                from symmem.scenario import _gpu_name
+
+                ch["gpu_name"] = _gpu_name(args.gpu_memory)
         for flag in ("dataflow", "attn_impl", "experts_impl"):
             if getattr(args, flag):
                 ch[flag] = getattr(args, flag)

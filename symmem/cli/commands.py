@@ -251,8 +251,14 @@ def _memory_run(args) -> int:
     settings = {**_settings(scn), "zero": scn.zero.label, "precision": scn.precision.name,
                 "profile": scn.profile.name, "gpu_memory": scn.gpu_memory, "fragmentation": list(scn.fragmentation),
                 "comm_buffers": list(scn.comm_buffers)}
+    step = None
+    if scn.gpu_name is not None:  # the step time needs the GPU's speed (--gpu NAME)
+        from symmem.steptime import step_time
+
+        step = step_time(scn)
     if args.json:
-        _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows})
+        _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows,
+                     "step": step.as_dict() if step else None})
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}")
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
@@ -278,6 +284,10 @@ def _memory_run(args) -> int:
               f"{r['verdict']}; {ev['phase']} {ev['part']} {ev['op']}{mark}")
     print("(GiB = 2^30 bytes; sum = model states + saved activations in flight, as the paper adds them; peak = "
           "the busiest moment of the step, with framework buffers, transients and activation gradients)")
+    if step is not None:
+        print(f"step on {step.gpu}: {step.time_s:.3f} s estimated per iteration, {step.tokens_per_s:,.0f} tokens/s, "
+              f"MFU {step.mfu:.1%}; {step.flops_model:.3e} model FLOPs per iteration (Megatron's count), "
+              f"{step.flops_hardware:.3e} with recomputation (symmem/steptime.py: fitted on measured B200 runs)")
     return 0
 
 
