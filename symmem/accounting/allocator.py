@@ -55,7 +55,7 @@ def allocation_size(size: int) -> int:
     return -(-size // ROUND_LARGE) * ROUND_LARGE
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Block:
     address: int
     size: int
@@ -80,11 +80,11 @@ class CachingAllocator:
     _top: int = 0  # the next segment's address (segments are laid out one after the other)
 
     def malloc(self, key: object, nbytes: int) -> None:
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        if nbytes.__class__ is not int or nbytes < 0:  # (bool is no int here)
             raise SymmemError(f"allocation {key!r}: {nbytes!r} bytes: must be a non-negative integer")
         if key in self._live:
             raise SymmemError(f"allocation {key!r}: allocated twice without a free")
-        size = round_size(nbytes)
+        size = MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK  # round_size, inlined
         small = size <= SMALL_SIZE
         pool = self._free[small]
         i = bisect.bisect_left(pool, (size, -1))
