@@ -109,7 +109,8 @@ def tables() -> list[Table]:
          "like the run (symmem memory --scenario RUN --json); the peak is the largest event of the step's "
          "timeline, derived from the dataflows.",
          "symmem reserved: PyTorch's caching allocator replayed over the allocations and frees of model build, "
-         "DDP buffers, the distributed optimizer and two 1F1B iterations (a third changes no figure), in the order Megatron-Core makes them "
+         "DDP buffers, the distributed optimizer and two 1F1B iterations (a third changes no figure), in the order "
+         "Megatron-Core makes them "
          "(symmem/accounting/reserved.py, symmem/accounting/allocator.py), the largest over the stage's ranks, as "
          "the measurement is; NCCL's buffers are outside the allocator and the measurement.",
          "Role: every number here was available while the profile and the replay were built (the given runs); "
