@@ -94,23 +94,33 @@ def megatron_space():
                  microbatches=(None, 16, 32, 64, 128), s=tuple(range(4096, 131073, 4096)), b=tuple(range(1, 33)))
 
 
-def child_megatron(repeat: int) -> dict:
-    """Compiled and loop rates on the megatron-te space, like for like (the loop on a sample of it)."""
-    import random
-
+def _cold_then_warm(space, repeat: int):
+    """(cold summary, its seconds, the last warm summary, every warm run's seconds): the sweep once from empty
+    derivation caches, then `repeat` times warm."""
     from symmem.sweep.compile import clear_cache
-    from symmem.sweep.space import compiled_records, reference_records, sweep
+    from symmem.sweep.space import sweep
 
-    space = megatron_space()
     clear_cache()
     t0 = time.perf_counter()
     cold = sweep(space, top=20)
     cold_s = time.perf_counter() - t0
     warm = []
+    s = cold
     for _ in range(repeat):
         t0 = time.perf_counter()
         s = sweep(space, top=20)
         warm.append(time.perf_counter() - t0)
+    return cold, cold_s, s, warm
+
+
+def child_megatron(repeat: int) -> dict:
+    """Compiled and loop rates on the megatron-te space, like for like (the loop on a sample of it)."""
+    import random
+
+    from symmem.sweep.space import compiled_records, reference_records
+
+    space = megatron_space()
+    cold, cold_s, s, warm = _cold_then_warm(space, repeat)
     valid = sorted(compiled_records(space, ordinals=())[0])
     sample = sorted(random.Random(18).sample(valid, 40))
     reference_records(space, sample)
@@ -126,19 +136,10 @@ def child_rates(repeat: int) -> dict:
     """Compiled and loop rates on the realistic space, in this (pinned) process."""
     import random
 
-    from symmem.sweep.compile import clear_cache
-    from symmem.sweep.space import compiled_records, reference_records, sweep
+    from symmem.sweep.space import compiled_records, reference_records
 
     space = realistic_space()
-    clear_cache()
-    t0 = time.perf_counter()
-    cold = sweep(space, top=20)
-    cold_s = time.perf_counter() - t0
-    warm = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        s = sweep(space, top=20)
-        warm.append(time.perf_counter() - t0)
+    cold, cold_s, s, warm = _cold_then_warm(space, repeat)
     warm_s = statistics.median(warm)
     # The loop, on a sample of the same valid configurations; derivations warmed by a first pass.
     valid = sorted(compiled_records(space)[0])
