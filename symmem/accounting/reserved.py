@@ -6,8 +6,9 @@ inside them do not give back. It depends on the order and the sizes of every all
 training step of one GPU of a stage (the `megatron-te` profile: Megatron-Core 23e00ed0 with TransformerEngine,
 distributed optimizer) as a sequence of individual mallocs and frees:
 
-1. **Model build**: every parameter in BF16, one tensor each, in module order (embedding, the decoder layers, the
-   final norm and the output layer), each expert's weight its own tensor (TE's grouped linear).
+1. **Model build**: every parameter in BF16, one tensor per Megatron module weight, in module order (embedding,
+   the decoder layers, the final norm and the output layer): the weights of ops one module fuses (tag
+   `module:NAME`, e.g. linear_kv_down_proj) are one tensor, each local expert's its own (TE's grouped linear).
 2. **DDP buffers**: per buffer (dense parameters, then expert parameters; MLM
    megatron/core/distributed/distributed_data_parallel.py:196-284), the BF16 parameter buffer and the FP32 gradient
    buffer, whole (`torch.zeros(numel)`, param_and_grad_buffer.py:700-714, numel padded as `profiles._ddp_padding`
@@ -23,6 +24,8 @@ distributed optimizer) as a sequence of individual mallocs and frees:
    buffers through each micro-batch's backward.
 5. **Optimizer step**: Adam's FP32 `exp_avg` and `exp_avg_sq` of each main-parameter piece, created by the first
    `step()` (TE FusedAdam, MLM megatron/core/optimizer/__init__.py:11), after the backward.
+6. **The next iteration**, with the moments alive (the measured window logs several iterations and its peak is the
+   largest over them; a third iteration changes no figure of the eight measured stages).
 
 What it leaves out, named: NCCL's buffers (outside PyTorch's allocator, and outside the measurement); the gradient
 reduce-scatter and parameter all-gather (in place in the DDP buffers); allocations of a few KiB (RNG states, loss
@@ -45,6 +48,7 @@ from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.graph import local_size
 
 ITERATIONS = 2  # the first, then one with Adam's moments alive (a third changes no figure of the eight measured stages)
+
 
 @dataclass(frozen=True)
 class Reserved:
