@@ -82,3 +82,28 @@ def test_cp_must_divide_every_s(capsys):
     code = main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "--cp", "1,3", "-s", "4096"])
     _, err = capsys.readouterr()
     assert code == 2 and "cp = 3" in err and err.count("\n") == 1
+
+
+def test_rank_by_time(capsys):
+    # issue 19: with a GPU named the sweep ranks what fits by estimated iteration time, fastest first; each row's
+    # time is what `symmem memory --gpu` estimates for the same settings
+    code = main(["sweep", "--model", "llama-3-70b", "--gpus", "64", "--gpu", "H100", "-s", "8192", "--profile",
+                 "megatron-te", "--top", "5", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["rank_by"] == "time" and len(d["ranked"]) == 5
+    times = [r["time_s"] for r in d["ranked"]]
+    assert times == sorted(times)
+    r = d["ranked"][0]
+    argv = ["memory", "--model", "llama-3-70b", "--profile", "megatron-te", "--gpu", "H100", "--tp", str(r["tp"]),
+            "--cp", str(r["cp"]), "--pp", str(r["pp"]), "--dp", str(r["dp"]), "--recompute", r["recompute"],
+            "--microbatches", str(r["microbatches"]), "-b", str(r["b"]), "-s", str(r["s"]), "--zero", str(r["zero"]),
+            "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["step"]["time_s"] == r["time_s"]
+    # without a GPU's name: by headroom; asking for time then is one line
+    assert main(["sweep", "--model", "gpt2", "--gpus", "8", "--top", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rank_by"] == "headroom"
+    assert main(["sweep", "--model", "gpt2", "--gpus", "8", "--rank-by", "time"]) == 2
+    assert "needs a GPU by name" in capsys.readouterr().err

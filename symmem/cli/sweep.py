@@ -172,6 +172,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--csv", action="store_true", help="the ranked list (with --rejected: the rejections)")
     o.add_argument("--rejected", action="store_true", help="list the rejected configurations and why")
     o.add_argument("--top", default="20", help="how many that fit to list (0: all; default 20)")
+    o.add_argument("--rank-by", dest="rank_by", choices=("time", "headroom"),
+                   help="time: fastest estimated iteration first (symmem/steptime.py; needs --gpu NAME); headroom: "
+                        "most capacity left first (default: time when the GPU is named, else headroom)")
     o.add_argument("--marginal", action="store_true",
                    help="list those that fit only at the low end of overheads too")
     o.add_argument("--plot", metavar="PATH", help="write the feasible region (b against TP·PP): .png, .pdf, .svg")
@@ -312,7 +315,9 @@ def _counts(summary) -> dict:
 
 
 def _ranked(summary) -> list[dict]:
-    return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}} for i, r in enumerate(summary.ranked)]
+    timed = ("time_s", "tokens_per_s", "mfu")
+    return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}, **{k: r[k] for k in timed if k in r}}
+            for i, r in enumerate(summary.ranked)]
 
 
 def _rejections(summary) -> list[dict]:
@@ -351,14 +356,16 @@ def _text(summary, top: int, rejected: bool) -> str:
     ]
     if summary.ranked:
         what = "fit or fit at the low end" if any(r["verdict"] != "fits" for r in summary.ranked) else "fit"
-        lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by headroom "
-                     "(capacity - high estimate of what is reserved at the peak); sizes in GiB = 2^30 bytes; the "
-                     "stage with the highest peak, its largest component (dynamic: what the step adds at the "
-                     "peak event) and the event that binds:")
+        by = ("estimated iteration time (symmem/steptime.py on " + str(sp.base.gpu_name) + ")"
+              if getattr(summary, "rank_by", "headroom") == "time"
+              else "headroom (capacity - high estimate of what is reserved at the peak)")
+        lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by {by}; "
+                     "sizes in GiB = 2^30 bytes; the stage with the highest peak, its largest component (dynamic: "
+                     "what the step adds at the peak event) and the event that binds:")
         head = (f"{'rank':>4} {'TP':>3} {'CP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} "
                 f"{'recompute':<10} "
                 f"{'schedule':<13} {'M':>4} {'ZeRO':>4} {'b':>4} {'s':>7} {'stage':>5} {'binding':<11} "
-                f"{'low-high GiB':>15} {'headroom':>8}  peak event")
+                f"{'low-high GiB':>15} {'headroom':>8} {'time s':>7}  peak event")
         lines.append(head)
         for r in _ranked(summary):
             lines.append(
@@ -366,7 +373,8 @@ def _text(summary, top: int, rejected: bool) -> str:
                 f"{r['edp']:>5} "
                 f"{r['recompute']:<10} {r['schedule']:<13} {r['microbatches']:>4} {r['zero']:>4} {r['b']:>4} "
                 f"{r['s']:>7} {r['stage']:>5} {r['binding']:<11} "
-                f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f}  {r['event']}")
+                f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f} "
+                f"{(format(r['time_s'], '.3f') if 'time_s' in r else '-'):>7}  {r['event']}")
     else:
         lines.append("no configuration fits")
     if rejected:
@@ -388,15 +396,26 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)
     bar = Progress(space.size, eager=args.progress) if (args.progress or sys.stderr.isatty()) else None
+    rank_by = args.rank_by or ("time" if space.base.gpu_name else "headroom")
+    if rank_by == "time" and space.base.gpu_name is None:
+        raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
     try:
-        summary = sweep(space, top=top, marginal=args.marginal, region=bool(args.plot), chunk=chunk, progress=bar)
+        # by time: every configuration that fits is listed by the compiled path, then timed and ranked
+        summary = sweep(space, top=0 if rank_by == "time" else top, marginal=args.marginal, region=bool(args.plot),
+                        chunk=chunk, progress=bar)
     finally:
         if bar:
             bar.close()
+    if rank_by == "time":
+        from symmem.sweep.timing import rank_by_time
+
+        summary.ranked = rank_by_time(space, summary.ranked, top)
+    summary.rank_by = rank_by
     if args.plot:
         write_region(summary, args.plot)
     if args.json:
-        out = {**_settings(space), "unit": "bytes", "counts": _counts(summary), "ranked": _ranked(summary)}
+        out = {**_settings(space), "unit": "bytes", "counts": _counts(summary), "ranked": _ranked(summary),
+               "rank_by": summary.rank_by}
         if args.rejected:
             out["rejected"] = _rejections(summary)
         sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n")

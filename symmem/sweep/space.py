@@ -154,6 +154,7 @@ class Summary:
     derive_seconds: float = 0.0
     seconds: float = 0.0
     region: dict = field(default_factory=dict)  # TP·PP -> (best headroom at high, at low) per b (plot)
+    rank_by: str = "headroom"  # how `ranked` is ordered: "headroom" here; the CLI may rank by "time"
 
     @property
     def does_not_fit(self) -> int:
