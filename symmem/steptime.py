@@ -74,22 +74,13 @@ class StepTime:
 def _stage_flops(scn, stage, hardware: bool) -> float:
     from symmem.accounting.analysis import values
     from symmem.accounting.evaluate import evaluate
-    from symmem.flops import op_forward_flops_megatron
+    from symmem.flops import op_flops
     from symmem.model import stage_parts
-    from symmem.symbols import E_tok, b, s
 
-    model = scn.model
-    frac = model.family.moe_fraction(model)
-    tokens = b * s * frac if frac is not None else sympy.Integer(0)
     vals = values(scn)
     total = 0.0
-    for part in stage_parts(model, stage, scn.convention):
-        for op in part.flow.ops:
-            fwd = op_forward_flops_megatron(op, part.flow, part.kind)
-            if fwd == 0:
-                continue
-            times = 3 + (1 if hardware and part.is_layers and scn.policy.recomputed(op) else 0)
-            total += part.count * times * float(evaluate(sympy.sympify(fwd).xreplace({E_tok: tokens}), vals))
+    for part, _op, times, fwd in op_flops(scn, stage_parts(scn.model, stage, scn.convention), hardware, "megatron"):
+        total += part.count * times * float(evaluate(sympy.sympify(fwd), vals))
     return total / (scn.parallel.tp * scn.parallel.cp)
 
 

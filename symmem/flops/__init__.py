@@ -90,6 +90,24 @@ def op_forward_flops(op: Op, flow: Dataflow) -> sympy.Expr:
     return sympy.Integer(0)
 
 
+def op_flops(scn, parts, hardware: bool = False, convention: str = "paper"):
+    """(part, op, times, forward FLOPs) of every op of `parts` that computes: the forward under `convention`, the
+    routed experts' tokens balanced (b·s·N_r/N) and the vocabulary as the scenario allocates it; `times` is 3
+    (forward and backward), 4 where `hardware` counts a recomputed op's forward again."""
+    check_convention(convention)
+    model = scn.model
+    sizes = {k: v for k, v in scn.size_values().items() if k.name == "V" and v != model.value("V")}
+    fraction = model.family.moe_fraction(model)
+    tokens = b * s * fraction if fraction is not None else sympy.Integer(0)
+    for part in parts:
+        for op in part.flow.ops:
+            fwd = (op_forward_flops_megatron(op, part.flow, part.kind) if convention == "megatron"
+                   else op_forward_flops(op, part.flow)).xreplace({E_tok: tokens, **sizes})
+            if fwd == 0:
+                continue
+            yield part, op, 3 + (1 if hardware and part.is_layers and scn.policy.recomputed(op) else 0), fwd
+
+
 def model_flops(scn, hardware: bool = False, convention: str = "paper"
                 ) -> tuple[sympy.Expr, dict[sympy.Expr, list[str]]]:
     """FLOPs of one micro-batch through the whole model, forward and backward (3x the forward of every product),
@@ -99,23 +117,14 @@ def model_flops(scn, hardware: bool = False, convention: str = "paper"
     from symmem.model import model_parts
 
     check_convention(convention)
-    model = scn.model
-    sizes = {k: v for k, v in scn.size_values().items() if k.name == "V" and v != model.value("V")}
-    n_layers = model.value("L")
-    fraction = model.family.moe_fraction(model)
-    tokens = b * s * fraction if fraction is not None else sympy.Integer(0)
+    n_layers = scn.model.value("L")
     total = sympy.Integer(0)
     sources: dict[sympy.Expr, list[str]] = {}
-    for part in model_parts(model, scn.convention, with_mtp=scn.mtp):
+    for part, op, times, fwd in op_flops(scn, model_parts(scn.model, scn.convention, with_mtp=scn.mtp), hardware,
+                                         convention):
         count = sym("L") if part.is_layers and part.count == n_layers else sympy.Integer(part.count)
-        for op in part.flow.ops:
-            fwd = (op_forward_flops_megatron(op, part.flow, part.kind) if convention == "megatron"
-                   else op_forward_flops(op, part.flow)).xreplace({E_tok: tokens, **sizes})
-            if fwd == 0:
-                continue
-            times = 3 + (1 if hardware and part.is_layers and scn.policy.recomputed(op) else 0)
-            term = sympy.expand(count * times * fwd)
-            total += term
-            for mono in monomials(term):
-                sources.setdefault(mono, []).append(f"{part.name}: {op.kind} {op.name}")
+        term = sympy.expand(count * times * fwd)
+        total += term
+        for mono in monomials(term):
+            sources.setdefault(mono, []).append(f"{part.name}: {op.kind} {op.name}")
     return sympy.expand(total), sources

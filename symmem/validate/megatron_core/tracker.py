@@ -127,9 +127,5 @@ class SavedPerLayer:
         return out
 
     def result(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for ptr, layer in self.owner.items():
-            ref, n = self.refs[ptr]
-            if ref() is not None:
-                out[layer] = out.get(layer, 0) + n
-        return out
+        """Per layer: the storage bytes `detail` lists, added up."""
+        return {layer: sum(entry[-1] for entry in entries) for layer, entries in self.detail().items()}
