@@ -79,8 +79,9 @@ def _stage_flops(scn, stage, hardware: bool) -> float:
 
     vals = values(scn)
     total = 0.0
-    for part, _op, times, fwd in op_flops(scn, stage_parts(scn.model, stage, scn.convention), hardware, "megatron"):
-        total += part.count * times * float(evaluate(sympy.sympify(fwd), vals))
+    for part, _op, _fwd, op_total in op_flops(scn, stage_parts(scn.model, stage, scn.convention), hardware,
+                                              "megatron"):
+        total += part.count * float(evaluate(sympy.sympify(op_total), vals))
     return total / (scn.parallel.tp * scn.parallel.cp)
 
 

@@ -46,10 +46,45 @@ def test_llama_3_8b_matrix_products_by_hand():
     assert int(expr.subs(at)) == 3 * s * per_token
 
 
-def test_unimplemented_convention_is_one_line(capsys):
-    code, out = _check(capsys, "--scenario", "korthikanti", "--flops-convention", "exact", "--quantity",
+def test_unknown_convention_is_one_line(capsys):
+    code, out = _check(capsys, "--scenario", "korthikanti", "--flops-convention", "bogus", "--quantity",
                        "model.flops", "1")
-    assert code == 2 and "not implemented" in out.err and out.err.count("\n") == 1
+    assert code == 2 and "unknown" in out.err and out.err.count("\n") == 1
+
+
+def test_korthikanti_layer_flops_equal(capsys):
+    # one layer of Korthikanti's 72bsLh^2(1 + s/6h) (the V term is the head's): 72bsh^2 + 12bs^2h
+    code, out = _check(capsys, "--scenario", "korthikanti", "--flops-convention", "paper", "--quantity",
+                       "layer.flops", "72*b*s*h^2 + 12*b*s^2*h")
+    assert code == 0 and "verdict: EQUAL" in out.out, out
+
+
+def test_llama_3_8b_exact_by_hand():
+    # The `exact` convention's counts per element (forward + backward, symmem/flops/exact.py's table, each
+    # derived there from its formula): RMSNorm 4 + 7, rope 3 + 3, softmax 5 + 4, SiLU 4 + 5, the SwiGLU product
+    # 1 + 2, a residual add 1 + 0, cross-entropy 5 + 2 per logit; products as the paper convention (the test
+    # above). Llama-3-8B per token, with s = 4096 keys per query (the whole score matrix):
+    h, d, nh, nkv, f, n, v, s = 4096, 128, 32, 8, 14336, 32, 128256, 4096
+    layer = 2 * 11 * h + 6 * nh * d + 6 * nkv * d + 9 * nh * s + 9 * f + 3 * f + 2 * h
+    per_token = n * layer + 11 * h + 7 * v
+    scn = model_scenario(load_model("llama-3-8b"))
+    from symmem import symbols
+
+    at = {**scn.model.substitutions(), symbols.b: 1, symbols.s: s}
+    paper = int(model_flops(scn)[0].subs(at))
+    exact = int(model_flops(scn, convention="exact")[0].subs(at))
+    assert exact - paper == s * per_token
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gpt2", "deepseek-v4-flash", "deepseek-v3.2"])
+def test_exact_counts_every_op_kind(name):
+    # every op kind of every family has an `exact` count (an unknown kind raises), and `exact` counts more than
+    # the products alone
+    scn = model_scenario(load_model(name))
+    from symmem import symbols
+
+    at = {**scn.model.substitutions(), symbols.b: 1, symbols.s: scn.s}
+    assert int(model_flops(scn, convention="exact")[0].subs(at)) > int(model_flops(scn)[0].subs(at))
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3", "gpt2", "deepseek-v4-flash"])

@@ -107,6 +107,12 @@ def _flops(hardware: bool):
     return derive
 
 
+def _layer_flops(scn: Scenario, stage: int, layer: int | None):
+    from symmem.flops import layer_flops
+
+    return layer_flops(scn, _layer_of(scn, stage, layer), False, scn.flops_convention)
+
+
 QUANTITIES: dict[str, Quantity] = {}
 
 
@@ -132,6 +138,8 @@ _register(Quantity("gpu.states", "model-state bytes per GPU: weights, gradients,
 
 _register(Quantity("model.flops", "FLOPs of one micro-batch through the whole model, forward and backward "
                    "(--flops-convention; global sizes)", "FLOPs", _flops(False)))
+_register(Quantity("layer.flops", "FLOPs of one decoder layer (--layer; default the stage's first) for one "
+                   "micro-batch, forward and backward (--flops-convention; global sizes)", "FLOPs", _layer_flops))
 _register(Quantity("model.flops_hardware", "model.flops plus the forward recomputation computes again "
                    "(--recompute)", "FLOPs", _flops(True)))
 

@@ -99,7 +99,8 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
         g.add_argument("--activation-dtype", help="bf16 (2 bytes, default) or fp32 (4 bytes)")
         g.add_argument("--flops-convention", dest="flops_convention",
                        help="how FLOPs are counted: paper (matrix products only, as Narayanan et al. 2021 and "
-                            "Korthikanti et al. 2022 count them)")
+                            "Korthikanti et al. 2022 count them), megatron (Megatron-LM's "
+                            "num_floating_point_operations at 23e00ed0), exact (every op; symmem/flops/exact.py)")
         g.add_argument("--gpu-memory", help="GPU capacity: 80GB, 141GB, 80GiB, or a name: H800, H100, H200, B200")
         g.add_argument("--gpu", help="the GPU by name (H800, H100, H200, B200, A100, ...): its memory capacity, "
                                      "unless --gpu-memory gives one")

@@ -16,7 +16,9 @@ Conventions are rule sets, named and cited. Implemented:
   module's two input norms and its final norm likewise and its `eh_proj` (its `3 * hidden + 2 * hidden^2` term), no
   other norm, and the vocabulary as the scenario allocates it (Megatron's padded vocabulary under `megatron-te`).
 
-Not yet: `exact` (every op). Asking for it is a one-line error naming what is implemented.
+* `exact`: every op that does arithmetic (symmem/flops/exact.py: products as `paper` counts them, the router's
+  included and nothing halved for causality; every other op at a FLOP count per element, forward and backward,
+  each shown with the formula it comes from).
 
 Sizes are global (the whole model, unsharded): `model.flops` is one micro-batch through the whole model, forward
 and backward; `model.flops_hardware` adds what recomputation computes again (the forward of the recomputed ops:
@@ -32,14 +34,13 @@ from symmem.errors import SymmemError
 from symmem.graph import Dataflow, Op, global_size
 from symmem.symbols import E_tok, b, s, sym
 
-CONVENTIONS = ("paper", "megatron")
+CONVENTIONS = ("paper", "megatron", "exact")
 ROWS = {b, s, E_tok}  # a dimension whose size holds one of these is a row (a token) of the product
 
 
 def check_convention(name: str) -> str:
     if name not in CONVENTIONS:
-        raise SymmemError(f"flops-convention = {name!r}: not implemented; implemented: {', '.join(CONVENTIONS)} "
-                          "(exact is not yet)")
+        raise SymmemError(f"flops-convention = {str(name)[:40]!r}: unknown; known: {', '.join(CONVENTIONS)}")
     return name
 
 
@@ -90,22 +91,46 @@ def op_forward_flops(op: Op, flow: Dataflow) -> sympy.Expr:
     return sympy.Integer(0)
 
 
+def op_forward_backward_exact(op: Op, flow: Dataflow) -> tuple[sympy.Expr, sympy.Expr]:
+    """The `exact` convention's (forward, backward) FLOPs of one op (global sizes)."""
+    from symmem.flops.exact import ELEMENTWISE, element_flops
+
+    if op.kind == "sdpa_flash":  # fused attention: its two products and its softmax over the whole score matrix
+        q, k, v = (flow.tensors[t] for t in op.inputs[:3])
+        scores = global_size(q.dims[:-1]) * k.dims[-2].size
+        products = 2 * scores * q.dims[-1].size + 2 * scores * v.dims[-1].size
+        soft = ELEMENTWISE["softmax"]
+        return products + soft.forward * scores, 2 * products + soft.backward * scores
+    if op.kind in ("linear", "matmul") or (op.kind == "grouped_mm" and op.weights):
+        fwd = op_forward_flops(op if op.kind != "grouped_mm" else Op("linear", op.name, op.block, op.inputs,
+                                                                    op.outputs, op.weights, op.tags), flow)
+        return fwd, 2 * fwd
+    return element_flops(op, flow)
+
+
 def op_flops(scn, parts, hardware: bool = False, convention: str = "paper"):
-    """(part, op, times, forward FLOPs) of every op of `parts` that computes: the forward under `convention`, the
-    routed experts' tokens balanced (b·s·N_r/N) and the vocabulary as the scenario allocates it; `times` is 3
-    (forward and backward), 4 where `hardware` counts a recomputed op's forward again."""
+    """(part, op, forward, total) of every op of `parts` that computes, under `convention`: its forward FLOPs
+    and its forward plus backward (3x the forward of a product; under `exact` an element op's own backward),
+    with `hardware` a recomputed op's forward once more; the routed experts' tokens balanced (b·s·N_r/N) and the
+    vocabulary as the scenario allocates it. Global sizes, one micro-batch."""
     check_convention(convention)
     model = scn.model
     sizes = {k: v for k, v in scn.size_values().items() if k.name == "V" and v != model.value("V")}
     fraction = model.family.moe_fraction(model)
     tokens = b * s * fraction if fraction is not None else sympy.Integer(0)
+    at = {E_tok: tokens, **sizes}
     for part in parts:
         for op in part.flow.ops:
-            fwd = (op_forward_flops_megatron(op, part.flow, part.kind) if convention == "megatron"
-                   else op_forward_flops(op, part.flow)).xreplace({E_tok: tokens, **sizes})
-            if fwd == 0:
+            if convention == "exact":
+                fwd, bwd = (x.xreplace(at) for x in op_forward_backward_exact(op, part.flow))
+            else:
+                fwd = (op_forward_flops_megatron(op, part.flow, part.kind) if convention == "megatron"
+                       else op_forward_flops(op, part.flow)).xreplace(at)
+                bwd = 2 * fwd
+            if fwd == 0 and bwd == 0:
                 continue
-            yield part, op, 3 + (1 if hardware and part.is_layers and scn.policy.recomputed(op) else 0), fwd
+            again = fwd if hardware and part.is_layers and scn.policy.recomputed(op) else 0
+            yield part, op, fwd, fwd + bwd + again
 
 
 def model_flops(scn, hardware: bool = False, convention: str = "paper"
@@ -120,10 +145,29 @@ def model_flops(scn, hardware: bool = False, convention: str = "paper"
     n_layers = scn.model.value("L")
     total = sympy.Integer(0)
     sources: dict[sympy.Expr, list[str]] = {}
-    for part, op, times, fwd in op_flops(scn, model_parts(scn.model, scn.convention, with_mtp=scn.mtp), hardware,
-                                         convention):
+    for part, op, _fwd, op_total in op_flops(scn, model_parts(scn.model, scn.convention, with_mtp=scn.mtp),
+                                             hardware, convention):
         count = sym("L") if part.is_layers and part.count == n_layers else sympy.Integer(part.count)
-        term = sympy.expand(count * times * fwd)
+        term = sympy.expand(count * op_total)
+        total += term
+        for mono in monomials(term):
+            sources.setdefault(mono, []).append(f"{part.name}: {op.kind} {op.name}")
+    return sympy.expand(total), sources
+
+
+def layer_flops(scn, layer: int, hardware: bool = False, convention: str = "paper"
+                ) -> tuple[sympy.Expr, dict[sympy.Expr, list[str]]]:
+    """FLOPs of decoder layer `layer` for one micro-batch, forward and backward (with `hardware` its recomputed
+    forward again); global sizes, with each monomial's sources."""
+    from symmem.check.compare import monomials
+    from symmem.model import stage_parts
+    from symmem.parallel.layout import Stage
+
+    total = sympy.Integer(0)
+    sources: dict[sympy.Expr, list[str]] = {}
+    one = Stage(0, (layer,), False, False, 0)
+    for part, op, _fwd, op_total in op_flops(scn, stage_parts(scn.model, one, scn.convention), hardware, convention):
+        term = sympy.expand(part.count * op_total)
         total += term
         for mono in monomials(term):
             sources.setdefault(mono, []).append(f"{part.name}: {op.kind} {op.name}")
