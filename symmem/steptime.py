@@ -6,18 +6,20 @@ For the busiest pipeline stage, per micro-batch on one GPU:
 * compute: the stage's hardware FLOPs (the `megatron` convention of `symmem.flops`, plus recomputation's extra
   forward) over TP·CP GPUs, at `EFFICIENCY` of the GPU's dense BF16 peak (one figure for dense models, one for
   models with routed experts, whose grouped expert GEMMs run smaller);
-* tensor-parallel communication: with sequence parallelism each layer all-gathers and reduce-scatters [b, s, h] twice
-  in the forward and twice in the backward (MLM megatron/core/tensor_parallel/mappings.py), each moving (t-1)/t of
-  it; the measured runs disable TransformerEngine's overlap of these with GEMMs (`--disable-tp-comm-overlap-*`), so
-  they are exposed, at `TP_BANDWIDTH` of NVLink's per-direction bandwidth;
-* expert-parallel all-to-all: each MoE layer dispatches and combines the routed tokens, forward and backward (four
-  all-to-alls of b·s·N_r·h/t elements, (ep-1)/ep of them leaving the GPU), at NVLink's bandwidth;
+* communication, as `symmem.comm` derives it from the dataflows' shardings (every collective, its rule and source
+  there): the tensor-parallel all-gathers and reduce-scatters of sequence parallelism (or all-reduces without it),
+  the backward's re-gathers included; the measured runs disable TransformerEngine's overlap of these with GEMMs
+  (`--disable-tp-comm-overlap-*`), so they are exposed, at `TP_BANDWIDTH` of NVLink's per-direction bandwidth;
+  the expert all-to-alls (dispatch and combine, forward and backward) at NVLink's bandwidth; the context-parallel
+  ring is reported but not timed (TE overlaps each ring step with the attention of the previous one,
+  context_parallel.py AttnFuncWithCPAndKVP2P), nor are the pipeline sends (one activation per micro-batch);
 
 the pipeline runs M + PP - 1 such slots (1F1B's fill and drain; interleaving divides the PP - 1 by its chunks);
-then the distributed optimizer's gradient reduce-scatter (FP32) and parameter all-gather (BF16) over DP, not
-overlapped in the measured runs (`overlap_grad_reduce` and `overlap_param_gather` off), at NVLink's bandwidth; and
-`FIXED_SECONDS` per iteration (the optimizer step and what the model leaves out). Not modelled: context
-parallelism's ring exchange, scale-out networks (every measured run is one 8-GPU node), overlap of any kind.
+then the data-parallel gradient and parameter traffic (`symmem.comm.dp_bytes`: the distributed optimizer's FP32
+gradient reduce-scatter and BF16 parameter all-gather), not overlapped in the measured runs
+(`overlap_grad_reduce` and `overlap_param_gather` off), at NVLink's bandwidth; and `FIXED_SECONDS` per iteration
+(the optimizer step and what the model leaves out). Not modelled: scale-out networks (every measured run is one
+8-GPU node), overlap of any kind, FP8 throughput.
 
 The constants are fitted (`fit`) by least squares on the relative error of the 18 measured iterations of
 symmem/data/megatron_b200.json (six runs at 4, 8 and 32 micro-batches; SimuMax's published measurements), the same
@@ -36,9 +38,9 @@ from symmem.hardware import GPU, gpu
 
 # fitted by `fit` on the 18 measured iterations (derivations/measured_step_times.py shows the fit; a test checks
 # these are its result to the digits shown)
-EFFICIENCY = {"dense": 0.4353, "moe": 0.3055}  # fraction of dense BF16 peak
-TP_BANDWIDTH = 0.2285  # fraction of NVLink per direction the exposed TP collectives reach
-FIXED_SECONDS = 0.01903  # per iteration
+EFFICIENCY = {"dense": 0.4364, "moe": 0.3029}  # fraction of dense BF16 peak
+TP_BANDWIDTH = 0.3023  # fraction of NVLink per direction the exposed TP collectives reach
+FIXED_SECONDS = 0.02315  # per iteration
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class StepFeatures:
     pp_bytes_mb: float
     slots: float  # M + (PP - 1) / v
     moe: bool
+    cp_bytes_mb: float = 0.0  # the context-parallel ring: overlapped with the attention, reported, not timed
 
 
 @dataclass(frozen=True)
@@ -86,26 +89,18 @@ def _stage_flops(scn, stage, hardware: bool) -> float:
 
 
 def features(scn) -> StepFeatures:
-    from symmem.accounting.analysis import stage_params
+    from symmem.comm import dp_bytes, stage_comm_bytes
+    from symmem.symbols import b, s
 
-    par, model = scn.parallel, scn.model
-    h, act = model.value("h"), scn.act_bytes
-    tokens = scn.b * scn.s / par.cp
-    kinds = model.layer_kinds()
+    par = scn.parallel
     busiest = max(scn.stages, key=lambda st: _stage_flops(scn, st, True))
-    n_layers = len(busiest.layers)
-    moe_layers = sum(1 for i in busiest.layers if model.family.routed_experts and kinds[i] != kinds[0]) \
-        if model.family.routed_experts else 0
-    tp_bytes = 8 * tokens * h * act * (par.tp - 1) / par.tp * n_layers
-    n_r = model.value(model.family.routed_experts[1]) if model.family.routed_experts else 0
-    ep_bytes = 4 * tokens * n_r * h * act / par.tp * (par.ep - 1) / par.ep * moe_layers
-    params = max(stage_params(scn, st).total for st in scn.stages)
-    shard = par.dense_shard
-    dp_bytes = params * (scn.precision.grad_bytes + scn.precision.weight_bytes) * (shard - 1) / shard
+    at = {**scn.size_values(), b: scn.b, s: scn.s}
+    comm = {k: float(v.subs(at)) for k, v in stage_comm_bytes(scn, busiest).items()}
     chunks = scn.schedule.chunks if scn.schedule.name == "interleaved" else 1
-    return StepFeatures(_stage_flops(scn, busiest, True), tp_bytes, ep_bytes, dp_bytes,
-                        2 * tokens * h * act if par.pp > 1 else 0.0, scn.m + (par.pp - 1) / chunks,
-                        model.family.routed_experts is not None)
+    return StepFeatures(_stage_flops(scn, busiest, True), comm.get("tp", 0.0) + comm.get("etp", 0.0),
+                        comm.get("ep", 0.0), max(dp_bytes(scn, st) for st in scn.stages), comm.get("pp", 0.0),
+                        scn.m + (par.pp - 1) / chunks, scn.model.family.routed_experts is not None,
+                        comm.get("cp", 0.0))
 
 
 def seconds(f: StepFeatures, g: GPU, efficiency=None, tp_bandwidth: float | None = None,
@@ -133,8 +128,8 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     fm = int(model_flops(scn.replace(flops_convention="megatron"), False, "megatron")[0].subs(at)) * replicas
     fh = int(model_flops(scn.replace(flops_convention="megatron"), True, "megatron")[0].subs(at)) * replicas
     tokens = scn.b * scn.s * replicas
-    comm = {"tp": int(f.tp_bytes_mb * scn.m), "ep": int(f.ep_bytes_mb * scn.m), "dp": int(f.dp_bytes),
-            "pp": int(f.pp_bytes_mb * scn.m * 2)}
+    comm = {"tp": int(f.tp_bytes_mb * scn.m), "cp": int(f.cp_bytes_mb * scn.m), "ep": int(f.ep_bytes_mb * scn.m),
+            "pp": int(f.pp_bytes_mb * scn.m), "dp": int(f.dp_bytes)}
     return StepTime(g.name, fm, fh, t, tokens / t, fm / (par.world_size * g.bf16 * t), comm)
 
 
