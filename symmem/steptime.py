@@ -14,7 +14,8 @@ For the busiest pipeline stage, per micro-batch on one GPU:
   ring is reported but not timed (TE overlaps each ring step with the attention of the previous one,
   context_parallel.py AttnFuncWithCPAndKVP2P), nor are the pipeline sends (one activation per micro-batch);
 
-the pipeline runs M + PP - 1 such slots (1F1B's fill and drain; interleaving divides the PP - 1 by its chunks);
+the pipeline runs M such slots plus its schedule's bubble (`bubble_slots`: PP - 1 for 1F1B, divided by the chunks
+when interleaved, ZB-1P's and DualPipe's from their papers);
 then the data-parallel gradient and parameter traffic (`symmem.comm.dp_bytes`: the distributed optimizer's FP32
 gradient reduce-scatter and BF16 parameter all-gather), not overlapped in the measured runs
 (`overlap_grad_reduce` and `overlap_param_gather` off), at NVLink's bandwidth; and `FIXED_SECONDS` per iteration
@@ -96,11 +97,31 @@ def features(scn) -> StepFeatures:
     busiest = max(scn.stages, key=lambda st: _stage_flops(scn, st, True))
     at = {**scn.size_values(), b: scn.b, s: scn.s}
     comm = {k: float(v.subs(at)) for k, v in stage_comm_bytes(scn, busiest).items()}
-    chunks = scn.schedule.chunks if scn.schedule.name == "interleaved" else 1
     return StepFeatures(_stage_flops(scn, busiest, True), comm.get("tp", 0.0) + comm.get("etp", 0.0),
                         comm.get("ep", 0.0), max(dp_bytes(scn, st) for st in scn.stages), comm.get("pp", 0.0),
-                        scn.m + (par.pp - 1) / chunks, scn.model.family.routed_experts is not None,
+                        scn.m + bubble_slots(scn.schedule, par.pp), scn.model.family.routed_experts is not None,
                         comm.get("cp", 0.0))
+
+
+def bubble_slots(schedule, pp: int) -> float:
+    """The pipeline bubble in slots (one slot: a micro-batch's forward and backward through the stage), taking a
+    backward as twice a forward, its input and weight halves equal (F = B_input = W = 1/3 slot):
+
+    * GPipe and 1F1B: PP - 1 (Huang et al. 2019; Narayanan et al. 2021, arXiv 2104.04473, section 2.2);
+    * interleaved 1F1B with v chunks a GPU: (PP - 1) / v (Narayanan et al. 2021, section 2.2.2);
+    * ZB-1P (ZB-H1): (PP - 1)(F + B - 2W) in the DeepSeek-V3 report's notation (arXiv 2412.19437, Table 2; Qi et
+      al. 2023, arXiv 2401.10241) with B the whole backward: (PP - 1)(1/3 + 2/3 - 2/3) = (PP - 1) / 3;
+    * DualPipe: (PP/2 - 1)(F&B + B - 3W) (the same Table 2), per chunk of half a stage (F = 1/6, B = 1/3,
+      W = 1/6 slot) and with no credit for the overlap inside F&B (F&B = F + B = 1/2): (PP/2 - 1) / 3."""
+    if pp <= 1:
+        return 0.0
+    if schedule.name == "interleaved":
+        return (pp - 1) / schedule.chunks
+    if schedule.name == "zb1p":
+        return (pp - 1) / 3
+    if schedule.name == "dualpipe":
+        return max(pp / 2 - 1, 0) / 3
+    return float(pp - 1)
 
 
 def seconds(f: StepFeatures, g: GPU, efficiency=None, tp_bandwidth: float | None = None,
