@@ -218,7 +218,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 def memory_rows(scn):
     from symmem.accounting.analysis import memory, verdict
-    from symmem.accounting.reserved import stage_reserved
+    from symmem.accounting.reserved import replay_refusal, stage_reserved
 
     mems = memory(scn)
     top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))
@@ -241,6 +241,8 @@ def memory_rows(scn):
                      "reserved_low": low, "reserved_high": high,
                      # the caching allocator replayed (profiles that say their allocation order), else null
                      "reserved": stage_reserved(scn, m.stage),
+                     "reserved_not_replayed": (replay_refusal(scn, m.stage)
+                                               if scn.profile.allocation_order else None),
                      "verdict": verdict(low, high, scn.gpu_memory), "peak": m is top})
     return rows, top
 
@@ -268,6 +270,10 @@ def _memory_run(args) -> int:
           f"reserved = peak x (1 + {scn.fragmentation[0]:.0%}..{scn.fragmentation[1]:.0%}) + communication buffers "
           f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")
     derived = any(r["reserved"] is not None for r in rows)
+    refused = [r for r in rows if r["reserved_not_replayed"]]
+    if refused:
+        print(f"reserved not derived for stage(s) {', '.join(str(r['stage']) for r in refused)}; stage "
+              f"{refused[0]['stage']}: {refused[0]['reserved_not_replayed']}")
     if derived:
         print("reserved: PyTorch's caching allocator replayed over the step as the framework allocates "
               "(symmem/accounting/reserved.py); NCCL's buffers are outside it")
