@@ -17,6 +17,7 @@ config, wraps it in Megatron's `DistributedDataParallel` (FP32 gradient buffers)
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -40,6 +41,7 @@ class Settings:
     dtype: str = "fp32"  # fp32 | bf16: parameters and activations
     distributed_optimizer: bool = True
     seed: int = 0
+    collectives: bool = False  # record every c10d collective (collectives.Recorder)
 
     @property
     def world(self) -> int:
@@ -135,6 +137,7 @@ def _iteration(rank: int, st: Settings) -> dict:
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
+    from symmem.validate.megatron_core import collectives
     from symmem.validate.megatron_core.bridge import cuda_type_names
     from symmem.validate.megatron_core.tracker import SavedPerLayer, tracker_class
 
@@ -202,7 +205,8 @@ def _iteration(rank: int, st: Settings) -> dict:
     Tracker = tracker_class()
     tracker = Tracker()
     gc.collect()
-    with tracker:
+    recorder = collectives.recorder_class()(tracker) if st.collectives else contextlib.nullcontext()
+    with tracker, recorder:
         tracker.add_tensors(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
         start = tracker.current
         tracker.phase = "forward-backward"
@@ -223,7 +227,7 @@ def _iteration(rank: int, st: Settings) -> dict:
             "at_peak": _summary(tracker.at_peak),
             "start": start, "end": end, "states": states["total"], "states_by_kind": states,
             "saved": dict(sorted(saved_layers.items(), key=_layer_order)),
-            "saved_detail": saved_detail}
+            "saved_detail": saved_detail, "collectives": getattr(recorder, "records", None)}
 
 
 def _summary(items) -> dict[str, int]:
