@@ -229,18 +229,32 @@ def dp_bytes(scn, stage) -> float:
     reduce-scatter and parameter all-gather (ZeRO 1 and 2; Megatron's DistributedOptimizer,
     distributed/param_and_grad_buffer.py), a plain all-reduce of the gradients without it (ZeRO 0), and under
     ZeRO-3 the parameters gathered again for every micro-batch's forward and backward. Dense parameters over DP,
-    expert parameters over the expert data-parallel group."""
+    expert parameters over the expert data-parallel group.
+
+    Under a profile with Megatron's DDP padding (megatron-te), the distributed optimizer reduce-scatters and
+    all-gathers whole buckets, padding included: each parameter's start padded to 64 elements and the bucket's end
+    to lcm(DP, 128) when the distributed optimizer is on (megatron-core 0.16.1 distributed/param_and_grad_buffer.py:
+    638-666; the reduce-scatter's input is `bucket.grad_data`, :443-448, the all-gather's output
+    `bucket.param_data`, :285-290). Held against Megatron-Core 0.16.1 on the CPU, to the byte
+    (tests/validate/test_megatron_comm.py)."""
     from symmem.accounting.analysis import stage_params
     from symmem.accounting.params import MOE_GROUPS
 
     sp = stage_params(scn, stage)
     par, p, z = scn.parallel, scn.precision, int(scn.zero)
+    pads = {"dense": 0, "expert": 0}
+    if scn.profile.ddp_padding and z in (1, 2):  # without the distributed optimizer nothing is padded (:641, :661)
+        from symmem.model import stage_parts
+        from symmem.profiles import ddp_padding
+
+        pads = ddp_padding(scn, stage_parts(scn.model, stage, scn.convention), scn.size_values())
     total = 0.0
-    for groups, n in ((("dense",), par.dense_shard), (MOE_GROUPS, par.expert_dp)):
+    for groups, n, pad in ((("dense",), par.dense_shard, pads["dense"]), (MOE_GROUPS, par.expert_dp, pads["expert"])):
         params = sum(float(sp.per_gpu[g]) for g in groups if g in sp.per_gpu)
         if n <= 1 or params == 0:
             continue
         ring = (n - 1) / n
+        params += pad
         if z == 0:
             total += 2 * params * p.grad_bytes * ring
         elif z < 3:

@@ -52,6 +52,9 @@ class Profile:
     # sequence parallelism (and a sequence-sharded MoE block) when chosen on the command line without
     # --sequence-parallel/--no-sequence-parallel: the framework's way of running TP > 1
     sequence_parallel: bool = False
+    # Megatron's DDP buffers: each parameter's start and each bucket's end padded (`_ddp_padding`); the distributed
+    # optimizer's reduce-scatter and all-gather move the padding too (symmem.comm.dp_bytes)
+    ddp_padding: bool = False
     # whether symmem.accounting.reserved knows the order the framework allocates in (model build, buffers,
     # optimizer, steps): then each stage's reserved memory is derived by replaying PyTorch's caching allocator
     allocation_order: bool = False
@@ -115,12 +118,12 @@ def _ddp_padding(weights: list[int], dp: int) -> int:
     return -(-n // step) * step - sum(weights)
 
 
-def _megatron_buffers(scn, stage, parts, values) -> list[Buffer]:
+def ddp_padding(scn, parts, values) -> dict[str, int]:
+    """Padding elements of the stage's DDP buffers, {"dense": ..., "expert": ...} (see `_ddp_padding`)."""
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.params import weight_uses
 
     axes = scn.parallel.axis_sizes()
-    out: list[Buffer] = []
     dense, expert = [], []
     for use in weight_uses(parts):
         n = ceil_int(evaluate(local_size(use.weight.dims, axes), values))
@@ -129,9 +132,17 @@ def _megatron_buffers(scn, stage, parts, values) -> list[Buffer]:
             expert += [per] * (use.count * (n // per))
         else:
             dense += [n] * use.count
+    return {"dense": _ddp_padding(dense, scn.parallel.dense_shard),
+            "expert": _ddp_padding(expert, scn.parallel.expert_dp)}
+
+
+def _megatron_buffers(scn, stage, parts, values) -> list[Buffer]:
+    axes = scn.parallel.axis_sizes()
+    out: list[Buffer] = []
     p = scn.precision
-    for label, ws, group in (("dense", dense, scn.parallel.dense_shard), ("expert", expert, scn.parallel.expert_dp)):
-        pad = _ddp_padding(ws, group)
+    pads = ddp_padding(scn, parts, values)
+    for label, group in (("dense", scn.parallel.dense_shard), ("expert", scn.parallel.expert_dp)):
+        pad = pads[label]
         if pad:
             nbytes = pad * (p.weight_bytes + p.grad_bytes) + -(-pad // group) * (p.master_bytes + p.optimizer_bytes)
             out.append(Buffer(f"DDP {label} buffer padding ({pad:,} elements)", nbytes,
@@ -185,7 +196,7 @@ PROFILES = {
         # megatron/core/model_parallel_config.py:388-391 requires it with expert and tensor parallelism together;
         # megatron/training/arguments.py:836-842 turns it off at TP 1, where it changes nothing), its MoE block
         # sequence-sharded
-        sequence_parallel=True, allocation_order=True),
+        sequence_parallel=True, allocation_order=True, ddp_padding=True),
 }
 
 

@@ -8,7 +8,7 @@ that `ProcessGroup.unbox` turns into the group, named here by matching its `grou
 data argument, for an all-gather the input shard, for a reduce-scatter the full input, for an all-reduce, send or
 receive the tensor itself (not the bytes on the wire; `wire` converts with ring factors).
 
-Phase: `forward` or `backward` inside the schedule (backward: an autograd graph task is running), `gradient
+Phase: `pipeline` for sends and receives, `forward` or `backward` inside the schedule (backward: an autograd graph task is running), `gradient
 reduction` inside Megatron's `finalize_model_grads` (found on the Python stack), `optimizer step` when the
 tracker says so.
 """
@@ -127,7 +127,9 @@ def recorder_class():
             self.labels = group_labels()
             self.records: list[dict] = []
 
-        def _phase(self) -> str:
+        def _phase(self, kind: str) -> str:
+            if kind in ("send", "recv"):
+                return "pipeline"  # 1F1B sends gradients between backward steps, outside autograd
             if self.tracker.phase == "optimizer step":
                 return "optimizer step"
             if _in_finalize():
@@ -143,7 +145,7 @@ def recorder_class():
                 kind = KINDS.get(op, op)
                 pg = _group(args)
                 self.records.append({
-                    "kind": kind, "op": op, "phase": self._phase(),
+                    "kind": kind, "op": op, "phase": self._phase(kind),
                     "group": self.labels.get(pg.group_name, pg.group_name) if pg is not None else "?",
                     "size": pg.size() if pg is not None else 0,
                     "nbytes": _data_bytes(kind, op, args) if kind in KINDS.values() else 0,

@@ -1,0 +1,106 @@
+"""symmem.comm's communication volume held against the collectives Megatron-Core 0.16.1 issues (CPU, gloo).
+
+`predicted(settings, pp_rank)` builds the Scenario of the measured run (the HF config, TP/PP/DP, M, b, s, dtype,
+no sequence parallelism: the local spec cannot run it on the CPU) and gives the bytes one GPU sends per
+iteration, by group: `tp` and `pp` from `stage_comm_bytes` x M, `dp` from `dp_bytes`. `measured(records)` turns
+a rank's recorded collectives (`collectives.Recorder`) into the same convention: symmem.comm's ring bytes sent by
+one GPU (`collectives.wire`: all-reduce 2(n-1)/n of the tensor, reduce-scatter (n-1)/n of its full input,
+all-gather n-1 input shards, a pipeline send its tensor; receives are the peer's sends). Groups of one rank move
+nothing and are left out.
+
+The scenario is the `megatron-te` profile (Megatron's DDP padding, the distributed optimizer as ZeRO-1) with two
+differences that are the harness's configuration, not symmem's rules: the vocabulary is not padded (runner.py
+passes the HF `vocab_size` to GPTModel as is; Megatron-LM's tokenizer padding lives in megatron/training, not in
+megatron-core), and FP32 runs keep FP32 parameters with no main copy (precision 4 + 4 + 0 + 8 bytes).
+
+Outside the model (measured, named, not predicted): the gradient-norm all-reduce, one FP32 scalar on the
+distributed optimizer's instance group (the whole world here): optimizer/optimizer.py:607 -> :210 ->
+optimizer/clip_grads.py:130, group set at optimizer/__init__.py:459.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from fractions import Fraction
+
+from symmem.validate.megatron_core.collectives import wire
+
+GROUPS = {"tp": "tp", "pp": "pp", "dp": "dp", "dp-cp": "dp"}  # Megatron group label -> symmem.comm's axis
+OUTSIDE = {("distopt-instance", "all-reduce", "optimizer step"):
+           "gradient-norm all-reduce, one FP32 scalar (megatron/core/optimizer/clip_grads.py:130)"}
+
+
+def scenario(st):
+    """The symmem Scenario of the measured run `st` (runner.Settings)."""
+    from symmem.accounting.states import Precision
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.profiles import profile
+
+    fd, path = tempfile.mkstemp(suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(st.raw, f)
+        argv = ["memory", "--model", path, "--profile", "megatron-te", "--no-sequence-parallel", "--zero",
+                "1" if st.distributed_optimizer else "0", "--tp", str(st.tp), "--pp", str(st.pp), "--dp", str(st.dp),
+                "--microbatches", str(st.microbatches), "-b", str(st.b), "-s", str(st.s),
+                "--activation-dtype", st.dtype, "--recompute", st.recompute]
+        scn = scenario_from_args(build_parser().parse_args(argv))
+    finally:
+        os.unlink(path)
+    if st.dtype == "fp32":
+        scn = scn.replace(precision=Precision("fp32", 4, 4, 0, 8))
+    # the harness's GPTModel gets the HF vocabulary unpadded (runner.py); the profile's other rules stay
+    unpadded = dataclasses.replace(profile("megatron-te"), padded_vocabulary=None)
+    scn.__dict__["profile"] = unpadded  # a cached_property, read before any size is derived
+    scn.__dict__.pop("_size_values", None)
+    scn.__dict__.pop("size_key", None)
+    return scn
+
+
+def predicted(st, pp_rank: int) -> dict[str, int]:
+    """Bytes one GPU of pipeline stage `pp_rank` sends in the iteration, per group (symmem.comm)."""
+    import sympy
+
+    from symmem.comm import dp_bytes, stage_comm_bytes
+    from symmem.symbols import b, s
+
+    scn = scenario(st)
+    stage = scn.stages[pp_rank]
+    at = {**scn.size_values(), b: scn.b, s: scn.s}
+    out = {}
+    for axis, expr in stage_comm_bytes(scn, stage).items():
+        out[axis] = Fraction(str(sympy.nsimplify(sympy.sympify(expr).subs(at)))) * scn.m
+    dp = Fraction(dp_bytes(scn, stage)).limit_denominator(1000)
+    if dp:
+        out["dp"] = dp
+    return {k: _int(v, k) for k, v in out.items() if v}
+
+
+def measured(records: list[dict]) -> tuple[dict[str, int], dict[str, int], list[dict]]:
+    """(bytes sent per group in symmem.comm's convention, the same per (group, kind), the collectives outside
+    the model or on a group symmem does not name)."""
+    per_group: dict[str, Fraction] = {}
+    per_kind: dict[str, Fraction] = {}
+    other = []
+    for r in records:
+        if r["size"] <= 1 or r["kind"] == "recv":
+            continue
+        axis = GROUPS.get(r["group"])
+        if axis is None:
+            other.append({**r, "why": OUTSIDE.get((r["group"], r["kind"], r["phase"]), "not named")})
+            continue
+        w = wire(r["kind"], r["nbytes"], r["size"])
+        per_group[axis] = per_group.get(axis, Fraction(0)) + w
+        key = f"{axis} {r['kind']} ({r['phase']})"
+        per_kind[key] = per_kind.get(key, Fraction(0)) + w
+    return ({k: _int(v, k) for k, v in per_group.items()}, {k: _int(v, k) for k, v in per_kind.items()}, other)
+
+
+def _int(v: Fraction, what: str) -> int:
+    if v.denominator != 1:
+        raise ValueError(f"{what}: {v} bytes is not a whole number")
+    return int(v)
