@@ -1,0 +1,90 @@
+"""symmem.comm held against the collectives Megatron-Core 0.16.1 issues in one training iteration on the CPU
+(gloo, one process per rank; `symmem.validate.megatron_core.collectives` records them). Per rank and group, the
+bytes one GPU sends in symmem.comm's ring convention: measured == predicted. The measurement is the fact; the
+hand counts beside it say why. Runs are marked `megatron` and skip without the extra."""
+
+from __future__ import annotations
+
+import pytest
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 64,
+         "tie_word_embeddings": False}
+B, S, H, FP32 = 1, 32, 64, 4
+PARAMS = 78144  # the tiny Llama's parameters (tests/validate/test_megatron_core.py counts them by hand)
+GRAD_NORM = ("distopt-instance", "all-reduce", "optimizer step", 4)  # one FP32 scalar, clip_grads.py:130
+
+
+def test_dp_bytes_pads_the_bucket_by_hand():
+    """The distributed optimizer reduce-scatters the whole FP32 gradient bucket and all-gathers the whole FP32
+    parameter bucket: 78,144 parameters, every one a multiple of 64 elements, the bucket end padded to
+    lcm(DP, 128) = 128: 78,208 elements (param_and_grad_buffer.py:638-666). Each sends half of both at DP 2."""
+    from symmem.comm import dp_bytes
+    from symmem.validate.megatron_core.comm_check import scenario
+    from symmem.validate.megatron_core.runner import Settings
+
+    scn = scenario(Settings(raw=LLAMA, dp=2))
+    padded = -(-PARAMS // 128) * 128
+    assert padded == 78208
+    assert dp_bytes(scn, scn.stages[0]) == padded * (FP32 + FP32) // 2
+
+
+@pytest.fixture(scope="module")
+def measure():
+    pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    from symmem.validate.megatron_core.runner import Settings, run
+
+    cache: dict = {}
+
+    def get(**kw):
+        key = tuple(sorted(kw.items()))
+        if key not in cache:
+            st = Settings(raw=LLAMA, collectives=True, **kw)
+            cache[key] = (st, run(st))
+        return cache[key]
+
+    return get
+
+
+def _check(st, ranks):
+    from symmem.validate.megatron_core.comm_check import measured, predicted
+
+    out = []
+    for r in ranks:
+        got, kinds, other = measured(r["collectives"])
+        assert [(o["group"], o["kind"], o["phase"], o["nbytes"]) for o in other] == [GRAD_NORM]
+        assert got == predicted(st, r["pp_rank"]), (r["rank"], kinds)
+        out.append((got, kinds))
+    return out
+
+
+@pytest.mark.megatron
+def test_tp2(measure):
+    # without SP: forward all-reduces of the embedding's and each layer's two row-parallel outputs ([s, b, h]) and
+    # the cross-entropy's three [s, b] FP32 all-reduces (tensor_parallel/cross_entropy.py:130, :148, :154: max,
+    # predicted logits, sum of exponentials, three calls); backward all-reduces of the input gradient of each
+    # layer's linear_qkv and linear_fc1 and of the output layer (mappings.py copy_to_tensor_model_parallel_region)
+    st, ranks = measure(tp=2)
+    act = B * S * H * FP32
+    for got, kinds in _check(st, ranks):
+        assert kinds == {"tp all-reduce (forward)": 5 * act + 3 * B * S * FP32, "tp all-reduce (backward)": 5 * act}
+        assert set(got) == {"tp"}
+
+
+@pytest.mark.megatron
+def test_pp2_four_microbatches(measure):
+    # 1F1B: each micro-batch's [s, b, h] activation sent forward by stage 0, its gradient back by stage 1
+    st, ranks = measure(pp=2, microbatches=4)
+    for got, kinds in _check(st, ranks):
+        assert got == {"pp": 4 * B * S * H * FP32} and kinds == {"pp send (pipeline)": 4 * B * S * H * FP32}
+
+
+@pytest.mark.megatron
+def test_dp2_distributed_optimizer(measure):
+    st, ranks = measure(dp=2)
+    bucket = 78208 * FP32
+    for got, kinds in _check(st, ranks):
+        assert kinds == {"dp reduce-scatter (gradient reduction)": bucket // 2, "dp all-gather (optimizer step)":
+                         bucket // 2}
+        assert got == {"dp": bucket}
