@@ -88,3 +88,35 @@ def test_dp2_distributed_optimizer(measure):
         assert kinds == {"dp reduce-scatter (gradient reduction)": bucket // 2, "dp all-gather (optimizer step)":
                          bucket // 2}
         assert got == {"dp": bucket}
+
+
+@pytest.mark.megatron
+def test_tp2_bf16(measure):
+    # BF16 activations all-reduced in BF16; the cross-entropy's three stay FP32 (cross_entropy.py:28 casts the
+    # logits to FP32 before the max)
+    st, ranks = measure(tp=2, dtype="bf16")
+    act = B * S * H * 2
+    for _got, kinds in _check(st, ranks):
+        assert kinds == {"tp all-reduce (forward)": 5 * act + 3 * B * S * FP32, "tp all-reduce (backward)": 5 * act}
+
+
+@pytest.mark.megatron
+def test_dp2_bf16_norms_fp32_outside(measure):
+    """A named difference, outside symmem.comm's model: the local spec's torch norms are built without a dtype
+    (transformer/torch_norm.py:51) and stay FP32, and Megatron's DDP keeps one buffer per (param, grad) dtype
+    (distributed/distributed_data_parallel.py:138-151, :198). So the 5 norms' 320 FP32 elements have their own
+    bucket, padded to 384, and are all-gathered in FP32; the other 77,824 parameters are a BF16 bucket. symmem
+    (megatron-te: TE's norms take the BF16 params_dtype) all-gathers one BF16 bucket of 78,208. Gradients are FP32
+    in both buckets: the reduce-scatter is equal."""
+    from symmem.validate.megatron_core.comm_check import measured, predicted
+
+    st, ranks = measure(dp=2, dtype="bf16")
+    norms, rest = 384, PARAMS - 5 * H
+    assert rest % 128 == 0
+    for r in ranks:
+        got, kinds, _other = measured(r["collectives"])
+        assert kinds == {"dp reduce-scatter (gradient reduction)": (rest + norms) * FP32 // 2,
+                         "dp all-gather (optimizer step)": (rest * 2 + norms * FP32) // 2}
+        one_bf16_bucket = 78208 * 2 // 2  # symmem's all-gather: half of one padded BF16 bucket
+        assert got["dp"] - predicted(st, r["pp_rank"])["dp"] == (rest * 2 + norms * FP32) // 2 - one_bf16_bucket
+        assert (rest * 2 + norms * FP32) // 2 - one_bf16_bucket == 384
