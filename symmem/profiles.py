@@ -109,30 +109,49 @@ def _te_weight_shapes(parts, axes, values) -> set[tuple[int, int]]:
 
 
 def _ddp_padding(weights: list[int], dp: int) -> int:
-    """Extra elements of one DDP buffer: each parameter padded to 64 elements, the bucket end to lcm(DP, 128)
-    (one bucket: overlap_grad_reduce is off, MLM distributed_data_parallel.py:62-68)."""
+    """Extra elements of one DDP buffer of Megatron's parameters `weights` in registration order: the buffer is
+    filled in reverse order (MLM param_and_grad_buffer.py:711 at megatron-core 0.16.1), each parameter's start
+    padded to 64 elements (:658-666), so every one but the first registered is followed by padding; the bucket end
+    is padded to lcm(DP, 128) (:638-656; one bucket: overlap_grad_reduce is off, distributed_data_parallel.py)."""
     if not weights:
         return 0
-    n = sum(-(-w // PARAM_ALIGN) * PARAM_ALIGN for w in weights[:-1]) + weights[-1]
+    n = weights[0] + sum(-(-w // PARAM_ALIGN) * PARAM_ALIGN for w in weights[1:])
     step = math.lcm(dp, BUCKET_ALIGN)
     return -(-n // step) * step - sum(weights)
 
 
 def ddp_padding(scn, parts, values) -> dict[str, int]:
-    """Padding elements of the stage's DDP buffers, {"dense": ..., "expert": ...} (see `_ddp_padding`)."""
+    """Padding elements of the stage's DDP buffers, {"dense": ..., "expert": ...} (see `_ddp_padding`). The ops of
+    one fused Megatron module (tag `module:NAME`: linear_qkv, linear_fc1) are one parameter, padded once."""
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.params import weight_uses
 
     axes = scn.parallel.axis_sizes()
-    dense, expert = [], []
+    tags = {(part.name, op.name): next((t for t in op.tags if t.startswith("module:")), None)
+            for part in parts for op in part.flow.ops}
+    dense: list[list[int]] = []  # per copy of a part: its parameters in order, fused modules summed
+    expert: list[int] = []
+    fused: dict[tuple, int] = {}  # (part, module) -> index into `per_part`
+    per_part: dict[str, list[int]] = {}
+    counts: dict[str, int] = {}
     for use in weight_uses(parts):
         n = ceil_int(evaluate(local_size(use.weight.dims, axes), values))
         if use.weight.group == "routed_expert":
             per = n // max(1, ceil_int(evaluate(local_size(use.weight.dims[:1], axes), values)))
             expert += [per] * (use.count * (n // per))
+            continue
+        ws = per_part.setdefault(use.part, [])
+        counts[use.part] = use.count
+        module = tags.get((use.part, use.op))
+        if module is not None and (use.part, module) in fused:
+            ws[fused[(use.part, module)]] += n
         else:
-            dense += [n] * use.count
-    return {"dense": _ddp_padding(dense, scn.parallel.dense_shard),
+            if module is not None:
+                fused[(use.part, module)] = len(ws)
+            ws.append(n)
+    for part, ws in per_part.items():
+        dense += [ws] * counts[part]
+    return {"dense": _ddp_padding([w for ws in dense for w in ws], scn.parallel.dense_shard),
             "expert": _ddp_padding(expert, scn.parallel.expert_dp)}
 
 
