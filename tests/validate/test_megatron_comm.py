@@ -5,6 +5,8 @@ hand counts beside it say why. Runs are marked `megatron` and skip without the e
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
@@ -37,10 +39,10 @@ def measure():
 
     cache: dict = {}
 
-    def get(**kw):
-        key = tuple(sorted(kw.items()))
+    def get(raw=LLAMA, **kw):
+        key = (json.dumps(raw, sort_keys=True), tuple(sorted(kw.items())))
         if key not in cache:
-            st = Settings(raw=LLAMA, collectives=True, **kw)
+            st = Settings(raw=raw, collectives=True, **kw)
             cache[key] = (st, run(st))
         return cache[key]
 
@@ -120,3 +122,20 @@ def test_dp2_bf16_norms_fp32_outside(measure):
         one_bf16_bucket = 78208 * 2 // 2  # symmem's all-gather: half of one padded BF16 bucket
         assert got["dp"] - predicted(st, r["pp_rank"])["dp"] == (rest * 2 + norms * FP32) // 2 - one_bf16_bucket
         assert (rest * 2 + norms * FP32) // 2 - one_bf16_bucket == 384
+
+
+@pytest.mark.megatron
+def test_dp2_parameter_padding_h40(measure):
+    """Sizes that are not multiples of 64: Llama with h = 40 (head dim 10). Megatron's parameters in registration
+    order: embedding 5,120; per layer norm 40, linear_qkv (4 + 2 x 2) x 10 x 40 = 3,200, linear_proj 1,600, norm
+    40, linear_fc1 7,680, linear_fc2 3,840; final norm 40; output layer 5,120: 43,080. The buffer is filled in
+    reverse (param_and_grad_buffer.py:711), each start padded to 64 (:658-666): the five norms gain 24 each, the
+    embedding is placed last and not padded; the bucket end goes to lcm(2, 128) (:638-656): 43,264 elements.
+    (symmem padded q, k and v separately before: k's and v's 800 elements to 832, 128 elements more.)"""
+    params = 5120 + 2 * (40 + 3200 + 1600 + 40 + 7680 + 3840) + 40 + 5120
+    bucket = -(-(params + 5 * 24) // 128) * 128
+    assert (params, bucket) == (43080, 43264)
+    st, ranks = measure(dp=2, raw={**LLAMA, "hidden_size": 40})
+    for got, kinds in _check(st, ranks):
+        assert kinds == {"dp reduce-scatter (gradient reduction)": bucket * FP32 // 2,
+                         "dp all-gather (optimizer step)": bucket * FP32 // 2}
