@@ -136,6 +136,6 @@ def test_dp2_parameter_padding_h40(measure):
     bucket = -(-(params + 5 * 24) // 128) * 128
     assert (params, bucket) == (43080, 43264)
     st, ranks = measure(dp=2, raw={**LLAMA, "hidden_size": 40})
-    for got, kinds in _check(st, ranks):
+    for _got, kinds in _check(st, ranks):
         assert kinds == {"dp reduce-scatter (gradient reduction)": bucket * FP32 // 2,
                          "dp all-gather (optimizer step)": bucket * FP32 // 2}

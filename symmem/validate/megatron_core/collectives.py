@@ -8,9 +8,9 @@ that `ProcessGroup.unbox` turns into the group, named here by matching its `grou
 data argument, for an all-gather the input shard, for a reduce-scatter the full input, for an all-reduce, send or
 receive the tensor itself (not the bytes on the wire; `wire` converts with ring factors).
 
-Phase: `pipeline` for sends and receives, `forward` or `backward` inside the schedule (backward: an autograd graph task is running), `gradient
-reduction` inside Megatron's `finalize_model_grads` (found on the Python stack), `optimizer step` when the
-tracker says so.
+Phase: `pipeline` for sends and receives; else `forward` or `backward` inside the schedule (backward: an autograd
+graph task is running), `gradient reduction` inside Megatron's `finalize_model_grads` (found on the Python stack),
+`optimizer step` when the tracker says so.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from fractions import Fraction
 
-KINDS = {  # c10d op -> (kind, index of the data argument, how it is read)
+KINDS = {  # c10d op -> kind
     "allreduce_": "all-reduce",
     "_allgather_base_": "all-gather",
     "allgather_": "all-gather",
