@@ -20,7 +20,8 @@ data must move. The rules (Megatron-Core with TransformerEngine's modules, Megat
   an input split over no tensor axis, all-reduces its input's gradient in the backward (mappings.py:197-216;
   layernorm_linear.py:770), once per input tensor.
 * **vocabulary-parallel cross-entropy**: three all-reduces of one FP32 number per token (the logits' max, the sum
-  of exponentials, the target logit; MLM tensor_parallel/cross_entropy.py).
+  of exponentials, the target logit; MLM tensor_parallel/cross_entropy.py; in megatron-core 0.16.1 three calls,
+  :130, :148, :154, on logits cast to FP32 at :28).
 * **expert all-to-all**: `dispatch` and `combine` each move the routed copies of this GPU's tokens, (EP-1)/EP of
   them to other GPUs, forward and backward (MLM transformer/moe/token_dispatcher.py:625-628, 769, the alltoall
   dispatcher; the expert-tensor-parallel group is ETP, 1 in every run here, so no further gather).
@@ -32,6 +33,9 @@ A ring all-gather or reduce-scatter over n GPUs sends (n-1)/n of the whole tenso
 that. Recomputed ops (--recompute) send their forward collectives again. Per iteration: pipeline sends (the
 stage's output activation forward and its gradient backward, per micro-batch) and the data-parallel gradient and
 parameter traffic (`dp_bytes`).
+
+Held to the byte against the collectives Megatron-Core 0.16.1 issues on the CPU without sequence parallelism (TP,
+PP, DP with the distributed optimizer; tests/validate/test_megatron_comm.py, docs/comm_validation.md).
 """
 
 from __future__ import annotations
