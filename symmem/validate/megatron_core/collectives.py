@@ -94,6 +94,11 @@ def _group(args):
     return None
 
 
+def _data(kind: str, args) -> list:
+    """The data tensors (see `_data_bytes`)."""
+    return _tensors(args[1] if kind in ("all-gather", "reduce-scatter") else args[0], [])
+
+
 def _data_bytes(kind: str, op: str, args) -> int:
     """Bytes of the data argument: c10d's schemas put the output first for all-gather and reduce-scatter
     (`_allgather_base_(output, input, ...)`, `_reduce_scatter_base_(output, input, ...)`), the tensors first for
@@ -149,6 +154,7 @@ def recorder_class():
                     "group": self.labels.get(pg.group_name, pg.group_name) if pg is not None else "?",
                     "size": pg.size() if pg is not None else 0,
                     "nbytes": _data_bytes(kind, op, args) if kind in KINDS.values() else 0,
+                    "shapes": [list(t.shape) for t in _data(kind, args)] if kind in KINDS.values() else [],
                     "dtype": str(_tensors(args[0], [None])[-1].dtype).replace("torch.", "")
                     if _tensors(args[0], []) else "",
                 })
