@@ -139,3 +139,19 @@ def test_dp2_parameter_padding_h40(measure):
     for _got, kinds in _check(st, ranks):
         assert kinds == {"dp reduce-scatter (gradient reduction)": bucket * FP32 // 2,
                          "dp all-gather (optimizer step)": bucket * FP32 // 2}
+
+
+@pytest.mark.megatron
+def test_dp2_gpt2_tied(measure):
+    """GPT-2 (LayerNorm and biases, learned positions, the output layer reusing the word embedding at PP 1): word
+    embedding 128 x 64, positions 64 x 64; per layer LayerNorm 2 x 64 twice, QKV 192 x 64 + 192, projection
+    64 x 64 + 64, fc1 256 x 64 + 256, fc2 64 x 256 + 64; the final LayerNorm 2 x 64. Every size a multiple of 64
+    and the sum of 128: no padding, one bucket."""
+    gpt2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 128, "n_positions": 64,
+            "tie_word_embeddings": True}
+    layer = 4 * 64 + 192 * 64 + 192 + 64 * 64 + 64 + 256 * 64 + 256 + 64 * 256 + 64
+    params = 128 * 64 + 64 * 64 + 2 * layer + 2 * 64
+    assert params == 112384 and params % 128 == 0
+    st, ranks = measure(dp=2, raw=gpt2)
+    for got, _kinds in _check(st, ranks):
+        assert got == {"dp": params * (FP32 + FP32) // 2}
