@@ -3,6 +3,8 @@
 * `bridge`: the one module that lets Megatron-Core's local (non-TransformerEngine) spec run without CUDA.
 * `tracker`: live storages over an iteration (peak and the op at it), saved-for-backward storages per layer.
 * `runner`: builds GPTModel, DDP and the optimizer from an HF config and runs one whole iteration per rank.
+* `collectives`: every c10d collective of the iteration (kind, Megatron group, phase, bytes), when asked for;
+  `comm_check`: those against `symmem.comm` (docs/comm_validation.md).
 
 Needs the `megatron` extra (`pip install -e '.[megatron]'`); without it every entry point raises SymmemError.
 """
