@@ -89,18 +89,35 @@ def _stage_flops(scn, stage, hardware: bool) -> float:
     return total / (scn.parallel.tp * scn.parallel.cp)
 
 
-def features(scn) -> StepFeatures:
-    from symmem.comm import dp_bytes, stage_comm_bytes
+_PER_MICROBATCH: dict = {}  # (activation key, sizes, b, s, stages) -> (busiest stage's FLOPs, its bytes by axis)
+
+
+def _per_microbatch(scn) -> tuple[float, dict[str, float]]:
+    """The busiest stage's hardware FLOPs and communication bytes per micro-batch, by axis; the same for every
+    micro-batch count, ZeRO stage and schedule, so cached on what they depend on."""
+    from symmem.comm import stage_comm_bytes
     from symmem.symbols import b, s
 
-    par = scn.parallel
-    busiest = max(scn.stages, key=lambda st: _stage_flops(scn, st, True))
-    at = {**scn.size_values(), b: scn.b, s: scn.s}
-    comm = {k: float(v.subs(at)) for k, v in stage_comm_bytes(scn, busiest).items()}
-    return StepFeatures(_stage_flops(scn, busiest, True), comm.get("tp", 0.0) + comm.get("etp", 0.0),
-                        comm.get("ep", 0.0), max(dp_bytes(scn, st) for st in scn.stages), comm.get("pp", 0.0),
-                        scn.m + bubble_slots(scn.schedule, par.pp), scn.model.family.routed_experts is not None,
-                        comm.get("cp", 0.0))
+    key = (scn.activation_key, scn.size_key, scn.b, scn.s, scn.stages)
+    if key not in _PER_MICROBATCH:
+        flops = {st: _stage_flops(scn, st, True) for st in scn.stages}
+        busiest = max(scn.stages, key=flops.__getitem__)
+        at = {**scn.size_values(), b: scn.b, s: scn.s}
+        comm = {k: float(v.xreplace(at)) for k, v in stage_comm_bytes(scn, busiest).items()}
+        if len(_PER_MICROBATCH) > 512:
+            _PER_MICROBATCH.clear()
+        _PER_MICROBATCH[key] = (flops[busiest], comm)
+    return _PER_MICROBATCH[key]
+
+
+def features(scn) -> StepFeatures:
+    from symmem.comm import dp_bytes
+
+    flops, comm = _per_microbatch(scn)
+    return StepFeatures(flops, comm.get("tp", 0.0) + comm.get("etp", 0.0), comm.get("ep", 0.0),
+                        max(dp_bytes(scn, st) for st in scn.stages), comm.get("pp", 0.0),
+                        scn.m + bubble_slots(scn.schedule, scn.parallel.pp),
+                        scn.model.family.routed_experts is not None, comm.get("cp", 0.0))
 
 
 def bubble_slots(schedule, pp: int) -> float:
