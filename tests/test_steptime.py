@@ -51,3 +51,23 @@ def test_bubble_of_each_schedule():
     assert bubble_slots(Schedule("zb1p"), 8) == 7 / 3
     assert bubble_slots(Schedule("dualpipe"), 8) == 1.0
     assert bubble_slots(Schedule("1f1b"), 1) == 0
+
+
+def test_step_flops_equal_the_flops_module():
+    # the step's cached FLOP count is symmem.flops.model_flops under the megatron convention at the same sizes,
+    # times the micro-batches and data-parallel replicas of one iteration
+    from symmem import symbols
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.flops import model_flops
+    from symmem.steptime import step_time
+
+    args = build_parser().parse_args(["memory", "--model", "deepseek-v3", "--profile", "megatron-te", "--tp", "2",
+                                      "--pp", "4", "--ep", "8", "--dp", "8", "--microbatches", "8",
+                                      "--recompute", "full", "--gpu", "H800"])
+    scn = scenario_from_args(args)
+    st = step_time(scn)
+    at = {**scn.size_values(), symbols.b: scn.b, symbols.s: scn.s}
+    reps = scn.m * scn.parallel.dp
+    assert st.flops_model == int(model_flops(scn, False, "megatron")[0].subs(at)) * reps
+    assert st.flops_hardware == int(model_flops(scn, True, "megatron")[0].subs(at)) * reps > st.flops_model

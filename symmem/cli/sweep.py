@@ -407,14 +407,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         # by time: every configuration that fits is listed by the compiled path, then timed and ranked
         summary = sweep(space, top=0 if rank_by == "time" else top, marginal=args.marginal, region=bool(args.plot),
-                        chunk=chunk, progress=bar)
+                        chunk=chunk, progress=bar, lazy_events=rank_by == "time")
     finally:
         if bar:
             bar.close()
     if rank_by == "time":
+        from symmem.sweep.evaluate import finish_events
         from symmem.sweep.timing import rank_by_time
 
-        summary.ranked = rank_by_time(space, summary.ranked, top)
+        summary.ranked = finish_events(rank_by_time(space, summary.ranked, top))
     summary.rank_by = rank_by
     from symmem.sweep.replayed import with_reserved
 

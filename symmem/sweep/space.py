@@ -166,10 +166,11 @@ class Summary:
 
 
 def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = False, chunk: int = CHUNK,
-          progress: Callable[[int], None] | None = None) -> Summary:
+          progress: Callable[[int], None] | None = None, lazy_events: bool = False) -> Summary:
     """Evaluate the space by the compiled path, streaming: counts, the `top` configurations that fit (all with
     `top` = 0) ranked by headroom (capacity − high), largest first, ties in sweep order; with `marginal`,
-    those that fit only at the low end of overheads too; with `region`, the best headroom per TP·PP and b."""
+    those that fit only at the low end of overheads too; with `region`, the best headroom per TP·PP and b; with
+    `lazy_events` each record's binding event left to `evaluate.finish_events`."""
     t0 = time.perf_counter()
     cases: dict = {}
     cap = space.capacity
@@ -213,7 +214,7 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
         for i, h, o in zip(idx.tolist(), hv.tolist(), ords.tolist(), strict=True):
             item = (int(h), -o)
             if not top:
-                kept.append((item, blk.record(i)))
+                kept.append((item, blk.record(i, lazy_events)))
             elif len(heap) < top:
                 heapq.heappush(heap, (*item, blk.record(i)))
             elif item > heap[0][:2]:
