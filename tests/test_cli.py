@@ -58,6 +58,8 @@ def test_activations_json(capsys):
 def test_memory_names_peak_and_schedule(capsys):
     code, out, _ = run(capsys, "memory", "--recompute", "full", "--zero", "3", "--json")
     d = json.loads(out)
+    # peak stage 1: a regression value (symmem's own finding at c51ecda under full recomputation and ZeRO-3), not a
+    # figure the paper states
     assert code == 0 and d["peak_stage"] == 1 and d["schedule"] == "1F1B"
     assert sum(r["peak"] for r in d["stages"]) == 1
     code, out, _ = run(capsys, "memory", "--recompute", "full", "--zero", "3")
