@@ -1,9 +1,9 @@
 """ZB-H1 and DualPipe run in their real order (issue 22): the per-rank sequences, worked by hand from their sources,
 and the micro-batches each rank holds, against what the papers state.
 
-Sources: ZB-H1, Qi et al., arXiv 2401.10241, §2.1 and Figure 3 (top), as the authors' DeepSpeed port runs it
-(microsoft/Megatron-DeepSpeed, deepspeed_zbh1_schedule.py, exact semantics: warm-up PP - i - 1 forwards, i rounds
-of F B, then F B W, then B W, then the last i W); DualPipe, deepseek-ai/DualPipe at
+Sources: ZB-H1, Qi et al., arXiv 2401.10241, §2.1 and Figure 3 (top), as the DeepSpeed port runs it
+(deepspeed_zbh1_schedule.py, saforem2/Megatron-DeepSpeed at 40e942a, enable_zbh1_exact_semantics: warm-up
+PP - i - 1 forwards, i rounds of F B, then F B W, then B W, then the last i W); DualPipe, deepseek-ai/DualPipe at
 3da1bbe, dualpipe/dualpipe.py `DualPipe.step` (its eight steps), and the DeepSeek-V3 report's Table 2 (also the
 repository's README): activation per device PP + 1 for DualPipe, PP for 1F1B and ZB1P. No number here is symmem's
 output.

@@ -6,14 +6,14 @@ the inputs of its weighted ops and their output gradients, from that B until its
 of the same (micro-batch, chunk) is a whole backward.
 
 * ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, §2.1 and Figure 3, top): 1F1B with
-  the W of stage i delayed by i. On stage i of PP, as the authors' DeepSpeed port runs it
-  (`ZeroBubbleH1Pipeline.steps`, microsoft/Megatron-DeepSpeed at c84829e, megatron/core/pipeline_parallel/
-  deepspeed_zbh1_schedule.py, with its later `enable_zbh1_exact_semantics` option): PP - i - 1 warm-up
-  forwards; i rounds of F, B; rounds of F, B, W while forwards remain; then B, W while backwards remain; then the
-  last i W. Stage 0 runs whole backwards (its B and W together), which is 1F1B. A stage holds PP - i
-  micro-batches between F and B, and PP between F and W. (Without that option the port runs whole backwards in
-  the steady state and leaves the first i W to the end; sail-sg's zb-h1-quick-start branch, 95212f70, is another
-  variant. Both hold the same counts.)
+  the W of stage i delayed by i. On stage i of PP, as the DeepSpeed port runs it with its
+  `enable_zbh1_exact_semantics` option (`ZeroBubbleH1Pipeline.steps`, megatron/core/pipeline_parallel/
+  deepspeed_zbh1_schedule.py: saforem2/Megatron-DeepSpeed at 40e942a; microsoft/Megatron-DeepSpeed at c84829e has
+  the file without the option): PP - i - 1 warm-up forwards; i rounds of F, B; rounds of F, B, W while forwards
+  remain; then B, W while backwards remain; then the last i W. Stage 0 runs whole backwards (its B and W
+  together), which is 1F1B. A stage holds PP - i micro-batches between F and B, and PP between F and W.
+  (Without the option the port runs whole backwards in the steady state and leaves the first i W to the end;
+  sail-sg's zb-h1-quick-start branch, 95212f70, is another variant. Both hold the same counts.)
 * DualPipe (DeepSeek-V3 report, arXiv 2412.19437, §3.2.1; github.com/deepseek-ai/DualPipe at 3da1bbe,
   dualpipe/dualpipe.py, `DualPipe.step`): rank r holds two chunks, chunk 0 = stage r of the micro-batches fed
   at rank 0 and chunk 1 = stage PP - 1 - r of those fed at rank PP - 1, M/2 micro-batches each way. Its eight
