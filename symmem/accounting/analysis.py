@@ -274,8 +274,9 @@ def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back) -> list[E
 
 def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
     """Every event of one training step on one GPU of `stage`, in the schedule's time order (`Schedule.order`:
-    GPipe, 1F1B and interleaved 1F1B as Megatron runs them; ZB-1P and DualPipe in 1F1B's order with their own
-    in-flight count). Under interleaving the stage's layers are its v model chunks, in order."""
+    GPipe, 1F1B and interleaved 1F1B as Megatron runs them, ZB-H1 as its authors do, DualPipe as DeepSeek's
+    repository does). Under interleaving the stage's layers are its v model chunks, in order; under DualPipe the GPU
+    holds two chunks, the stage and stage PP - 1 - i (run by the micro-batches going the other way)."""
     key = _activation_key(scn)
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
     axes = scn.parallel.axis_sizes()
@@ -285,6 +286,9 @@ def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
         stage, layers=stage.layers[c * n:(c + 1) * n], embedding=stage.embedding and c == 0,
         head=stage.head and c == v - 1, mtp=stage.mtp if c == v - 1 else 0), scn.convention, scn.flow_impl)
         for c in range(v)]
+    if scn.schedule.name == "dualpipe":
+        mirror = scn.stages[scn.parallel.pp - 1 - stage.index]
+        chunks.append(stage_parts(scn.model, mirror, scn.convention, scn.flow_impl))
     order = scn.schedule.order(stage.index, scn.parallel.pp, scn.m)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
