@@ -22,6 +22,9 @@ class Precision:
     grad_bytes: int  # gradients (accumulated)
     master_bytes: int  # an FP32 master copy of the weights, kept with the optimizer (0: none)
     optimizer_bytes: int  # optimizer moments (Adam: two FP32 moments = 8)
+    # FP8/FP4 recipes (symmem.precision.recipes.LowPrecision): quantized weight copies, scaling state, and how
+    # linear ops keep their inputs; None: plain mixed precision
+    low_precision: object | None = None
 
     def __post_init__(self) -> None:
         for f in ("weight_bytes", "grad_bytes", "master_bytes", "optimizer_bytes"):
@@ -46,11 +49,18 @@ RECIPES = {
 
 
 def recipe(name: str) -> Precision:
-    """A named precision recipe: `paper` (2 + 4 + 8 bytes per parameter) or `megatron` (2 + 4 + 4 + 8)."""
-    try:
+    """A named precision recipe: `paper` (2 + 4 + 8 bytes per parameter), `megatron` (2 + 4 + 4 + 8), or an FP8/FP4
+    recipe of `symmem.precision` (`te-mxfp8`, `deepseek-v3-fp8`, ...)."""
+    if name in RECIPES:
         return RECIPES[name]
+    from symmem.precision.recipes import RECIPES as LOW
+
+    try:
+        return LOW[name]
     except KeyError:
-        raise SymmemError(f"precision = {name!r}: unknown recipe; known: {', '.join(RECIPES)}") from None
+        from symmem.precision import RECIPE_NAMES
+
+        raise SymmemError(f"precision = {name!r}: unknown recipe; known: {', '.join(RECIPE_NAMES)}") from None
 
 
 class ZeroStage(IntEnum):
@@ -83,10 +93,11 @@ class StateBytes:
     weights: int
     gradients: int
     optimizer: int  # master copy + optimizer moments
+    quantized: int = 0  # FP8/FP4 weight copies, their scale tensors and scaling state (symmem.precision.weights)
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer
+        return self.weights + self.gradients + self.optimizer + self.quantized
 
 
 def state_bytes(dense, moe, dp: int, edp: int, precision: Precision, zero: ZeroStage, copies: int = 1) -> StateBytes:

@@ -217,7 +217,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 
 def memory_rows(scn):
-    from symmem.accounting.analysis import memory, verdict
+    from symmem.accounting.analysis import QUANTIZED, memory, verdict
 
     mems = memory(scn)
     top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))
@@ -227,8 +227,10 @@ def memory_rows(scn):
         low, high = m.reserved
         rows.append({"stage": m.stage.index, "params_per_gpu": m.params.total, "weights": m.states.weights,
                      "gradients": m.states.gradients, "optimizer": m.states.optimizer,
+                     # FP8/FP4 recipes: quantized weight copies, their scales and scaling state (0 otherwise)
+                     "quantized_weights": m.states.quantized,
                      "framework_buffers": {k: v for k, v in m.peak.static.items()
-                                           if k not in ("weights", "gradients", "optimizer states")},
+                                           if k not in ("weights", "gradients", "optimizer states", QUANTIZED)},
                      "activations_per_microbatch": m.activation_per_microbatch,
                      **in_flight_fields(m.in_flight),
                      "activations": m.activations,
@@ -258,18 +260,23 @@ def _memory_run(args) -> int:
     print(f"GPU capacity {scn.gpu_memory:,} bytes ({fmt_gb(scn.gpu_memory)} GB, {fmt_gib(scn.gpu_memory)} GiB); "
           f"reserved = peak x (1 + {scn.fragmentation[0]:.0%}..{scn.fragmentation[1]:.0%}) + communication buffers "
           f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")
-    print(f"{'stage':>5} {'weights':>8} {'grads':>8} {'optim':>8} {'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} "
-          f"{'reserved (low-high)':>20}  verdict; peak event")
+    quant = any(r["quantized_weights"] for r in rows)  # an FP8/FP4 recipe's weight copies: a column of their own
+    print(f"{'stage':>5} {'weights':>8} " + (f"{'fp8/fp4':>8} " if quant else "") + f"{'grads':>8} {'optim':>8} "
+          f"{'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} {'reserved (low-high)':>20}  verdict; peak event")
     for r in rows:
         mark = "  <- peak" if r["peak"] else ""
         ev = r["peak_event"]
-        print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} {fmt_gib(r['gradients']):>8} "
+        print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} "
+              + (f"{fmt_gib(r['quantized_weights']):>8} " if quant else "") + f"{fmt_gib(r['gradients']):>8} "
               f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {_in_flight_text(r):>5} "
               f"{fmt_gib(r['allocated']):>8} {fmt_gib(r['peak_allocated']):>8} "
               f"{fmt_gib(r['reserved_low']) + '-' + fmt_gib(r['reserved_high']):>20}  "
               f"{r['verdict']}; {ev['phase']} {ev['part']} {ev['op']}{mark}")
     print("(GiB = 2^30 bytes; sum = model states + saved activations in flight, as the paper adds them; peak = "
           "the busiest moment of the step, with framework buffers, transients and activation gradients)")
+    if quant:
+        print("(fp8/fp4 = the recipe's quantized weight copies with their scale tensors and scaling state; "
+              "symmem.precision)")
     return 0
 
 

@@ -207,6 +207,11 @@ def space_from_args(args: argparse.Namespace):
         raise SymmemError(f"profile = {prof.name!r}: the sweep does not model its framework buffers and padded "
                           "vocabulary; sweep with --profile paper or torch-eager, and check one configuration with "
                           "symmem memory --profile " + prof.name)
+    if scn.precision.low_precision is not None and (scn.precision.low_precision.weight_copies
+                                                    or scn.precision.low_precision.amax_history):
+        raise SymmemError(f"precision = {scn.precision.name!r}: the sweep does not model quantized weight copies, "
+                          "whose scale tensors depend on TP and EP; sweep with a BF16 recipe and check one "
+                          f"configuration with symmem memory --precision {scn.precision.name}")
     model = scn.model
     seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
     base = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe), layout=LayoutSpec(),
