@@ -23,14 +23,15 @@ class GemmSplit:
     m: tuple[Dim, ...]
     k: tuple[Dim, ...]
     n: tuple[Dim, ...]
+    input_k: int = 0  # trailing input dimensions that are K (0: as many as `k` has)
+
+    def __post_init__(self) -> None:
+        if not self.input_k:
+            object.__setattr__(self, "input_k", len(self.k))
 
     @property
     def input_lead(self) -> int:
         return len(self.groups)
-
-    @property
-    def input_k(self) -> int:
-        return len(self.k)
 
 
 def gemm_split(op: Op, flow: Dataflow, weight: Weight | None = None) -> GemmSplit:
@@ -50,5 +51,14 @@ def gemm_split(op: Op, flow: Dataflow, weight: Weight | None = None) -> GemmSpli
             return GemmSplit(w[:lead], x[lead:len(x) - k], rest[:k], rest[k:])
         if rest[len(rest) - k:] == x[len(x) - k:]:  # output-first: (N..., K...)
             return GemmSplit(w[:lead], x[lead:len(x) - k], rest[len(rest) - k:], rest[:len(rest) - k])
-    raise SymmemError(f"op {op.name}: weight {weight.name} shape does not share trailing dimensions with its input "
-                      f"{op.inputs[0]}: no GEMM shape to quantize")
+    # The input does not show the contraction (DeepSeek-V4's grouped o_a_proj reads its input regrouped): the
+    # weight's output dimensions are the ones it shares with the output's trailing dimensions, the rest are K; the
+    # input is quantized along its last dimension.
+    y = flow.tensors[op.outputs[0]].dims
+    for n in range(min(len(w) - 1, len(y)), 0, -1):
+        if w[:n] == y[len(y) - n:]:
+            return GemmSplit((), x[:-1], w[n:], w[:n], input_k=1)
+        if w[len(w) - n:] == y[len(y) - n:]:
+            return GemmSplit((), x[:-1], w[:len(w) - n], w[len(w) - n:], input_k=1)
+    raise SymmemError(f"op {op.name}: weight {weight.name} shares no trailing dimensions with its input "
+                      f"{op.inputs[0]} or output {op.outputs[0]}: no GEMM shape to quantize")
