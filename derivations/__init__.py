@@ -23,4 +23,5 @@ MODULES = (
     "korthikanti_table2",
     "deepseek_generations",
     "measured_runs",
+    "measured_step_times",
 )

@@ -75,3 +75,13 @@ def read_named_or_path(field: str, name: str, package: str, suffix: str, builtin
             raise SymmemError(f"{field} = {name!r}: no such file")
         raise SymmemError(f"{field} = {name!r}: {unknown}: {', '.join(builtin)}")
     return read_text_file(path, field), str(path)
+
+
+def read_json_object(path: str, field: str) -> dict:
+    """A JSON file that must hold an object (an HF config.json), read by `read_text_file` and parsed strictly."""
+    from symmem import _json
+
+    raw = _json.loads(read_text_file(path, field), f"{field} = {path!r}")
+    if not isinstance(raw, dict):
+        raise SymmemError(f"{field} = {path!r}: must hold a JSON object")
+    return raw

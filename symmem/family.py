@@ -14,15 +14,12 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import sympy
 
 from symmem.errors import SymmemError
 from symmem.graph import DataflowBuilder, Dim
-
-if TYPE_CHECKING:
-    from symmem.config import ModelConfig
+from symmem.model_config import ModelConfig, positive_int, require, set_family_lookup
 
 
 class Family:
@@ -154,3 +151,22 @@ def family_of_type(model_type: object, source: str) -> Family:
 def all_presets() -> dict[str, Family]:
     """Preset name -> its family."""
     return {p: fam for fam in registry().values() for p in fam.presets}
+
+
+def read_sizes(raw: Mapping, fam: Family, source: str) -> dict[str, int]:
+    """The family's size symbols from their config keys; optional keys absent or null are left out."""
+    require(raw, [k for k in fam.config_keys.values() if k not in fam.optional_keys], source, fam.name)
+    values: dict[str, int] = {}
+    for name, key in fam.config_keys.items():
+        if raw.get(key) is None and key in fam.optional_keys:
+            continue
+        values[name] = positive_int(key, raw[key], source)
+    return values
+
+
+def ignored(raw: Mapping, fam: Family) -> tuple[str, ...]:
+    used = set(fam.config_keys.values()) | set(fam.structural_keys) | {"model_type"}
+    return tuple(sorted(k for k in raw if k not in used))
+
+
+set_family_lookup(family)  # a ModelConfig finds its family here (symmem.model_config)

@@ -49,6 +49,12 @@ class Profile:
     precision: str | None = None  # a recipe of symmem.accounting.states
     zero: int | None = None  # Megatron's distributed optimizer shards master weights and moments: ZeRO-1
     convention: str | None = None  # the TP convention, where the model's family has it
+    # sequence parallelism (and a sequence-sharded MoE block) when chosen on the command line without
+    # --sequence-parallel/--no-sequence-parallel: the framework's way of running TP > 1
+    sequence_parallel: bool = False
+    # whether symmem.accounting.reserved knows the order the framework allocates in (model build, buffers,
+    # optimizer, steps): then each stage's reserved memory is derived by replaying PyTorch's caching allocator
+    allocation_order: bool = False
 
 
 # --------------------------------------------------------------------------------------------- megatron-te
@@ -174,7 +180,12 @@ PROFILES = {
         "megatron-te", "megatron-te",
         "Megatron-Core 23e00ed0 + TransformerEngine 2.11, BF16, distributed optimizer",
         padded_vocabulary=megatron_vocabulary, buffers=_megatron_buffers, backward_tensors=_pipeline_gradients,
-        precision="megatron", zero=1, convention="megatron"),
+        precision="megatron", zero=1, convention="megatron",
+        # Megatron-Core runs TP > 1 with --sequence-parallel (the measured runs do; MLM
+        # megatron/core/model_parallel_config.py:388-391 requires it with expert and tensor parallelism together;
+        # megatron/training/arguments.py:836-842 turns it off at TP 1, where it changes nothing), its MoE block
+        # sequence-sharded
+        sequence_parallel=True, allocation_order=True),
 }
 
 

@@ -78,6 +78,8 @@ class Scenario:
     attn_impl: str = "eager"  # hf dataflow: attn_implementation, "eager" or "sdpa"
     experts_impl: str = "eager"  # hf dataflow: experts_implementation, "eager" or "grouped_mm"
     hf_router: str | None = None  # hf dataflow: router variant; None: from the config (topk_method, norm_topk_prob)
+    flops_convention: str = "paper"  # how FLOPs are counted (symmem.flops: `paper`, matmuls only)
+    gpu_name: str | None = None  # the GPU by name (symmem.hardware), for the step time; None: not said
 
     def __post_init__(self) -> None:
         if self.convention not in self.model.family.conventions:
@@ -117,6 +119,9 @@ class Scenario:
                               "or rules = 'torch-eager')")
         if self.policy.ops:
             self._check_custom_recompute()
+        from symmem.flops import check_convention
+
+        check_convention(self.flops_convention)
 
     def _check_custom_recompute(self) -> None:
         """A custom recomputation set must name op kinds, tags or names that exist in this scenario's dataflows."""
@@ -176,6 +181,14 @@ class Scenario:
     def size_key(self) -> tuple:
         """`size_values` as a sorted tuple: a cache key of the derivations that depend on the sizes."""
         return tuple(sorted(self._size_values.items(), key=lambda kv: kv[0].name))
+
+    @cached_property
+    def activation_key(self) -> tuple:
+        """What the activation derivations depend on, written once (not b, s, ZeRO, precision, the schedule or
+        the profile's buffers): the caches of `symmem.accounting` key on it, and the sweep's structural key
+        (`symmem.sweep.compile.structural_key`) is derived from it with the sizes the sweep keeps symbolic taken
+        out of the parallel arrangement."""
+        return (self.model, self.convention, self.rules, self.policy, self.parallel, self.routing, self.act_bytes)
 
     @cached_property
     def flow_impl(self) -> object | None:
@@ -307,6 +320,7 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         experts_impl=tr.get("experts_impl", "eager"),
         hf_router=tr.get("hf_router"),
         gpu_memory=parse_size(gpu.get("memory", "80GB"), "gpu.memory"),
+        gpu_name=_gpu_name(gpu.get("memory")),
         fragmentation=(float(frag[0]), float(frag[1])),
         comm_buffers=(bufs[0], bufs[1]),
     )
@@ -328,6 +342,30 @@ def _load(name_or_path: str) -> Scenario:
     text, source = read_named_or_path("scenario", name_or_path, "symmem.scenarios", ".toml", BUILTIN,
                                       "unknown; built-in scenarios")
     return from_toml_dict(_toml.loads(text, source), source)
+
+
+def _gpu_name(memory: object) -> str | None:
+    """The GPU a `[gpu] memory = "B200"` names (symmem.hardware's presets), else None."""
+    from symmem.hardware import GPUS
+
+    return memory.strip().upper() if isinstance(memory, str) and memory.strip().upper() in GPUS else None
+
+
+MODEL_SCENARIO_S = 4096  # the sequence length of a scenario derived from a model alone, unless its context is shorter
+
+
+def model_scenario(model: ModelConfig) -> Scenario:
+    """One model on one GPU: what `--model` alone means (TP = PP = DP = 1, micro-batch 1, s = 4096 or the model's
+    own context length when that is shorter; everything else the Scenario's defaults). Never another model's
+    scenario: the paper's 1,024-GPU DeepSeek-V3 case applies only when asked for (`--scenario paper`).
+
+    >>> scn = model_scenario(load_model("gpt2"))
+    >>> scn.parallel.world_size, scn.b, scn.s
+    (1, 1, 1024)
+    """
+    s = min(MODEL_SCENARIO_S, model.max_positions or MODEL_SCENARIO_S)
+    return Scenario(model.name, model, Parallel(), s=s,
+                    description=f"{model.name} on one GPU (TP = PP = DP = 1, micro-batch 1, s = {s})")
 
 
 def with_parallel(scn: Scenario, **changes) -> Scenario:

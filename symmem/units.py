@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 
 from symmem._numbers import decimal_text
 from symmem.errors import SymmemError
@@ -20,6 +22,14 @@ GPUS = {"h800": 80 * GB, "h100": 80 * GB, "a100": 80 * GB, "h20": 96 * GB, "h200
         "mi300x": 192 * GB}
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def gpu_capacity(name: str, field: str = "gpu") -> int:
+    """The memory capacity of a GPU by name (`GPUS`, bytes as sold)."""
+    key = name.strip().lower() if isinstance(name, str) else None
+    if key not in GPUS:
+        raise SymmemError(f"{field} = {str(name)[:40]!r}: unknown GPU; known: {', '.join(g.upper() for g in GPUS)}")
+    return GPUS[key]
 
 
 def parse_size(text: object, field: str = "size") -> int:
@@ -52,16 +62,37 @@ def parse_size(text: object, field: str = "size") -> int:
     return int(value)
 
 
-def _ratio(nbytes: int | float, unit: int) -> float:
+FIXED_LIMIT = 10**15  # from this many units on, a size prints in scientific notation (no GPU holds a petabyte)
+
+
+def fmt_units(nbytes: int | float, unit: int, digits: int = 2) -> str:
+    """`nbytes / unit` with `digits` decimals; from 10^15 units on (an integer no float can hold included) in
+    scientific notation from the exact integer, never `inf` or `nan`."""
+    if isinstance(nbytes, float) and not math.isfinite(nbytes):
+        raise ValueError(f"{nbytes!r} bytes: not a size")  # the engine's byte counts are integers
     try:
-        return nbytes / unit
-    except OverflowError:  # an integer beyond a float's range: printed as inf, never a crash
-        return float("inf") if nbytes > 0 else float("-inf")
+        ratio = nbytes / unit
+    except OverflowError:
+        ratio = math.inf
+    if abs(ratio) < FIXED_LIMIT:
+        return f"{ratio:.{digits}f}"
+    return _scientific(Fraction(nbytes) / unit, digits)
+
+
+def _scientific(x: Fraction, digits: int) -> str:
+    """x as `d.dd...e+N` from its exact value (rounded half to even at the last digit)."""
+    sign, x = ("-" if x < 0 else ""), abs(x)
+    exp = len(str(x.numerator // x.denominator)) - 1
+    mantissa = round(x / Fraction(10) ** exp * 10**digits)
+    if mantissa >= 10 ** (digits + 1):  # 9.999... rounded up to 10.00
+        exp, mantissa = exp + 1, round(x / Fraction(10) ** (exp + 1) * 10**digits)
+    text = str(mantissa)
+    return f"{sign}{text[0]}.{text[1:]}e+{exp}" if digits else f"{sign}{text}e+{exp}"
 
 
 def fmt_gib(nbytes: int | float, digits: int = 2) -> str:
-    return f"{_ratio(nbytes, GIB):.{digits}f}"
+    return fmt_units(nbytes, GIB, digits)
 
 
 def fmt_gb(nbytes: int | float, digits: int = 2) -> str:
-    return f"{_ratio(nbytes, GB):.{digits}f}"
+    return fmt_units(nbytes, GB, digits)

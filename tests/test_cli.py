@@ -21,6 +21,8 @@ def test_params_json_keys(capsys):
     code, out, _ = run(capsys, "params", "--model", "deepseek-v3", "--json")
     d = json.loads(out)
     assert code == 0
+    # DeepSeek-V3's published 671B total and 37B activated (the V3 report, arXiv 2412.19437), to the parameter as
+    # test_params recounts them from the HF config's shapes
     assert d["total"] == 671_026_404_352 and isinstance(d["total"], int)
     assert d["activated"] == 36_625_603_584 and isinstance(d["activated"], int)
     assert d["per_part"]["moe layers"]["count"] == 58
@@ -35,17 +37,17 @@ def test_states_json(capsys):
     code, out, _ = run(capsys, "states", "--scenario", "paper", "--zero", "3", "--stage", "1", "--json")
     d = json.loads(out)
     (row,) = d["stages"]
-    assert row["params_per_gpu"]["total"] == 6_250_364_928
-    assert row["bytes_per_gpu"]["total"] == 10_374_131_712
+    assert row["params_per_gpu"]["total"] == 6_250_364_928  # the paper's Table 6
+    assert row["bytes_per_gpu"]["total"] == 10_374_131_712  # the paper's Table 8, ZeRO-3: 9.66 GiB
 
 
 def test_activations_json(capsys):
     code, out, _ = run(capsys, "activations", "--stage", "1", "--json", "--symbolic")
     d = json.loads(out)
-    assert d["stages"][0]["per_microbatch"] == 24_671_158_272
+    assert d["stages"][0]["per_microbatch"] == 24_671_158_272  # the paper's Table 10 (22.98 GiB, 24.67 GB)
     assert d["schedule"] == "1F1B" and d["routing"].startswith("paper")
     code, out, _ = run(capsys, "activations", "--stage", "1", "--json", "--recompute", "full")
-    assert json.loads(out)["stages"][0]["per_microbatch"] == 235_143_168
+    assert json.loads(out)["stages"][0]["per_microbatch"] == 235_143_168  # Table 10, full recomputation
 
 
 def test_memory_names_peak_and_schedule(capsys):
@@ -206,7 +208,7 @@ def test_toml_values_of_the_wrong_type(capsys, tmp_path, body, words):
     (["memory", "--rank-load", "1e300"], "out of range"),
     (["memory", "--gpu-memory", "1e400"], "up to 10^18 bytes"),
     (["memory", "--schedule", "interleaved", "--chunks", "2"], "cannot split into 2 chunks"),
-    (["memory", "--model", "deepseek-v2-lite"], "choose another PP (--pp)"),
+    (["memory", "--scenario", "paper", "--model", "deepseek-v2-lite"], "choose another PP (--pp)"),
 ])
 def test_conflicting_or_out_of_range_flags(capsys, args, words):
     code, _, err = run(capsys, *args)
@@ -234,3 +236,42 @@ def test_in_flight_is_a_number(capsys):
         assert all(type(r["in_flight"]) is int and "in_flight_exact" not in r for r in d["stages"])
     assert in_flight_fields(Fraction(15, 2)) == {"in_flight": 7.5, "in_flight_exact": "15/2"}
     assert in_flight_fields(Fraction(7)) == {"in_flight": 7}
+
+
+@pytest.mark.parametrize("model, s", [("gpt2", 1024), ("llama-3-8b", 4096), ("deepseek-v2-lite", 4096)])
+def test_bare_model_is_one_model_on_one_gpu(capsys, model, s):
+    # `--model` alone: that model on one GPU (issue 18 item 4), never the paper's 1,024-GPU DeepSeek-V3 scenario.
+    # GPT-2's context is 1,024 tokens (n_positions in its published config.json), shorter than the default 4,096.
+    code, out, err = run(capsys, "memory", "--model", model, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["parallel"].startswith("DP 1, TP 1, PP 1,") and "(1 GPUs" in d["parallel"]
+    assert (d["b"], d["s"]) == (1, s) and len(d["stages"]) == 1
+
+
+def test_bare_model_errors_name_only_given_flags(capsys):
+    # GPT-2's vocabulary (50,257, prime) divides by no TP > 1: the error names the flag the user gave
+    code, _, err = run(capsys, "memory", "--model", "gpt2", "--tp", "2")
+    assert code == 2 and "tp = 2" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "memory", "--model", "gpt2")
+    assert code == 0, err
+
+
+def test_one_flag_vocabulary(capsys, monkeypatch):
+    # issue 22: --gpu NAME on every command that takes a GPU, no abbreviations, negative-looking values refused
+    from symmem.cli import commands
+    from symmem.cli import sweep as sweep_cli
+
+    monkeypatch.setitem(commands.COMMANDS, "sweep", sweep_cli.COMMAND)
+    code, out, err = run(capsys, "memory", "--model", "gpt2", "--gpu", "H100", "--json")
+    assert code == 0, err
+    assert json.loads(out)["gpu_memory"] == 80 * 10**9  # H100 SXM: 80 GB of HBM3 (NVIDIA's datasheet)
+    code, out, err = run(capsys, "sweep", "--model", "gpt2", "--gpus", "8", "--gpu", "H100", "--json", "--top", "1")
+    assert code == 0 and json.loads(out)["gpu_memory"] == 80 * 10**9, err
+    for argv, words in ((["memory", "--gpu-m", "80GB"], "unrecognized arguments: --gpu-m"),
+                        (["sweep", "--gpus", "8", "--gp", "H100"], "unrecognized arguments: --gp"),
+                        (["memory", "--gpu-memory", "-80GB"], "--gpu-memory = '-80GB': not a size"),
+                        (["memory", "--tp", "-2"], "-2: must be a positive integer"),
+                        (["memory", "--gpu", "X100"], "--gpu = 'X100': unknown GPU")):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "" and words in err and err.count("\n") == 1, (argv, err)

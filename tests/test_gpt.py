@@ -123,6 +123,7 @@ def test_golden_table_says_equal_six_times():
 
 # ---------------------------------------------------------------------------------------------- parameters
 def test_gpt2_published_total(capsys):
+    # 124,439,808: Hugging Face's published parameter count of GPT-2 (small)
     assert model_totals(load_model("gpt2")).total == 124_439_808
     assert recount(_preset("gpt2")) == 124_439_808
     assert main(["params", "--model", "gpt2", "--json"]) == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -79,7 +80,8 @@ def test_hang_guards(tmp_path):
         assert out == "", (what, out[:200])  # no verdict header or partial output before the error
         assert seconds < 10, (what, seconds)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cf.toml", "exp.toml", "fifo.toml", "zero.toml"]
-    assert "17,280,000,000 configurations" in results[11][2]
+    # TP 4 x PP 6 (divisors of 1024 up to 61 layers) x EP 9 x recompute 3 (none, selective, full) x ZeRO 4 x b 1e7
+    assert "25,920,000,000 configurations" in results[11][2]
 
 
 def test_entry_point_exit_codes(tmp_path):
@@ -155,7 +157,7 @@ BAD_FLAGS = [
     (["sweep", "--gpus", "1024", "--chunks", "0"], "from 2 to 1,024"),
     (["sweep", "--gpus", "1024", "--pp", "1-1024"], "values go from 1 to 256"),
     (["sweep", "--gpus", "1048576", "--tp", "1", "--pp", "1", "--ep", "1-100001"],
-     "100,001 parallel arrangements (TP, PP, EP, ETP: 1, 1, 100,001, 1 values), more than the limit of 100,000"),
+     "100,001 parallel arrangements (TP, CP, PP, EP, ETP: 1, 1, 1, 100,001, 1 values), more than the limit of 100,000"),
     (["sweep", "--gpus", "1024", "--chunk", "1"], "from 1,024 to 16,777,216"),
     (["timeline", "--stage", "0", "--out", "t.png", "--schedule", "gpipe", "--microbatches", "1048576"],
      "more than the limit of 50,000 a timeline draws"),
@@ -484,6 +486,11 @@ ISSUE_INPUTS = [
     (["check", "(b+s+h)" * 1400], {}, "more than 2,000 terms"),
     (["check", "+".join(["(b+s+h)"] * 1400)], {}, "longer than the limit of 10000 characters"),
     (["check", "+".join(["(b+s+h)"] * 1200)], {}, ("different", lambda out: "verdict: DIFFERENT" in out)),
+    # issue 22: a difference beyond a float's range, in GiB: (10^40)^16 / 2^30 = 9.31e630, not -inf
+    (["check", "((9999999999999999999999999999999999999999)^4)^4"], {},
+     ("different", lambda out: "(-9.31e+630 GiB)" in out)),
+    (["check", "((9999999999999999999999999999999999999999)^4)^4", "--json"], {},
+     ("different", lambda out: '"verdict": "DIFFERENT"' in out)),
     (["memory", "--gpu-memory", EXP], {}, "up to 10^18 bytes"),
     (["memory", "--capacity-factor", EXP], {}, "the exponent is limited to 30"),
     (["memory", "--scenario", "s.toml"], {"s.toml": _paper_toml('memory = "80GB"', f'memory = "{EXP}"')},
@@ -505,7 +512,7 @@ ISSUE_INPUTS = [
     (["memory", "--scenario", "/dev/zero"], {}, "is a device"),
     (["memory", "--histogram", "/dev/zero"], {}, "is a device"),
     (["memory", "--scenario", "s.toml"], {"s.toml": 'model = "/dev/zero"\n'}, "is a device"),
-    (["sweep", "--gpus", "1024", "-b", "1-10000000"], {}, "17,280,000,000 configurations"),
+    (["sweep", "--gpus", "1024", "-b", "1-10000000"], {}, "25,920,000,000 configurations"),
     (["sweep", "--gpus", "1024", "--tp", "1-" + "9" * 4000 + ":x2"], {}, "a number of 4,000 digits"),
     # config.json and TOML shapes
     (["params", "--model", "c.json"], {"c.json": _v3(topk_method=["x"])}, "topk_method = ['x']: must be a string"),
@@ -642,6 +649,10 @@ def test_issue_inputs_through_the_cli(tmp_path):
             argv, _, expected = ISSUE_INPUTS[i]
             what = f"{' '.join(argv)[:100]!r}"
             assert "Traceback" not in err, (what, err)
+            # numbers too large for a float print exactly or in scientific notation, never as inf or nan (issue 22);
+            # the user's own text, echoed in quotes ('inf' refused as a number), is not a printed number
+            printed = re.sub(r"'[^'\n]*'", "", out + err)
+            assert not re.search(r"(?<![A-Za-z_])-?(inf|nan|Infinity|NaN)(?![A-Za-z_])", printed), (what, out, err)
             assert seconds < 10, (what, seconds)
             assert rss_kib < 1 << 20, (what, rss_kib)  # the batch's process under 1 GiB, this input included
             if isinstance(expected, str):

@@ -80,7 +80,7 @@ def test_cli_params_json(capsys):
     from symmem.cli.main import main
 
     assert main(["params", "--model", "llama-3-70b", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["total"] == 70_553_706_496
+    assert json.loads(capsys.readouterr().out)["total"] == 70_553_706_496  # PUBLISHED above (Meta)
 
 
 def test_full_recomputation_keeps_only_the_layer_input():

@@ -16,8 +16,10 @@ import pytest
 
 from symmem.accounting.analysis import memory, stage_step_series, values
 from symmem.accounting.evaluate import ceil_int, evaluate
+from symmem.accounting.reserved import stage_reserved
 from symmem.accounting.timeline import GATHERED
 from symmem.cli.main import main
+from symmem.parallel.schedule import Schedule
 from symmem.scenario import load_scenario
 
 RUNS = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
@@ -25,14 +27,22 @@ GIB = 2**30
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[r["case"] for r in RUNS])
-def test_measured_runs_within_one_percent(run):
+def test_measured_runs_allocated_within_half_a_percent_and_reserved_within_three(run):
+    # issue 18: allocated within 0.5 %, reserved (the caching allocator replayed) within 3 % of the measured max
+    # over the stage's ranks; the per-rank figures are SimuMax's too
     measured = run["measured"]["per_stage_alloc_gib_derived"]
     reserved = run["measured"]["per_stage_reserved_gib_derived"]
+    per_rank = run["measured"]["per_rank_mb"]
+    per_stage = run["parallelism"]["world_size"] // run["parallelism"]["pp"]
     stages = memory(load_scenario(run["case"]))
     assert len(stages) == len(measured)
-    for key, st in zip(measured, stages, strict=True):
+    for i, (key, st) in enumerate(zip(measured, stages, strict=True)):
         ours = st.peak_allocated / GIB
-        assert abs(ours - measured[key]) / measured[key] < 0.01, (key, ours, measured[key])
+        assert abs(ours - measured[key]) / measured[key] < 0.005, (key, ours, measured[key])
+        ranks = [per_rank[str(r)]["max_reserved_mb"] / 1024 for r in range(i * per_stage, (i + 1) * per_stage)]
+        assert max(ranks) == pytest.approx(reserved[key], abs=1e-3)  # the per-stage figure is the ranks' maximum
+        derived = stage_reserved(st.scenario, st.stage) / GIB
+        assert abs(derived - reserved[key]) / reserved[key] < 0.03, (key, derived, reserved[key])
         low, high = st.reserved
         assert low / GIB <= reserved[key] <= high / GIB, (key, low / GIB, reserved[key], high / GIB)
 
@@ -54,10 +64,14 @@ def _series_max(scn, st) -> int:
     ("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef", {}),
     ("deepseekv2_tp1_ep4_pp2_dp4_l4_mbc4_cef", {}),
     ("paper", {"recompute_name": "full", "zero": 3}),
+    # the schedules' own orders (issue 22): GPipe holds every micro-batch, interleaving walks chunk by chunk
+    ("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef", {"schedule": Schedule("gpipe")}),
+    ("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef", {"schedule": Schedule("interleaved", 2)}),
+    ("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef", {"schedule": Schedule("interleaved", 3), "microbatches": 6}),
 ])
 def test_candidate_peak_is_the_largest_event_of_the_whole_step(name, changes):
     """The peak is derived from candidate events (the last micro-batch in flight); walking every op of every
-    micro-batch of the step in 1F1B order finds no larger moment."""
+    micro-batch of the step in the schedule's own order finds no larger moment."""
     from symmem.accounting.states import zero_stage
 
     scn = load_scenario(name)
@@ -65,7 +79,15 @@ def test_candidate_peak_is_the_largest_event_of_the_whole_step(name, changes):
         changes = {**changes, "zero": zero_stage(changes["zero"])}
     scn = scn.replace(**changes)
     for st in memory(scn)[:2]:
-        assert _series_max(scn, st.stage) + sum(st.peak.static.values()) == st.peak_allocated
+        walked = _series_max(scn, st.stage) + sum(st.peak.static.values())
+        if scn.schedule.name != "interleaved":
+            assert walked == st.peak_allocated
+        else:  # the candidates count each chunk as 1/v of the stage; the walk has the real chunks, which differ by
+            # what the embedding (chunk 0, tens of KiB above) and the head (chunk v-1: its 1 GiB of logits is held
+            # by fewer chunks in flight than 1/v of every one: 0.8-1.1 % below at v = 3) keep. The candidate is an
+            # upper bound but for the embedding's few KiB; how loose is named in docs/sweep.md and this test
+            assert walked <= st.peak_allocated + 2**20, (walked, st.peak_allocated)
+            assert st.peak_allocated - walked < 0.02 * st.peak_allocated, (walked, st.peak_allocated)
 
 
 def test_peak_holds_at_least_the_sum_under_the_paper_rules():

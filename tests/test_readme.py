@@ -73,3 +73,52 @@ def test_python_defaults_give_the_cli_numbers(capsys):
                    Parallel(dp=32, tp=2, pp=16, ep=8, sequence_parallel=True, moe_sequence_parallel=True), mtp=False)
     cli = _cli_memory(capsys, "--moe-sequence-parallel")
     assert [s["allocated"] for s in cli] == [m.allocated for m in memory(scn)]
+
+
+def _text_blocks() -> list[str]:
+    return re.findall(r"```text\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str]:
+    from symmem.cli.main import main
+
+    code = main(argv)
+    return code, capsys.readouterr().out
+
+
+def test_readme_examples_are_what_the_commands_print(capsys):
+    # every ```text block starts with `$ symmem ...`; each line it shows (but "...") is a line the command prints
+    import shlex
+
+    blocks = _text_blocks()
+    assert len(blocks) >= 2
+    for block in blocks:
+        lines = block.rstrip("\n").split("\n")
+        command = lines[0].removeprefix("$ ")
+        shown = lines[1:]
+        while command.endswith("\\"):
+            command = command[:-1] + shown.pop(0).strip()
+        argv = shlex.split(command)
+        assert argv[0] == "symmem"
+        _, out = _run(capsys, argv[1:])
+        printed = out.splitlines()
+        for line in shown:
+            if line.strip() != "...":
+                assert line in printed, (command, line)
+
+
+def test_readme_figures_are_derived(capsys):
+    # the first screen's numbers: the measured-run errors (the table symmem paper writes), the paper's Table 6 and 10
+    from derivations.measured_runs import with_reserved
+
+    rows = with_reserved()
+    text = README.read_text(encoding="utf-8")
+    assert len(rows) == 8 and len({r["case"] for r in rows}) == 6
+    assert f"within {max(abs(r['error']) for r in rows):.2f} %" in text  # 0.13 %
+    assert f"within {max(abs(r['reserved_error']) for r in rows):.2f} % of the measured reserved" in text
+    from symmem import load_scenario, stage_memory, stage_params
+
+    paper = load_scenario("paper")
+    weights = 2 * stage_params(paper, paper.stages[1]).total  # BF16
+    activations = stage_memory(paper, paper.stages[1]).activation_per_microbatch
+    assert f"{weights:,} bytes" in text and f"{activations:,}" in text

@@ -18,5 +18,15 @@ def test_not_sizes(text):
 
 
 def test_units_named():
-    assert fmt_gib(12_500_729_856) == "11.64"
-    assert fmt_gb(24_671_158_272) == "24.67"
+    assert fmt_gib(12_500_729_856) == "11.64"  # the paper's Table 6, both in bytes and GiB
+    assert fmt_gb(24_671_158_272) == "24.67"  # Table 10: 24,671,158,272 bytes = 24.67 GB
+
+
+def test_sizes_beyond_a_float_print_in_scientific_notation():
+    from symmem.units import fmt_gb, fmt_gib
+
+    # 10^160 / 2^30 = 9.3132257...e150 (2^30 = 1,073,741,824); no float holds 10^400
+    assert fmt_gib(10**160) == "9.31e+150" and fmt_gib(-(10**160)) == "-9.31e+150"
+    assert fmt_gb(10**400) == "1.00e+391" and fmt_gb(-(10**400), 1) == "-1.0e+391"
+    assert fmt_gb(9_996 * 10**9 * 10**12) == "1.00e+16"  # 9.996e15 GB rounds up into the next power of ten
+    assert fmt_gib(5 * 2**30) == "5.00" and fmt_gb(999_999_999_999_999 * 10**9) == "999999999999999.00"

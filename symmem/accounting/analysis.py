@@ -5,6 +5,7 @@ Everything here is derived from the dataflows: expressions are built once per st
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -156,8 +157,7 @@ def stage_terms(scn: Scenario, stage: Stage, symbolic_parallel: bool = False) ->
 
 
 def _activation_key(scn: Scenario) -> tuple:
-    # What activations depend on (not b, s, ZeRO, precision or the schedule): derivations are shared across them.
-    return (scn.model, scn.convention, scn.rules, scn.policy, scn.parallel, scn.routing, scn.act_bytes)
+    return scn.activation_key  # what activations depend on (`Scenario.activation_key`)
 
 
 def _tokens_per_expert(key: tuple, axes) -> sympy.Expr:
@@ -296,18 +296,22 @@ def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back) -> list[E
 
 
 def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
-    """Every event of one training step on one GPU of `stage`, in time order (1F1B order; other schedules are
-    drawn as 1F1B with their in-flight count)."""
-    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    """Every event of one training step on one GPU of `stage`, in the schedule's time order (`Schedule.order`:
+    GPipe, 1F1B and interleaved 1F1B as Megatron runs them; ZB-1P and DualPipe in 1F1B's order with their own
+    in-flight count). Under interleaving the stage's layers are its v model chunks, in order."""
     key = _activation_key(scn)
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
     axes = scn.parallel.axis_sizes()
-    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
-    warm = math.ceil(k) - 1  # forwards before the first backward, as the schedule holds them
-    order = ["F"] * warm + ["F", "B"] * (scn.m - warm) + ["B"] * warm
+    v = scn.schedule.chunks if scn.schedule.name == "interleaved" else 1
+    n = len(stage.layers) // v
+    chunks = [stage_parts(scn.model, dataclasses.replace(
+        stage, layers=stage.layers[c * n:(c + 1) * n], embedding=stage.embedding and c == 0,
+        head=stage.head and c == v - 1, mtp=stage.mtp if c == v - 1 else 0), scn.convention, scn.flow_impl)
+        for c in range(v)]
+    order = scn.schedule.order(stage.index, scn.parallel.pp, scn.m)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
-    return step_series(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order, int(scn.zero),
+    return step_series(chunks, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order, int(scn.zero),
                        scn.precision.weight_bytes, scn.precision.grad_bytes, back)
 
 

@@ -156,7 +156,8 @@ def part_timeline(flow: Dataflow, rules: RuleSet, policy: Policy, axes: AxisSize
     first_recomputed = min(recomputed, default=n)
     saved = sympy.Add(*[s_bytes[r] for r in kept])
 
-    grads = _requires_grad(flow) - internal
+    needs_grad = _requires_grad(flow) - internal
+    grads = [t for t in flow.tensors if t in needs_grad]  # in flow order: the same in every process
     in_place = {t for op in ops if op.kind in rules.grad_in_place for t in op.inputs}
     g_prod = {t: produced.get(t, -1) for t in grads}
 
@@ -314,21 +315,33 @@ def one_f_one_b_order(stage: int, pp: int, m: int) -> list[str]:
     return order + ["B"] * warm
 
 
-def step_series(parts, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int, e_tok: sympy.Expr,
-                order: list[str], zero: int, weight_bytes: int, grad_bytes: int,
+def step_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
+                e_tok: sympy.Expr, order: list[tuple[str, int, int]], zero: int, weight_bytes: int, grad_bytes: int,
                 backward_extra: tuple[Amount, ...] = ()) -> list[Event]:
-    """Every event of one training step on one GPU of a stage, in time order, micro-batch by micro-batch (for a
-    figure, and as a check: its largest event is the candidate peak of `stage_events` under 1F1B)."""
-    timelines = [part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts]
-    per_mb = sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, timelines, strict=True)])
-    held = 0  # micro-batches whose forward is done and backward not yet
+    """Every event of one training step on one GPU of a stage, in time order: `order` is the schedule's
+    (phase, micro-batch, chunk) sequence (`Schedule.order`), `chunks` the parts of each model chunk the GPU holds
+    (one, except under interleaving). For a figure, and as a check: under 1F1B its largest event is the candidate
+    peak of `stage_events`."""
+    timelines = [[part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts] for parts in chunks]
+    per_mb = [sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, tls, strict=True)])
+              for parts, tls in zip(chunks, timelines, strict=True)]
+    held: dict[int, int] = {}  # chunk -> micro-batches whose forward of it is done and backward not yet
     series: list[Event] = []
-    for step, phase in enumerate(order):
-        base = [Amount(SAVED_OTHER, f"{held} x saved per micro-batch", held * per_mb)] if held else []
-        mb = f"micro-batch {step}"
+
+    def other() -> list[Amount]:
+        if len(chunks) == 1:
+            n = held.get(0, 0)
+            return [Amount(SAVED_OTHER, f"{n} x saved per micro-batch", n * per_mb[0])] if n else []
+        return [Amount(SAVED_OTHER, f"{n} x saved per micro-batch of chunk {c}", n * per_mb[c])
+                for c, n in sorted(held.items()) if n]
+
+    for phase, mb_index, c in order:
+        parts, tls = chunks[c], timelines[c]
+        mb = f"micro-batch {mb_index}" + (f", chunk {c}" if len(chunks) > 1 else "")
         if phase == "F":
+            base = other()
             earlier = sympy.Integer(0)
-            for p, tl in zip(parts, timelines, strict=True):
+            for p, tl in zip(parts, tls, strict=True):
                 layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights()
                                             if w.shared_with is None])
                 for copy in range(p.count):
@@ -341,12 +354,12 @@ def step_series(parts, rules: RuleSet, policy: Policy, axes: AxisSizes, act_byte
                         series.append(Event("forward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive
                                             + tuple(extra)))
                 earlier += p.count * tl.saved
-            held += 1
+            held[c] = held.get(c, 0) + 1
         else:
-            held -= 1
-            base = [Amount(SAVED_OTHER, f"{held} x saved per micro-batch", held * per_mb)] if held else []
-            before = per_mb
-            for p, tl in reversed(list(zip(parts, timelines, strict=True))):
+            held[c] -= 1
+            base = other()
+            before = per_mb[c]
+            for p, tl in reversed(list(zip(parts, tls, strict=True))):
                 before -= p.count * tl.saved
                 layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights()
                                             if w.shared_with is None])

@@ -29,7 +29,7 @@ from symmem.scenario import Scenario
 class Quantity:
     name: str
     description: str
-    unit: str  # "bytes" or "parameters"
+    unit: str  # "bytes", "parameters" or "FLOPs"
     derive: Callable[[Scenario, int, int | None], tuple[sympy.Expr, dict[sympy.Expr, list[str]]]]
 
 
@@ -98,6 +98,21 @@ def _states(scn: Scenario, stage: int, layer: int | None):
     return expr, sources
 
 
+def _flops(hardware: bool):
+    def derive(scn: Scenario, stage: int, layer: int | None):
+        from symmem.flops import model_flops
+
+        return model_flops(scn, hardware, scn.flops_convention)
+
+    return derive
+
+
+def _layer_flops(scn: Scenario, stage: int, layer: int | None):
+    from symmem.flops import layer_flops
+
+    return layer_flops(scn, _layer_of(scn, stage, layer), False, scn.flops_convention)
+
+
 QUANTITIES: dict[str, Quantity] = {}
 
 
@@ -120,6 +135,13 @@ _register(Quantity("gpu.params.experts", "its routed and shared experts' paramet
 _register(Quantity("gpu.states", "model-state bytes per GPU: weights, gradients, optimizer (--zero, --precision)",
                    "bytes", _states))
 
+
+_register(Quantity("model.flops", "FLOPs of one micro-batch through the whole model, forward and backward "
+                   "(--flops-convention; global sizes)", "FLOPs", _flops(False)))
+_register(Quantity("layer.flops", "FLOPs of one decoder layer (--layer; default the stage's first) for one "
+                   "micro-batch, forward and backward (--flops-convention; global sizes)", "FLOPs", _layer_flops))
+_register(Quantity("model.flops_hardware", "model.flops plus the forward recomputation computes again "
+                   "(--recompute)", "FLOPs", _flops(True)))
 
 PER_BLOCK = {"stage.activations": _activations, "layer.activations": _layer_activations}
 

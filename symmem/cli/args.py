@@ -32,7 +32,7 @@ def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:
 
 
 # What `symmem sweep` enumerates: these flags take lists there, and a sweep's fixed settings are everything else.
-SWEPT = frozenset({"tp", "pp", "ep", "etp", "dp", "edp", "cp", "cp_comm_type", "zero", "b", "s", "recompute",
+SWEPT = frozenset({"tp", "pp", "ep", "etp", "dp", "edp", "cp", "zero", "b", "s", "recompute",
                    "schedule", "chunks", "microbatches", "layers_per_stage", "first", "last"})
 
 
@@ -50,8 +50,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
     g = p.add_argument_group(title)
     scenarios = _shipped("symmem.scenarios", ".toml")
     first = [n for n in ("paper", "paper-megatron", "korthikanti") if n in scenarios]
-    g.add_argument("--scenario", default="paper",
-                   help=f"built-in: {', '.join(first + [n for n in scenarios if n not in first])}; or a TOML path")
+    g.add_argument("--scenario",
+                   help=f"built-in: {', '.join(first + [n for n in scenarios if n not in first])}; or a TOML path "
+                        "(default: paper; with --model alone, that model on one GPU)")
     g.add_argument("--model", help=f"preset ({', '.join(_shipped('symmem.presets', '.json'))}) or a config.json path")
     if not swept:
         for short, long in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
@@ -60,8 +61,7 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
                             ("cp", "context-parallel-size")):
             g.add_argument(f"--{short}", f"--{long}", dest=short,
                            type=int_arg(1, num.MAX_PP if short == "pp" else num.MAX_PARALLEL))
-        g.add_argument("--cp-comm-type", dest="cp_comm_type",
-                       help="context parallelism: p2p (ring) or a2a (all-to-all)")
+    g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a (all-to-all)")
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
     g.add_argument("--convention", help="TP split of W_QR: paper (replicated) or megatron (with W_UQ)")
@@ -100,7 +100,37 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
         g.add_argument("--attn-impl", help="hf dataflow: eager or sdpa")
         g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
         g.add_argument("--activation-dtype", help="bf16 (2 bytes, default) or fp32 (4 bytes)")
+        g.add_argument("--flops-convention", dest="flops_convention",
+                       help="how FLOPs are counted: paper (matrix products only, as Narayanan et al. 2021 and "
+                            "Korthikanti et al. 2022 count them), megatron (Megatron-LM's "
+                            "num_floating_point_operations at 23e00ed0), exact (every op; symmem/flops/exact.py)")
         g.add_argument("--gpu-memory", help="GPU capacity: 80GB, 141GB, 80GiB, or a name: H800, H100, H200, B200")
+        g.add_argument("--gpu", help="the GPU by name (H800, H100, H200, B200, A100, ...): its memory capacity, "
+                                     "unless --gpu-memory gives one")
+
+
+def add_swept_args(p: argparse.ArgumentParser) -> None:
+    """`symmem sweep`'s lists of values for the fields in SWEPT: the same names (Megatron's where it has one) as
+    the single values every other command takes, each a list or range here."""
+    a = p.add_argument_group("what is swept (lists 1,2,4; ranges 1-64, 1024-8192:1024, 1-256:x2)")
+    a.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", default="1,2,4,8",
+                   help="tensor-parallel sizes (default 1,2,4,8)")
+    a.add_argument("--cp", "--context-parallel-size", dest="cp", default="1",
+                   help="context-parallel sizes (default 1; each must divide every s)")
+    a.add_argument("--pp", "--pipeline-model-parallel-size", dest="pp",
+                   help="pipeline sizes (default: divisors of G up to the layer count)")
+    a.add_argument("--ep", "--expert-model-parallel-size", dest="ep",
+                   help="expert-parallel sizes (default: powers of two dividing the expert count)")
+    a.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", default="1",
+                   help="expert tensor-parallel sizes (default 1)")
+    a.add_argument("-b", "--micro-batch-size", dest="b", default="1,2,4,8", help="default 1,2,4,8")
+    a.add_argument("-s", "--seq-length", dest="s", help="default: the scenario's")
+    a.add_argument("--recompute", default="none,selective,full",
+                   help="none, full, selective, deepseek, custom:OPS (default none,selective,full)")
+    a.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved[:V], dualpipe (default: scenario's)")
+    a.add_argument("--chunks", default="2", help="virtual stages V for a bare `interleaved` (default 2)")
+    a.add_argument("--zero", help="ZeRO stages (default 0,1,2,3; a profile's own, e.g. megatron-te's 1)")
+    a.add_argument("--microbatches", default="pp", help="M per step; `pp` means M = PP (the default)")
 
 
 def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
@@ -117,25 +147,35 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
     from symmem.parallel.routing import Routing
     from symmem.parallel.schedule import Schedule
     from symmem.parallel.sizes import Parallel
-    from symmem.scenario import load_scenario
+    from symmem.scenario import load_scenario, model_scenario
     from symmem.units import parse_size
 
     if args.layers_per_stage is not None and (args.first is not None or args.last is not None):
         raise SymmemError("--layers-per-stage: conflicts with --first-stage-layers/--last-stage-layers; give one "
                           "layout, either the layers of every stage or Megatron's first and last counts")
-    scn = load_scenario(args.scenario)
-    if skip & {"tp", "pp"}:  # swept: start from one GPU per model replica (the sweep sets TP, PP and the layout)
-        seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
-        scn = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe), layout=LayoutSpec())
     ch: dict = {}
     if args.model:
         ch["model"] = load_model(args.model)
+    if args.scenario is None and "model" in ch:  # a bare --model: that model on one GPU, not the paper's case
+        scn = model_scenario(ch["model"])
+    else:
+        scn = load_scenario(args.scenario or "paper")
+    if skip & {"tp", "pp"}:  # swept: start from one GPU per model replica (the sweep sets TP, PP and the layout)
+        seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
+        scn = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe), layout=LayoutSpec())
     par = dataclasses.asdict(scn.parallel)
     if "model" in ch and ch["model"].family.routed_experts is None and args.ep is None and args.etp is None:
         par.update(ep=1, etp=1, edp=None)  # a model without routed experts has no expert parallelism to keep
     par_changes = {k: getattr(args, k) for k in ("tp", "pp", "ep", "etp", "dp", "edp", "cp", "cp_comm_type",
                                                  "sequence_parallel", "moe_sequence_parallel")
                    if getattr(args, k) is not None}
+    if getattr(args, "profile", None) and args.sequence_parallel is None:
+        from symmem.profiles import profile
+
+        if profile(args.profile).sequence_parallel:  # the framework's own default (megatron-te: on, MoE too)
+            par_changes["sequence_parallel"] = True
+            if args.moe_sequence_parallel is None:
+                par_changes["moe_sequence_parallel"] = True
     if par_changes:
         par.update(par_changes)
         if "edp" not in par_changes:
@@ -208,11 +248,22 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                     raise SymmemError(f"--histogram = {args.histogram!r}: {len(hist):,} loads, more than the "
                                       f"limit of {MAX_HISTOGRAM:,} (one per routed expert)")
             ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load, hist)
+        if args.gpu is not None:
+            from symmem.units import gpu_capacity
+
+            ch["gpu_memory"] = gpu_capacity(args.gpu, "--gpu")
+            ch["gpu_name"] = args.gpu.strip().upper()
         if args.gpu_memory is not None:
             ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
+            if args.gpu is None:
+                from symmem.scenario import _gpu_name
+
+                ch["gpu_name"] = _gpu_name(args.gpu_memory)
         for flag in ("dataflow", "attn_impl", "experts_impl"):
             if getattr(args, flag):
                 ch[flag] = getattr(args, flag)
+        if args.flops_convention:
+            ch["flops_convention"] = args.flops_convention
         if args.activation_dtype:
             from symmem.scenario import ACT_DTYPES as dtypes
 

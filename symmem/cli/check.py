@@ -56,7 +56,8 @@ def run(args) -> int:
     vals = values(scn)
     cmp = compare(derived, claimed, vals, sources)
     code = 0 if cmp.verdict == EQUAL else 1 if (cmp.verdict == DIFFERENT or args.strict) else 0
-    at = f"b = {scn.b}, s = {scn.s} and {scn.model.name}'s sizes" if q.unit == "bytes" else f"{scn.model.name}'s sizes"
+    at = (f"b = {scn.b}, s = {scn.s} and {scn.model.name}'s sizes" if q.unit in ("bytes", "FLOPs")
+          else f"{scn.model.name}'s sizes")
     if args.json:
         print(json.dumps({
             "quantity": q.name, "unit": q.unit, "stage": args.stage, "scenario": scn.name,
@@ -78,7 +79,7 @@ def run(args) -> int:
         lines.append("verdict: EQUAL")
         print("\n".join(lines))
         return code
-    unit = "bytes" if q.unit == "bytes" else "parameters"
+    unit = q.unit
     worth = f"{cmp.worth:,} {unit}" + (f" ({fmt_gib(cmp.worth)} GiB)" if q.unit == "bytes" else "")
     if cmp.condition:
         cond = ", ".join(f"{k} = {v}" for k, v in cmp.condition)

@@ -218,6 +218,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 def memory_rows(scn):
     from symmem.accounting.analysis import QUANTIZED, memory, verdict
+    from symmem.accounting.reserved import stage_reserved
 
     mems = memory(scn)
     top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))
@@ -240,6 +241,8 @@ def memory_rows(scn):
                                     "microbatch": "the last in flight" if ev.phase != "optimizer step" else None},
                      "peak_breakdown": {**m.peak.static, **m.peak.dynamic},
                      "reserved_low": low, "reserved_high": high,
+                     # the caching allocator replayed (profiles that say their allocation order), else null
+                     "reserved": stage_reserved(scn, m.stage),
                      "verdict": verdict(low, high, scn.gpu_memory), "peak": m is top})
     return rows, top
 
@@ -250,8 +253,14 @@ def _memory_run(args) -> int:
     settings = {**_settings(scn), "zero": scn.zero.label, "precision": scn.precision.name,
                 "profile": scn.profile.name, "gpu_memory": scn.gpu_memory, "fragmentation": list(scn.fragmentation),
                 "comm_buffers": list(scn.comm_buffers)}
+    step = None
+    if scn.gpu_name is not None:  # the step time needs the GPU's speed (--gpu NAME)
+        from symmem.steptime import step_time
+
+        step = step_time(scn)
     if args.json:
-        _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows})
+        _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows,
+                     "step": step.as_dict() if step else None})
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}")
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
@@ -261,8 +270,13 @@ def _memory_run(args) -> int:
           f"reserved = peak x (1 + {scn.fragmentation[0]:.0%}..{scn.fragmentation[1]:.0%}) + communication buffers "
           f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")
     quant = any(r["quantized_weights"] for r in rows)  # an FP8/FP4 recipe's weight copies: a column of their own
+    derived = any(r["reserved"] is not None for r in rows)
+    if derived:
+        print("reserved: PyTorch's caching allocator replayed over the step as the framework allocates "
+              "(symmem/accounting/reserved.py); NCCL's buffers are outside it")
     print(f"{'stage':>5} {'weights':>8} " + (f"{'fp8/fp4':>8} " if quant else "") + f"{'grads':>8} {'optim':>8} "
-          f"{'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} {'reserved (low-high)':>20}  verdict; peak event")
+          f"{'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} "
+          + (f"{'reserved':>9} " if derived else "") + f"{'reserved (low-high)':>20}  verdict; peak event")
     for r in rows:
         mark = "  <- peak" if r["peak"] else ""
         ev = r["peak_event"]
@@ -270,13 +284,18 @@ def _memory_run(args) -> int:
               + (f"{fmt_gib(r['quantized_weights']):>8} " if quant else "") + f"{fmt_gib(r['gradients']):>8} "
               f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {_in_flight_text(r):>5} "
               f"{fmt_gib(r['allocated']):>8} {fmt_gib(r['peak_allocated']):>8} "
-              f"{fmt_gib(r['reserved_low']) + '-' + fmt_gib(r['reserved_high']):>20}  "
+              + (f"{fmt_gib(r['reserved']):>9} " if derived else "")
+              + f"{fmt_gib(r['reserved_low']) + '-' + fmt_gib(r['reserved_high']):>20}  "
               f"{r['verdict']}; {ev['phase']} {ev['part']} {ev['op']}{mark}")
     print("(GiB = 2^30 bytes; sum = model states + saved activations in flight, as the paper adds them; peak = "
           "the busiest moment of the step, with framework buffers, transients and activation gradients)")
     if quant:
         print("(fp8/fp4 = the recipe's quantized weight copies with their scale tensors and scaling state; "
               "symmem.precision)")
+    if step is not None:
+        print(f"step on {step.gpu}: {step.time_s:.3f} s estimated per iteration, {step.tokens_per_s:,.0f} tokens/s, "
+              f"MFU {step.mfu:.1%}; {step.flops_model:.3e} model FLOPs per iteration (Megatron's count), "
+              f"{step.flops_hardware:.3e} with recomputation (symmem/steptime.py: fitted on measured B200 runs)")
     return 0
 
 

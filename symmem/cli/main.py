@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from collections.abc import Callable
 
 from symmem import _gc
 from symmem.errors import SymmemError
 
+_NEGATIVE_VALUE = re.compile(r"^-[0-9.]", re.ASCII)  # `-80GB`, `-2`, `-.5`: a value, never a flag
+
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        # no abbreviations: `--gpu` must never silently mean `--gpu-memory` (nor be ambiguous with `--gpus`)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _parse_optional(self, arg_string):
+        # argparse takes `-80GB` for an unknown flag ("expected one argument"); a token that is a minus sign before
+        # a digit is a value, so that `--gpu-memory -80GB` gets the flag's own one-line error as any bad value does
+        if _NEGATIVE_VALUE.match(arg_string or "") and arg_string not in self._option_string_actions:
+            return None
+        return super()._parse_optional(arg_string)
+
     def error(self, message: str):  # one line, exit 2, as every other bad input; "symmem:" is printed once
         command = self.prog.removeprefix("symmem").strip()
         raise SymmemError(f"{command}: {message}" if command else message)

@@ -27,8 +27,19 @@ def _require_torch() -> None:
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core"),
+                   help="transformers: one HF decoder layer; megatron-core: one whole Megatron-Core 0.16.1 training "
+                        "iteration per rank on the CPU (needs the megatron extra)")
     p.add_argument("--config", required=True, help="an HF config.json of a DeepSeek-V2/V3 or Llama model (keep it "
-                                                   "tiny: the model is built on the CPU)")
+                                                   "tiny: the model is built on the CPU); megatron-core: llama, gpt2 "
+                                                   "or qwen2_moe")
+    for flag, what in (("--tp", "tensor"), ("--pp", "pipeline"), ("--dp", "data"), ("--ep", "expert")):
+        p.add_argument(flag, type=int_arg(1, 64), default=None,
+                       help=f"{what}-parallel size (megatron-core; default 1)")
+    p.add_argument("--microbatches", type=int_arg(1, 64), default=None,
+                   help="micro-batches of the iteration (megatron-core; default 1)")
+    p.add_argument("--recompute", default=None, choices=("none", "selective", "full"),
+                   help="Megatron's recompute_granularity (megatron-core; default none)")
     p.add_argument("--layer", type=int_arg(0, MAX_LAYERS), default=0,
                    help="decoder layer index (DeepSeek: dense below first_k_dense_replace)")
     p.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(0, MAX_B), default=2)
@@ -43,13 +54,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(path: str) -> dict:
-    from symmem import _json
-    from symmem._files import read_text_file
+    from symmem._files import read_json_object
 
-    raw = _json.loads(read_text_file(path, "--config"), f"--config = {path!r}")
-    if not isinstance(raw, dict):
-        raise SymmemError(f"--config = {path!r}: must hold a JSON object")
-    return raw
+    return read_json_object(path, "--config")
 
 
 # Keys transformers reads with a type of its own: a string where a bool is needed ("false") is true in Python.
@@ -126,7 +133,24 @@ def estimate_bytes(raw: dict, pred, b: int, s: int, dtype: str, name: str) -> in
     return params + 2 * (pred.layer_bytes + pred.shared_bytes) + 8 * hidden + (64 << 20)
 
 
+_MEGATRON_FLAGS = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "microbatches": 1, "recompute": "none"}
+
+
 def _run(args) -> int:
+    if args.framework == "megatron-core":
+        from symmem.cli import measure_megatron
+
+        for key, default in _MEGATRON_FLAGS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, default)
+        return measure_megatron.run(args)
+    for key in _MEGATRON_FLAGS:
+        if getattr(args, key) is not None:
+            raise SymmemError(f"--{key}: only with --framework megatron-core")
+    return _run_transformers(args)
+
+
+def _run_transformers(args) -> int:
     from symmem.render.latex import plain
     from symmem.units import fmt_gib
     from symmem.validate.predict import predict

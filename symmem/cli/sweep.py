@@ -15,7 +15,7 @@ import sys
 import time
 
 from symmem import _numbers as num
-from symmem.cli.args import SWEPT, add_scenario_args, scenario_from_args
+from symmem.cli.args import SWEPT, add_scenario_args, add_swept_args, scenario_from_args
 from symmem.errors import SymmemError
 from symmem.units import GB, GIB, fmt_gb, fmt_gib
 
@@ -165,24 +165,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
                                            "field, as in every other command)")
     g = p.add_argument_group("the machine")
     g.add_argument("--gpus", required=True, help="total GPUs G = DP·TP·PP")
-    a = p.add_argument_group("what is swept (lists 1,2,4; ranges 1-64, 1024-8192:1024, 1-256:x2)")
-    a.add_argument("--tp", default="1,2,4,8", help="tensor-parallel sizes (default 1,2,4,8)")
-    a.add_argument("--pp", help="pipeline sizes (default: divisors of G up to the layer count)")
-    a.add_argument("--ep", help="expert-parallel sizes (default: powers of two dividing the expert count)")
-    a.add_argument("--etp", default="1", help="expert tensor-parallel sizes (default 1)")
-    a.add_argument("-b", "--micro-batch-size", dest="b", default="1,2,4,8", help="default 1,2,4,8")
-    a.add_argument("-s", "--seq-length", dest="s", help="default: the scenario's")
-    a.add_argument("--recompute", default="none,full", help="none, full, selective, deepseek, custom:OPS")
-    a.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved[:V], dualpipe (default: scenario's)")
-    a.add_argument("--chunks", default="2", help="virtual stages V for a bare `interleaved` (default 2)")
-    a.add_argument("--zero", default="0,1,2,3", help="ZeRO stages (default 0,1,2,3)")
-    a.add_argument("--microbatches", default="pp", help="M per step; `pp` means M = PP (the default)")
+    add_swept_args(p)
     o = p.add_argument_group("output")
     fmt = o.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true", help="the ranked list (with --rejected: the rejections)")
     o.add_argument("--rejected", action="store_true", help="list the rejected configurations and why")
     o.add_argument("--top", default="20", help="how many that fit to list (0: all; default 20)")
+    o.add_argument("--rank-by", dest="rank_by", choices=("time", "headroom"),
+                   help="time: fastest estimated iteration first (symmem/steptime.py; needs --gpu NAME); headroom: "
+                        "most capacity left first (default: time when the GPU is named, else headroom)")
     o.add_argument("--marginal", action="store_true",
                    help="list those that fit only at the low end of overheads too")
     o.add_argument("--plot", metavar="PATH", help="write the feasible region (b against TP·PP): .png, .pdf, .svg")
@@ -201,12 +193,6 @@ def space_from_args(args: argparse.Namespace):
     # The fixed settings through the one flag-to-Scenario mapping every command shares (cli/args.py); the swept
     # fields are the sweep's own, and the layout, schedule and M are set per configuration.
     scn = scenario_from_args(args, skip=SWEPT)
-    prof = scn.profile
-    if prof.buffers or prof.backward_tensors or prof.padded_vocabulary:
-        # its buffers and padded vocabulary depend on TP, PP and DP, which the compiled expressions keep symbolic
-        raise SymmemError(f"profile = {prof.name!r}: the sweep does not model its framework buffers and padded "
-                          "vocabulary; sweep with --profile paper or torch-eager, and check one configuration with "
-                          "symmem memory --profile " + prof.name)
     if scn.precision.low_precision is not None and (scn.precision.low_precision.weight_copies
                                                     or scn.precision.low_precision.amax_history):
         raise SymmemError(f"precision = {scn.precision.name!r}: the sweep does not model quantized weight copies, "
@@ -214,8 +200,12 @@ def space_from_args(args: argparse.Namespace):
                           f"configuration with symmem memory --precision {scn.precision.name}")
     model = scn.model
     seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
-    base = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe), layout=LayoutSpec(),
-                       schedule=Schedule(), microbatches=None)
+    base = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe,
+                                         cp_comm_type=scn.parallel.cp_comm_type),
+                       layout=LayoutSpec(), schedule=Schedule(), microbatches=None)
+    # A profile that fixes the optimizer's layout (megatron-te: the distributed optimizer, ZeRO-1) sweeps that
+    # ZeRO stage unless --zero is given: its framework buffers (the DDP padding) assume it.
+    zero_default = str(scn.profile.zero) if scn.profile.zero is not None else "0,1,2,3"
     routed = model.family.routed_experts  # a model without routed experts sweeps EP 1 only
     n_layers, n_experts = model.value("L"), (model.value(routed[0]) if routed else 1)
     chunks = num.int_text(args.chunks, "--chunks", 2, num.MAX_CHUNKS)
@@ -226,23 +216,25 @@ def space_from_args(args: argparse.Namespace):
     par = num.MAX_PARALLEL
     axes = {
         "tp": _array(args.tp, "--tp", maximum=par),
+        "cp": _array(args.cp, "--cp", maximum=par),
         "pp": _array(args.pp if args.pp is not None else _divisors(gpus, min(n_layers, num.MAX_PP)), "--pp",
                      maximum=num.MAX_PP),
         "ep": _array(args.ep if args.ep is not None else _powers_of_two_dividing(n_experts), "--ep", maximum=par),
         "etp": _array(args.etp, "--etp", maximum=par),
-        "zero": _array(args.zero, "--zero", minimum=0, maximum=par),  # the stage itself: Space checks
+        "zero": _array(args.zero if args.zero is not None else zero_default, "--zero", minimum=0,
+                       maximum=par),  # the stage itself: Space checks
         "s": _array(args.s if args.s is not None else str(scn.s), "-s", maximum=num.MAX_S),
         "b": _array(args.b, "-b", maximum=num.MAX_B),
     }
     recompute = parse_recompute(args.recompute)
     schedule = parse_schedules(sched, chunks)
     microbatches = parse_microbatches(args.microbatches)
-    arrangements = math.prod(len(axes[k]) for k in ("tp", "pp", "ep", "etp"))
+    arrangements = math.prod(len(axes[k]) for k in ("tp", "cp", "pp", "ep", "etp"))
     if arrangements > MAX_ARRANGEMENTS:
-        raise SymmemError(f"the sweep has {arrangements:,} parallel arrangements (TP, PP, EP, ETP: "
-                          f"{', '.join(f'{len(axes[k]):,}' for k in ('tp', 'pp', 'ep', 'etp'))} values), more than the "
-                          f"limit of {MAX_ARRANGEMENTS:,}; narrow --tp, --pp, --ep or --etp (e.g. powers of two: "
-                          "1-64:x2)")
+        raise SymmemError(f"the sweep has {arrangements:,} parallel arrangements (TP, CP, PP, EP, ETP: "
+                          f"{', '.join(f'{len(axes[k]):,}' for k in ('tp', 'cp', 'pp', 'ep', 'etp'))} values), more "
+                          f"than the limit of {MAX_ARRANGEMENTS:,}; narrow --tp, --cp, --pp, --ep or --etp (e.g. "
+                          "powers of two: 1-64:x2)")
     total = math.prod(len(a) for a in axes.values()) * len(recompute) * len(schedule) * len(microbatches)
     if total > limit:
         raise SymmemError(f"the sweep has {total:,} configurations, more than the limit of {limit:,}; narrow the "
@@ -288,10 +280,11 @@ class Progress:
 
 
 # ------------------------------------------------------------------------------------------------- output
-COLUMNS = ("rank", "tp", "pp", "ep", "etp", "dp", "edp", "layout", "recompute", "schedule", "microbatches", "zero",
+COLUMNS = ("rank", "tp", "cp", "pp", "ep", "etp", "dp", "edp", "layout", "recompute", "schedule", "microbatches",
+           "zero",
            "b", "s", "stage", "binding", "event", "weights", "gradients", "optimizer", "dynamic", "peak_allocated",
            "low", "high", "headroom", "verdict")
-REJECT_COLUMNS = ("rule", "tp", "pp", "ep", "etp", "schedule", "microbatches", "reason", "configurations")
+REJECT_COLUMNS = ("rule", "tp", "cp", "pp", "ep", "etp", "schedule", "microbatches", "reason", "configurations")
 
 
 def _settings(space) -> dict:
@@ -304,7 +297,8 @@ def _settings(space) -> dict:
             "routing": base.routing.label, "mtp": base.mtp,
             "sequence_parallel": par.sequence_parallel, "moe_sequence_parallel": par.moe_sp,
             "fragmentation": list(base.fragmentation), "comm_buffers": list(base.comm_buffers),
-            "axes": {"tp": list(space.tp), "pp": list(space.pp), "ep": list(space.ep), "etp": list(space.etp),
+            "axes": {"tp": list(space.tp), "cp": list(space.cp), "pp": list(space.pp), "ep": list(space.ep),
+                     "etp": list(space.etp),
                      "recompute": list(space.recompute),
                      "schedule": [x.name if x.name != "interleaved" else f"interleaved:{x.chunks}"
                                   for x in space.schedule],
@@ -326,7 +320,9 @@ def _counts(summary) -> dict:
 
 
 def _ranked(summary) -> list[dict]:
-    return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}} for i, r in enumerate(summary.ranked)]
+    timed = ("time_s", "tokens_per_s", "mfu")
+    return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}, **{k: r[k] for k in timed if k in r}}
+            for i, r in enumerate(summary.ranked)]
 
 
 def _rejections(summary) -> list[dict]:
@@ -351,7 +347,8 @@ def _text(summary, top: int, rejected: bool) -> str:
         sp_text += ", MoE sequence-sharded" if par.moe_sp else ", MoE not sequence-sharded"
     lines = [
         f"sweep: {base.model.name} on {sp.gpus:,} GPUs of {sp.capacity:,} bytes ({fmt_gb(sp.capacity)} GB, "
-        f"{fmt_gib(sp.capacity)} GiB); precision {base.precision.name}, convention {base.convention}, rules "
+        f"{fmt_gib(sp.capacity)} GiB); profile {base.profile.name}, precision {base.precision.name}, convention "
+        f"{base.convention}, rules "
         f"{base.rules.name}, routing {base.routing.kind}, {sp_text}, MTP {'on' if base.mtp else 'off'}; "
         f"fragmentation {base.fragmentation[0]:.0%}-{base.fragmentation[1]:.0%}, communication buffers "
         f"{base.comm_buffers[0] / GB:.2f}-{base.comm_buffers[1] / GB:.2f} GB",
@@ -364,20 +361,25 @@ def _text(summary, top: int, rejected: bool) -> str:
     ]
     if summary.ranked:
         what = "fit or fit at the low end" if any(r["verdict"] != "fits" for r in summary.ranked) else "fit"
-        lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by headroom "
-                     "(capacity - high estimate of what is reserved at the peak); sizes in GiB = 2^30 bytes; the "
-                     "stage with the highest peak, its largest component (dynamic: what the step adds at the "
-                     "peak event) and the event that binds:")
-        head = (f"{'rank':>4} {'TP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} {'recompute':<10} "
+        by = ("estimated iteration time (symmem/steptime.py on " + str(sp.base.gpu_name) + ")"
+              if getattr(summary, "rank_by", "headroom") == "time"
+              else "headroom (capacity - high estimate of what is reserved at the peak)")
+        lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by {by}; "
+                     "sizes in GiB = 2^30 bytes; the stage with the highest peak, its largest component (dynamic: "
+                     "what the step adds at the peak event) and the event that binds:")
+        head = (f"{'rank':>4} {'TP':>3} {'CP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} "
+                f"{'recompute':<10} "
                 f"{'schedule':<13} {'M':>4} {'ZeRO':>4} {'b':>4} {'s':>7} {'stage':>5} {'binding':<11} "
-                f"{'low-high GiB':>15} {'headroom':>8}  peak event")
+                f"{'low-high GiB':>15} {'headroom':>8} {'time s':>7}  peak event")
         lines.append(head)
         for r in _ranked(summary):
             lines.append(
-                f"{r['rank']:>4} {r['tp']:>3} {r['pp']:>3} {r['ep']:>4} {r['etp']:>3} {r['dp']:>5} {r['edp']:>5} "
+                f"{r['rank']:>4} {r['tp']:>3} {r['cp']:>3} {r['pp']:>3} {r['ep']:>4} {r['etp']:>3} {r['dp']:>5} "
+                f"{r['edp']:>5} "
                 f"{r['recompute']:<10} {r['schedule']:<13} {r['microbatches']:>4} {r['zero']:>4} {r['b']:>4} "
                 f"{r['s']:>7} {r['stage']:>5} {r['binding']:<11} "
-                f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f}  {r['event']}")
+                f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f} "
+                f"{(format(r['time_s'], '.3f') if 'time_s' in r else '-'):>7}  {r['event']}")
     else:
         lines.append("no configuration fits")
     if rejected:
@@ -399,15 +401,26 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)
     bar = Progress(space.size, eager=args.progress) if (args.progress or sys.stderr.isatty()) else None
+    rank_by = args.rank_by or ("time" if space.base.gpu_name else "headroom")
+    if rank_by == "time" and space.base.gpu_name is None:
+        raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
     try:
-        summary = sweep(space, top=top, marginal=args.marginal, region=bool(args.plot), chunk=chunk, progress=bar)
+        # by time: every configuration that fits is listed by the compiled path, then timed and ranked
+        summary = sweep(space, top=0 if rank_by == "time" else top, marginal=args.marginal, region=bool(args.plot),
+                        chunk=chunk, progress=bar)
     finally:
         if bar:
             bar.close()
+    if rank_by == "time":
+        from symmem.sweep.timing import rank_by_time
+
+        summary.ranked = rank_by_time(space, summary.ranked, top)
+    summary.rank_by = rank_by
     if args.plot:
         write_region(summary, args.plot)
     if args.json:
-        out = {**_settings(space), "unit": "bytes", "counts": _counts(summary), "ranked": _ranked(summary)}
+        out = {**_settings(space), "unit": "bytes", "counts": _counts(summary), "ranked": _ranked(summary),
+               "rank_by": summary.rank_by}
         if args.rejected:
             out["rejected"] = _rejections(summary)
         sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n")

@@ -12,10 +12,10 @@ from symmem.blocks._dims import B, H, seq
 from symmem.blocks.embedding import token_ids
 from symmem.blocks.mla import d_v_symbol, q_latent
 from symmem.blocks.symbols import d_h, d_v
-from symmem.config import ModelConfig, boolean, ignored, non_negative_int, one_of, positive_int, read_sizes, require
 from symmem.errors import SymmemError
-from symmem.family import Family
+from symmem.family import Family, ignored, read_sizes
 from symmem.graph import DataflowBuilder
+from symmem.model_config import ModelConfig, boolean, non_negative_int, one_of, positive_int, require
 
 
 def _resid_axis(kind: str) -> str:

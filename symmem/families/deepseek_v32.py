@@ -20,18 +20,17 @@ from symmem import blocks
 from symmem.blocks import hf
 from symmem.blocks.indexer import v32_indexer, v32_keys
 from symmem.blocks.mla import d_v_symbol
-from symmem.config import (
+from symmem.errors import SymmemError
+from symmem.families.deepseek import DeepSeek, _resid_axis
+from symmem.family import ignored, read_sizes
+from symmem.model_config import (
     ModelConfig,
     boolean,
     check_layer_types,
-    ignored,
     non_negative_int,
     positive_int,
-    read_sizes,
     require,
 )
-from symmem.errors import SymmemError
-from symmem.families.deepseek import DeepSeek, _resid_axis
 
 MLP_TYPES = {"dense": "dense", "sparse": "moe"}
 

@@ -36,19 +36,17 @@ from symmem.blocks.hf import deepseek_v4 as hf_v4
 from symmem.blocks.mhc import hc_post, hc_pre, hyper_head
 from symmem.blocks.symbols import n_hc
 from symmem.blocks.v4_attention import v4_attention
-from symmem.config import (
+from symmem.errors import SymmemError
+from symmem.family import Family, ignored, read_sizes
+from symmem.graph import D, DataflowBuilder, Weight
+from symmem.model_config import (
     ModelConfig,
     boolean,
     check_layer_types,
-    ignored,
     non_negative_int,
     positive_int,
-    read_sizes,
     require,
 )
-from symmem.errors import SymmemError
-from symmem.family import Family
-from symmem.graph import D, DataflowBuilder, Weight
 
 LAYER_TYPES = {"sliding_attention": "sliding", "compressed_sparse_attention": "csa",
                "heavily_compressed_attention": "hca"}

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from symmem.blocks import gpt
 from symmem.blocks._dims import B, H, seq
 from symmem.blocks.symbols import h, h_F, n_h
-from symmem.config import ModelConfig, boolean, ignored, read_sizes, require
 from symmem.errors import SymmemError
-from symmem.family import Family
+from symmem.family import Family, ignored, read_sizes
 from symmem.graph import D, DataflowBuilder
+from symmem.model_config import ModelConfig, boolean, require
 
 GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate")
 DROPOUTS = ("attn_pdrop", "resid_pdrop", "embd_pdrop")

@@ -13,10 +13,10 @@ from symmem.blocks._dims import B, H, seq
 from symmem.blocks.embedding import token_ids
 from symmem.blocks.gqa import gqa
 from symmem.blocks.hf import llama as hf_llama
-from symmem.config import ModelConfig, boolean, ignored, positive_int, read_sizes, require
 from symmem.errors import SymmemError
-from symmem.family import Family
+from symmem.family import Family, ignored, read_sizes
 from symmem.graph import DataflowBuilder
+from symmem.model_config import ModelConfig, boolean, positive_int, require
 
 
 class Llama(Family):

@@ -5,6 +5,7 @@ These multiply the per-micro-batch activations of a stage; every per-GPU figure 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -59,6 +60,41 @@ class Schedule:
         # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device, which needs
         # M >= PP + 1 (M even, so PP + 2); with fewer, all M: min(M, PP + 1), i.e. PP at the default M = PP.
         return Fraction(min(m, pp + 1))
+
+    def order(self, stage: int, pp: int, m: int) -> list[tuple[str, int, int]]:
+        """The step of pipeline stage `stage` in time order: ("F" or "B", micro-batch, chunk).
+
+        * `gpipe`: every forward, then every backward;
+        * `1f1b`: PP - stage - 1 warm-up forwards (at most M), then one forward and one backward, then the
+          cool-down backwards (Megatron's forward_backward_pipelining_without_interleaving);
+        * `interleaved`: Megatron's interleaved 1F1B over M·v chunk passes (forward_backward_pipelining_with_
+          interleaving): (PP - stage - 1)·2 + (v - 1)·PP warm-up forwards (all M·v when M = PP), then one forward
+          and one backward; the k-th forward runs chunk (k // PP) mod v of micro-batch (k // (PP·v))·PP + k mod PP,
+          the k-th backward chunk v - 1 - (k // PP) mod v of the same micro-batch;
+        * `zb1p` and `dualpipe`: drawn in 1F1B's order with their own in-flight count (ZB-1P splits each backward
+          into input and weight gradients, DualPipe runs two directions at once; neither split is modelled here).
+        """
+        self.check(pp, m)
+        if self.name == "gpipe":
+            return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+        if self.name == "interleaved":
+            v = self.chunks
+            total = m * v
+            warm = total if m == pp else min(total, (pp - stage - 1) * 2 + (v - 1) * pp)
+
+            def at(k: int, forward: bool) -> tuple[str, int, int]:
+                group = (k // pp) % v
+                mb = (k // (pp * v)) * pp + k % pp
+                return ("F", mb, group) if forward else ("B", mb, v - 1 - group)
+
+            out = [at(k, True) for k in range(warm)]
+            for j in range(total - warm):
+                out += [at(warm + j, True), at(j, False)]
+            return out + [at(k, False) for k in range(total - warm, total)]
+        warm = math.ceil(self.in_flight(stage, pp, m)) - 1  # 1F1B; ZB-1P and DualPipe with their own count
+        return ([("F", i, 0) for i in range(warm)]
+                + [x for i in range(m - warm) for x in (("F", warm + i, 0), ("B", i, 0))]
+                + [("B", i, 0) for i in range(m - warm, m)])
 
     @property
     def weight_copies(self) -> int:

@@ -14,6 +14,7 @@ from symmem._cache import hash_once
 from symmem.config import ModelConfig
 from symmem.errors import SymmemError
 from symmem.graph import AxisSizes
+from symmem.symbols import cp as CP_SYM
 from symmem.symbols import ep as EP_SYM
 from symmem.symbols import etp as ETP_SYM
 from symmem.symbols import t as TP_SYM
@@ -106,8 +107,9 @@ class Parallel:
     def moe_sp(self) -> bool:
         return self.sequence_parallel if self.moe_sequence_parallel is None else self.moe_sequence_parallel
 
-    def axis_sizes(self, symbolic: bool = False) -> AxisSizes:
-        """Sizes of the parallel axes on one rank: symbols (t, EP, ETP) or this configuration's numbers."""
+    def axis_sizes(self, symbolic: bool | str = False) -> AxisSizes:
+        """Sizes of the parallel axes on one rank: symbols (t, EP, ETP; with `symbolic = "sweep"`, CP too, as the
+        compiled sweep keeps it) or this configuration's numbers."""
         tp = TP_SYM if symbolic else sympy.Integer(self.tp)
         one = sympy.Integer(1)
         return AxisSizes({
@@ -116,7 +118,7 @@ class Parallel:
             "sp_moe": tp if self.moe_sp else one,
             "ep": EP_SYM if symbolic else sympy.Integer(self.ep),
             "etp": ETP_SYM if symbolic else sympy.Integer(self.etp),
-            "cp": sympy.Integer(self.cp),
+            "cp": CP_SYM if symbolic == "sweep" else sympy.Integer(self.cp),
         })
 
     def validate_for(self, model: ModelConfig) -> None:

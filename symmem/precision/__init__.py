@@ -1,7 +1,10 @@
 """Precision recipes as data: BF16 mixed precision and the FP8/FP4 recipes of TransformerEngine, torchao and
-DeepSeek-V3, as rules on weights, gradients, optimizer moments, saved tensors and scale tensors.
+DeepSeek-V3, as rules on weights, gradients, optimizer moments, saved tensors and scale tensors; and the bytes of
+one quantized tensor, data and scaling factors, as TransformerEngine allocates them (`quantized_bytes`, see
+`scales`).
 
-The names are listed here without importing the engine (the command line's help lists them).
+The recipe names are listed here without importing sympy or the engine (the command line's help lists them); the
+names of `scales` are loaded when first used.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ RECIPE_NAMES = ("paper", "megatron", "te-delayed", "te-current", "te-blockwise",
                 "deepseek-v3-fp8", "torchao-float8-tensorwise", "torchao-float8-rowwise",
                 "torchao-float8-rowwise-gw-hp")
 
+__all__ = ["FORMATS", "RECIPE_NAMES", "QuantizedBytes", "quantized_bytes"]
 
-def recipe(name: str):
-    """The `Precision` called `name` (see RECIPE_NAMES)."""
-    from symmem.accounting.states import recipe as find
 
-    return find(name)
+def __getattr__(name: str):
+    if name in ("FORMATS", "QuantizedBytes", "quantized_bytes"):
+        from symmem.precision import scales
+
+        return getattr(scales, name)
+    raise AttributeError(f"module 'symmem.precision' has no attribute {name!r}")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from symmem.accounting.states import Precision
 from symmem.graph import Dataflow, Op
 from symmem.precision.encoding import Encoding
 from symmem.precision.formats import E2M1, E4M3, E5M6
+from symmem.precision.model_states import Precision
 from symmem.precision.saved import eligible, input_copy, quantized
-from symmem.precision.scales import Blocks
+from symmem.precision.scales import TE_SCALES, Blocks
 from symmem.rules import Saved
 
 TE = "TE d0067d0 transformer_engine/pytorch"
@@ -91,26 +91,27 @@ _PT_COL = Encoding("e4m3 per-tensor, transposed", E4M3, None, per_tensor=4, tran
                    source=f"{TE}/tensor/float8_tensor.py:426-429")
 _PT_COL_SHARED = Encoding("e4m3 transpose", E4M3, None, transposed=True,
                           source=f"{TE}/tensor/float8_tensor.py:426-427 (one _scale_inv with _data)")
+# Scale-tensor shapes of TE's block formats: symmem.precision.scales.TE_SCALES (read at TE c188b533, 2.11.0).
 # TE blockwise FP8 (Float8BlockScaling): FP32 scales; 1x128 for activations, 128x128 for weights
 # (common/recipe/__init__.py:435-436); scale shapes tensor/float8_blockwise_tensor.py:194-211, column-wise data
 # transposed (213-233).
-_BW_ACT_COL = Encoding("e4m3 128x1 (1x128 of the transpose)", E4M3, Blocks(128, 1, 4, 1, 4), transposed=True,
+_BW_ACT_COL = Encoding("e4m3 128x1 (1x128 of the transpose)", E4M3, TE_SCALES["fp8_block_1d", True], transposed=True,
                        source=f"{TE}/tensor/float8_blockwise_tensor.py:202-207")
-_BW_W_ROW = Encoding("e4m3 128x128", E4M3, Blocks(128, 128, 4, 1, 4),
+_BW_W_ROW = Encoding("e4m3 128x128", E4M3, TE_SCALES["fp8_block_2d", False],
                      source=f"{TE}/tensor/float8_blockwise_tensor.py:195-200")
-_BW_W_COL = Encoding("e4m3 128x128, transposed", E4M3, Blocks(128, 128, 4, 4, 1), transposed=True,
+_BW_W_COL = Encoding("e4m3 128x128, transposed", E4M3, TE_SCALES["fp8_block_2d", True], transposed=True,
                      source=f"{TE}/tensor/float8_blockwise_tensor.py:195-199")
 # TE MXFP8: 32-element blocks (constants.py:175), E8M0 one-byte scales padded to 128x4 tiles
 # (tensor/mxfp8_tensor.py:164-176); column-wise data keeps the row-wise shape (178-180).
-_MX_ROW = Encoding("mxfp8 1x32", E4M3, Blocks(1, 32, 1, 128, 4), source=f"{TE}/tensor/mxfp8_tensor.py:171-176")
-_MX_COL = Encoding("mxfp8 32x1", E4M3, Blocks(32, 1, 1, 4, 128), source=f"{TE}/tensor/mxfp8_tensor.py:164-170")
+_MX_ROW = Encoding("mxfp8 1x32", E4M3, TE_SCALES["mxfp8", False], source=f"{TE}/tensor/mxfp8_tensor.py:171-176")
+_MX_COL = Encoding("mxfp8 32x1", E4M3, TE_SCALES["mxfp8", True], source=f"{TE}/tensor/mxfp8_tensor.py:164-170")
 # TE NVFP4: FP4 E2M1 packed two per byte along the last dimension (tensor/nvfp4_tensor.py:335-340), 16-element
 # blocks (constants.py:177) with E4M3 one-byte scales padded to 128x4 tiles (273-307), and one FP32 amax per usage
 # (394-398); column-wise data transposed (310-333). Weights use 16x16 2-D blocks (common/recipe/__init__.py:510-511),
 # stored in the same scale layout.
-_NV_ROW = Encoding("nvfp4 1x16", E2M1, Blocks(1, 16, 1, 128, 4), per_tensor=4,
+_NV_ROW = Encoding("nvfp4 1x16", E2M1, TE_SCALES["nvfp4", False], per_tensor=4,
                    source=f"{TE}/tensor/nvfp4_tensor.py:379-396")
-_NV_COL = Encoding("nvfp4 16x1, transposed", E2M1, Blocks(16, 1, 1, 4, 128), per_tensor=4, transposed=True,
+_NV_COL = Encoding("nvfp4 16x1, transposed", E2M1, TE_SCALES["nvfp4", True], per_tensor=4, transposed=True,
                    source=f"{TE}/tensor/nvfp4_tensor.py:385-398")
 # DeepSeek-V3: 1x128 tiles for activations, 128x128 blocks for weights (report sec. 3.3.2; the released config's
 # quantization_config.weight_block_size = [128, 128], symmem/presets/deepseek-v3.json:32-40), one scale per tile

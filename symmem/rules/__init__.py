@@ -6,83 +6,11 @@ same dataflows: choosing one is choosing a table, never a code path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-
 from symmem.errors import SymmemError
-from symmem.graph import AxisSizes, Dataflow, DType, Op, Tensor
+from symmem.rules._base import Rule, RuleSet, Saved, as_dtype, combine, inputs, nothing, outputs
 
-
-@dataclass(frozen=True)
-class Saved:
-    """A tensor an op keeps for backward. `tensor` may be synthetic (a dropout mask, an FP32 copy)."""
-
-    tensor: Tensor
-    why: str
-
-
-Rule = Callable[[Op, Dataflow], list[Saved]]
-
-
-@dataclass(frozen=True, eq=False)
-class RuleSet:
-    name: str
-    description: str
-    rules: Mapping[str, Rule]
-    context_parallel: bool = True  # whether its dataflows' sequence split under CP is what the framework keeps
-    # Transient tensors an op kind allocates while it runs (phase "forward" or "backward"), beside its inputs,
-    # outputs and gradients: e.g. a sequence-parallel all-gather buffer. Used by the timeline (the peak).
-    workspaces: Mapping[str, Callable[[Op, Dataflow, str, AxisSizes], list[Saved]]] = field(default_factory=dict)
-    # Op kinds whose backward writes their input's gradient into a tensor they saved (no new allocation).
-    grad_in_place: frozenset[str] = frozenset()
-    # Tags whose consecutive ops the framework runs as one fused kernel: their intermediate tensors (and
-    # gradients) never exist (e.g. fused attention never materialises the s×s scores).
-    fused_tags: tuple[str, ...] = ()
-
-    def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
-        try:
-            rule = self.rules[op.kind]
-        except KeyError:
-            raise SymmemError(
-                f"op kind = {op.kind!r} ({op.name}): rule set {self.name!r} has no rule for it") from None
-        return rule(op, flow)
-
-    def workspace(self, op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
-        rule = self.workspaces.get(op.kind)
-        return rule(op, flow, phase, axes) if rule is not None else []
-
-
-# Building blocks for rules.
-def nothing(op: Op, flow: Dataflow) -> list[Saved]:
-    return []
-
-
-def inputs(*positions: int, why: str = "input") -> Rule:
-    def rule(op: Op, flow: Dataflow) -> list[Saved]:
-        return [Saved(flow.tensors[op.inputs[i]], f"{why} of {op.kind} {op.name}") for i in positions]
-
-    return rule
-
-
-def outputs(*positions: int, why: str = "output") -> Rule:
-    def rule(op: Op, flow: Dataflow) -> list[Saved]:
-        return [Saved(flow.tensors[op.outputs[i]], f"{why} of {op.kind} {op.name}") for i in positions]
-
-    return rule
-
-
-def as_dtype(tensor: Tensor, dtype: DType, suffix: str) -> Tensor:
-    return Tensor(f"{tensor.name}.{suffix}", tensor.dims, dtype)
-
-
-def combine(*rules: Rule) -> Rule:
-    def rule(op: Op, flow: Dataflow) -> list[Saved]:
-        out: list[Saved] = []
-        for r in rules:
-            out.extend(r(op, flow))
-        return out
-
-    return rule
+__all__ = ["Rule", "RuleSet", "Saved", "as_dtype", "combine", "inputs", "nothing", "outputs", "rule_set",
+           "rule_set_names"]
 
 
 def _registry() -> dict[str, RuleSet]:

@@ -26,6 +26,23 @@ c188b533 (TE, the 2.11.0 build); file:line at those revisions.
   backward for the weight gradient) and computes its input gradient at full length before the reduce-scatter; a
   row-parallel linear produces its output at full length before the reduce-scatter and all-gathers the output
   gradient in backward (layernorm_linear.py:151, 378-383; MLM megatron/core/tensor_parallel/layers.py:474-549).
+* GPT (Korthikanti et al.'s layer): TE LayerNormLinear with LayerNorm keeps its input and FP32 mean and rstdev per
+  row (TE layernorm_linear.py:466-476: inputmat, mu, rsigma); Megatron's fused bias-GeLU keeps its input (MLM
+  megatron/core/fusions/fused_bias_gelu.py:39-40, `ctx.save_for_backward(input, bias)`; the bias is a weight).
+* Blocks Megatron-Core does not implement at 23e00ed0 (no DSA indexer, no mHC, no hash router, no compressed or
+  sliding attention: DeepSeek-V3.2 and V4) run as the PyTorch ops they are: each such op kind keeps what eager
+  autograd keeps, the rule of the `torch-eager` rule set (symmem/rules/torch_eager.py, tools/autograd/
+  derivatives.yaml; measured to the byte on transformers' layers), named per kind in `GENERIC_EAGER` below. The
+  sparse attention's key selection is charged to the fused attention kernel and keeps its int32 indices (as a
+  sparse-attention kernel needs them again in backward). Ops with no autograd node (`no_grad`: the lightning
+  indexer) keep nothing.
+* Under context parallelism (ring exchange, `--cp-comm-type p2p`) the attention backward also holds TE's two
+  K/V communication buffers with their gradients and one step's dq_, dk_, dv_ (context_parallel.py:2205-2210,
+  2392-2403 at c188b533); the all-to-all variant (a2a) is charged the same (its buffers, q, k, v and their
+  gradients exchanged, are of the same order; not read line by line).
+* The embedding's backward computes the dense [V/TP, h] weight gradient (F.embedding, MLM
+  megatron/core/tensor_parallel/layers.py:281), which DDP's hook adds into main_grad and frees
+  (distributed_data_parallel.py:503-524): a transient of the embedding's backward.
 * cuDNN's fused-attention backward keeps FP32 accumulators of dQ, dK and dV (at the query heads) while it runs.
   This is a hypothesis: no source readable here states cuDNN's workspace; FlashAttention-2's backward allocates an
   FP32 dq_accum of this shape (and dk/dv accumulators for grouped heads). It is named in every breakdown.
@@ -34,7 +51,8 @@ c188b533 (TE, the 2.11.0 build); file:line at those revisions.
 from __future__ import annotations
 
 from symmem.graph import BOOL, FP32, INT32, AxisSizes, D, Dataflow, Dim, Op, Tensor
-from symmem.rules import RuleSet, Saved, as_dtype, inputs, nothing
+from symmem.rules import torch_eager as _eager
+from symmem.rules._base import RuleSet, Saved, as_dtype, inputs, nothing
 
 CUDNN_ACCUMULATORS = "cuDNN fused-attention backward FP32 dQ/dK/dV accumulators (hypothesis)"
 
@@ -55,6 +73,12 @@ def _norm(op: Op, flow: Dataflow) -> list[Saved]:
     x = flow.tensors[op.inputs[0]]
     return [Saved(x, f"input of {op.name}"),
             Saved(Tensor(f"{x.name}.rstd", _rows(x), FP32), f"FP32 rstdev of {op.name}")]
+
+
+def _layernorm(op: Op, flow: Dataflow) -> list[Saved]:
+    """TE LayerNormLinear (LayerNorm): the input, and FP32 mean and rstdev per row (layernorm_linear.py:466-476)."""
+    x = flow.tensors[op.inputs[0]]
+    return _norm(op, flow) + [Saved(Tensor(f"{x.name}.mu", _rows(x), FP32), f"FP32 mean of {op.name}")]
 
 
 def _attention(op: Op, flow: Dataflow) -> list[Saved]:
@@ -120,8 +144,38 @@ def _attention_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) ->
     q, k = flow.tensors[op.inputs[0]], flow.tensors[op.inputs[1]]  # k at the query heads (after any repeat)
     pv = next(o for o in flow.ops if "core_attention" in o.tags and o.name.endswith("pv") and o.block == op.block)
     v = flow.tensors[pv.inputs[1]]
-    return [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)]
+    out = [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)]
+    if axes.of("cp") != 1:
+        out += _cp_ring_buffers(q, _root_of_expand(op.inputs[1], flow), _root_of_expand(pv.inputs[1], flow))
+    return out
 
+
+def _cp_ring_buffers(q: Tensor, k: Tensor, v: Tensor) -> list[Saved]:
+    """Context parallelism's ring attention backward (TE AttnFuncWithCPAndKVP2P.backward, BF16;
+    attention/dot_product_attention/context_parallel.py:2205-2210 at c188b533): two communication buffers of
+    shape (2, *kv), each the K/V of one step and their gradient, k and v at the key/value heads (4·(k + v)); and
+    each step's kernel outputs dq_, dk_, dv_ before they are added into the running gradients (2392-2403): one
+    step's q + k + v. dq itself is `dq_buffer` (empty_like(q), 2205), the gradient the timeline already holds."""
+    return [Saved(Tensor(f"{t.name}.cp_ring_{i}", t.dims), "CP ring K/V and dK/dV buffers (TE P2P backward)")
+            for t in (k, v) for i in range(4)] + [
+        Saved(Tensor(f"{t.name}.cp_step_grad", t.dims), "CP step's dq_, dk_, dv_ (TE P2P backward)") for t in (q, k, v)]
+
+
+def _embedding_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
+    """The lookup's backward: F.embedding (MLM megatron/core/tensor_parallel/layers.py:281) has a dense weight
+    gradient, the whole [V/TP, h] table in the weight's dtype, which DDP's hook adds into the FP32 main_grad and
+    then frees (distributed_data_parallel.py:503-524): a transient of every micro-batch's embedding backward."""
+    if phase != "backward" or not op.weights:
+        return []
+    w = op.weights[0]
+    return [Saved(Tensor(f"{w.name}.grad", w.dims), f"dense weight gradient of {op.name} (freed by DDP's hook)")]
+
+
+# PyTorch ops with no Megatron-Core module at 23e00ed0 (V3.2's indexer, V4's mHC and hash router): eager autograd's
+# saves, as the torch-eager rule set has them. sigmoid: its output; div: numerator and denominator; affine (a tensor
+# times a learned scale): the tensor; clamp: its input; gather: the int64 index; cast and sum: nothing; no_grad: no
+# autograd node at all.
+GENERIC_EAGER = ("sigmoid", "div", "affine", "clamp", "cast", "sum", "gather", "no_grad")
 
 RULES = RuleSet(
     "megatron-te",
@@ -147,8 +201,12 @@ RULES = RuleSet(
         "add": nothing,
         "rope": nothing,
         "dispatch": nothing,
+        "layernorm": _layernorm,
+        "gelu": inputs(0, why="input (fused bias-GeLU, fused_bias_gelu.py:39-40)"),
+        "select": inputs(1, why="int32 selected-key indices (sparse attention)"),
+        **{kind: _eager.RULES.rules[kind] for kind in GENERIC_EAGER},
     },
-    workspaces={"linear": _linear_workspace, "matmul": _attention_workspace},
+    workspaces={"linear": _linear_workspace, "matmul": _attention_workspace, "embedding": _embedding_workspace},
     grad_in_place=frozenset({"cross_entropy"}),
     fused_tags=("core_attention", "swiglu"),
 )

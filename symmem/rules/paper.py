@@ -13,7 +13,7 @@ token ids its lookup needs in backward (rule `embedding`, below).
 from __future__ import annotations
 
 from symmem.graph import FP32, MASK, Dataflow, Op, Tensor
-from symmem.rules import RuleSet, Saved, as_dtype, combine, inputs, nothing, outputs
+from symmem.rules._base import RuleSet, Saved, as_dtype, combine, inputs, nothing, outputs
 
 
 def _dropout_mask(op: Op, flow: Dataflow) -> list[Saved]:

@@ -21,7 +21,7 @@ dispatch, combine, dropout with p > 0) are PyTorch's nearest equivalents; they a
 from __future__ import annotations
 
 from symmem.graph import BOOL, FP32, INT64, Dataflow, Dim, Op, Tensor
-from symmem.rules import RuleSet, Saved, combine, inputs, nothing, outputs
+from symmem.rules._base import RuleSet, Saved, combine, inputs, nothing, outputs
 
 
 def _rmsnorm(op: Op, flow: Dataflow) -> list[Saved]:
@@ -98,6 +98,9 @@ RULES = RuleSet(
         "div": inputs(0, 1),  # DivBackward0: numerator and denominator
         "gather": inputs(1),  # GatherBackward0: the int64 index
         "index": _indices,
+        # the paper dataflows' sparse-attention key selection (V3.2, V4): an index read, IndexBackward0 keeps the
+        # (int32) indices; unmeasured (the hf dataflows gather by index ops of their own)
+        "select": _indices,
         "index_add": inputs(0, 1),  # IndexAddBackward0: the index and the source
         "masked_fill": inputs(1),  # MaskedFillBackward0: the bool mask
         "topk": outputs(1),  # TopkBackward0: the int64 indices

@@ -28,8 +28,18 @@ from symmem.errors import SymmemError
 from symmem.model import layer_flow
 from symmem.scenario import Scenario
 from symmem.symbols import s as s_symbol
+from symmem.symbols import sym
 
-VARIABLES = ("b", "s", "t", "ep", "etp")
+VARIABLES = ("b", "s", "t", "ep", "etp", "cp")
+PARALLEL = ("t", "ep", "etp")  # what parameter counts and the ZeRO extras vary with
+SWEPT_AXES = "sweep"  # Parallel.axis_sizes: t, EP, ETP and CP symbolic
+
+
+def swept_axes(scn: Scenario) -> bool | str:
+    """How a case keeps the parallel sizes: t, EP, ETP symbolic, and CP too where it is above 1 (a rule set may
+    hold buffers only under context parallelism, which a symbolic CP cannot tell from CP = 1: such arrangements
+    are their own case, `structural_key`)."""
+    return SWEPT_AXES if scn.parallel.cp > 1 else True
 INT64_SAFE = 2**62  # every intermediate is kept below this bound on the int64 path (int64 holds 2^63 - 1)
 
 Powers = tuple[tuple[str, int], ...]
@@ -133,11 +143,14 @@ class Poly:
             {k: v for k, v in arrays.items() if k in shifts}) if shifts else d
         return num, den
 
-    def ceil_array(self, arrays: Mapping[str, object]) -> np.ndarray:
+    def ceil_array(self, arrays: Mapping[str, object], maxima: Mapping[str, int] | None = None,
+                   powers: dict | None = None) -> np.ndarray:
         """The exact ceiling over broadcastable arrays of positive integers (int64; object if it must be).
 
         Scalars are substituted first; the bound on the numerator is computed with Python integers from the
-        arrays' maxima, so the int64 path is taken only when no product or sum can overflow."""
+        arrays' maxima, so the int64 path is taken only when no product or sum can overflow. `maxima`, when given,
+        are the arrays' maxima, already checked positive (`array_maxima`: computed once for many polynomials);
+        `powers`, a cache of the arrays' powers shared by the polynomials evaluated over the same arrays."""
         scalars = {k: int(v) for k, v in arrays.items() if np.ndim(v) == 0}
         arrs = {k: np.asarray(v) for k, v in arrays.items() if np.ndim(v) != 0}
         poly = self.partial(scalars) if scalars else self
@@ -146,19 +159,19 @@ class Poly:
             raise SymmemError(f"no value for {', '.join(sorted(missing))}")
         shape = np.broadcast_shapes(*(a.shape for a in arrs.values())) if arrs else ()
         terms, shifts, d = poly.integer_form()
-        maxima = {k: int(a.max()) for k, a in arrs.items() if a.size}
-        if any(int(a.min()) < 1 for a in arrs.values() if a.size):
-            raise SymmemError("swept sizes must be positive integers")
+        if maxima is None:
+            maxima = array_maxima(arrs)
         bound = sum(abs(n) * math.prod(maxima[v] ** e for v, e in powers) for n, powers in terms)
         den_bound = d * math.prod(maxima[v] ** sh for v, sh in shifts.items())
         dtype = np.int64 if max(bound, den_bound) < INT64_SAFE else object
-        cache: dict[tuple[str, int], np.ndarray] = {}
+        cache: dict = powers if powers is not None else {}
 
         def power(name: str, e: int) -> np.ndarray:
-            if (name, e) not in cache:
+            key = (name, e, dtype is object)
+            if key not in cache:
                 base = arrs[name].astype(dtype)
-                cache[(name, e)] = base if e == 1 else base ** e
-            return cache[(name, e)]
+                cache[key] = base if e == 1 else base ** e
+            return cache[key]
 
         # Terms grouped by their power of the variable with the largest array (b, in a sweep): each group is summed
         # on the smaller shape without that axis, and the full shape is reached once per group, not once per term.
@@ -184,6 +197,14 @@ class Poly:
         return -((-acc) // den)
 
 
+def array_maxima(arrays: Mapping[str, object]) -> dict[str, int]:
+    """Each non-empty array's maximum (Python int), after checking that every value is a positive integer."""
+    arrs = {k: np.asarray(v) for k, v in arrays.items() if np.ndim(v) != 0 and np.size(v)}
+    if any(int(a.min()) < 1 for a in arrs.values()):
+        raise SymmemError("swept sizes must be positive integers")
+    return {k: int(a.max()) for k, a in arrs.items()}
+
+
 @dataclass(frozen=True)
 class PeakEvent:
     """One candidate peak event of a stage (`timeline.stage_events`) split by what the sweep varies: bytes alive
@@ -203,6 +224,29 @@ class PeakGroup:
     candidates: tuple[Poly, ...]
     zero2: Poly
     zero3: Poly
+
+    @cached_property
+    def scaled(self) -> tuple[tuple[Poly, ...], Poly]:
+        """The candidates over one common denominator: (numerators, denominator), each numerator an integer
+        polynomial with non-negative exponents (candidate × denominator). The ceiling is monotone, so the largest
+        candidate's ceiling is ceil(max(numerators) / denominator): one division per group, not per candidate."""
+        forms = [p.integer_form() for p in self.candidates]
+        shifts: dict[str, int] = {}
+        for _, sh, _ in forms:
+            for name, e in sh.items():
+                shifts[name] = max(shifts.get(name, 0), e)
+        d = math.lcm(*(f[2] for f in forms)) if forms else 1
+        nums = []
+        for p in self.candidates:
+            acc: dict[Powers, Fraction] = {}
+            for c, powers in p.terms:
+                exps = dict(powers)
+                for name, e in shifts.items():
+                    exps[name] = exps.get(name, 0) + e
+                k = tuple(sorted((n, e) for n, e in exps.items() if e))
+                acc[k] = acc.get(k, Fraction(0)) + c * d
+            nums.append(Poly._make(acc))
+        return tuple(nums), Poly(((Fraction(d), tuple(sorted(shifts.items()))),))
 
 
 @dataclass(frozen=True)
@@ -261,21 +305,42 @@ def _dominated(p: Poly, qd: dict) -> bool:
     return all(c >= 0 for k, c in qd.items() if k not in pk)
 
 
+def case_variables(scn: Scenario) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(variables of the activation and event polynomials, variables of the parameter and ZeRO-extra ones): the
+    parallel sizes, and the vocabulary V where the profile pads it per TP (Megatron: a multiple of 128·TP), so
+    that one derivation serves every TP."""
+    v = ("V",) if scn.profile.padded_vocabulary is not None and scn.model.has("V") else ()
+    return VARIABLES + v, PARALLEL + v
+
+
+def case_constants(scn: Scenario) -> dict:
+    """The model's sizes as the profile allocates them, without those that are variables of the case."""
+    consts = scn.size_values()  # a copy
+    if "V" in case_variables(scn)[0]:
+        del consts[sym("V")]
+    return consts
+
+
 def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ...], tuple[PeakGroup, ...]]:
-    """The stage's candidate peak events (`timeline.stage_events`) with t, ep, etp symbolic, compiled."""
+    """The stage's candidate peak events (`timeline.stage_events`) with t, ep, etp and CP symbolic, compiled."""
     from symmem.accounting import timeline as T
+    from symmem.accounting.activations import tensor_bytes
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert
     from symmem.model import stage_parts
 
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
-    axes = scn.parallel.axis_sizes(True)
+    axes = scn.parallel.axis_sizes(swept_axes(scn))
     e_tok = _tokens_per_expert(_activation_key(scn), axes)
+    variables, parallel = case_variables(scn)
     # in flight 2: the one other micro-batch's amount is the saved bytes per micro-batch; ZeRO-3: every extra
+    extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
+    back = tuple(T.Amount(T.PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0)))
+                 for name, t in extra)  # the pipeline schedule's gradient buffers, as `analysis` adds them
     events = T.stage_events(parts, scn.rules, scn.policy, axes, scn.act_bytes, e_tok, Fraction(2), 3,
-                            scn.precision.weight_bytes, scn.precision.grad_bytes)
+                            scn.precision.weight_bytes, scn.precision.grad_bytes, back)
     known: dict = {}
 
-    def comp(amounts, variables=VARIABLES) -> Poly:
+    def comp(amounts, variables=variables) -> Poly:
         """Sum of amounts, each compiled once (the same storages recur in many events)."""
         acc: dict = {}
         for a in amounts:
@@ -299,7 +364,7 @@ def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ..
         if saved is None:
             saved = comp(other)
         out.append(PeakEvent(" ".join(x for x in (ev.phase, ev.part, ev.op) if x), comp(own),
-                             comp(zero2, ("t", "ep", "etp")), comp(zero3, ("t", "ep", "etp"))))
+                             comp(zero2, parallel), comp(zero3, parallel)))
     by_extra: dict[tuple[Poly, Poly], list[Poly]] = {}
     for e in out:
         by_extra.setdefault((e.zero2, e.zero3), []).append(e.own)
@@ -329,12 +394,16 @@ def stepwise_in_s(scn: Scenario) -> bool:
 
 def structural_key(scn: Scenario) -> tuple:
     """What the derived expressions depend on (not t, EP, ETP, DP, ZeRO, precision, schedule or M; b and s only
-    through the Hugging Face dataflow's implementation, `Scenario.flow_impl`)."""
-    par = scn.parallel
-    hist_ep = par.ep if scn.routing.kind == "histogram" else None
-    return (scn.model, scn.layout, par.pp, scn.convention, scn.rules_name, scn.recompute_name, scn.routing,
-            par.sequence_parallel, par.moe_sp, scn.mtp, scn.act_bytes, hist_ep, getattr(scn, "flow_impl", None),
-            scn.precision.weight_bytes, scn.precision.grad_bytes,  # the timeline's ZeRO-2/3 extras
+    through the Hugging Face dataflow's implementation, `Scenario.flow_impl`): among the rest, the profile (its
+    rule set and pipeline buffers), CP (a number in the expressions) and the sizes as the profile allocates them
+    (Megatron's padded vocabulary, which depends on TP)."""
+    model, convention, rules, policy, par, routing, act_bytes = scn.activation_key
+    hist_ep = par.ep if routing.kind == "histogram" else None
+    # the arrangement as the derivation sees it: TP, CP, EP and ETP are variables, DP is not in the expressions
+    arrangement = (par.pp, par.sequence_parallel, par.moe_sp, par.cp > 1, par.cp_comm_type, hist_ep)
+    sizes = tuple(sorted((str(k), v) for k, v in case_constants(scn).items()))
+    return (model, convention, rules, policy, arrangement, routing, act_bytes, scn.layout, scn.profile_name, sizes,
+            scn.mtp, scn.flow_impl, scn.precision.weight_bytes, scn.precision.grad_bytes,  # ZeRO-2/3 extras
             scn.s if stepwise_in_s(scn) else None)
 
 
@@ -350,14 +419,15 @@ def compile_case(scn: Scenario) -> CompiledCase:
     if hit is not None:
         return hit
     t0 = time.perf_counter()
-    consts = dict(scn.model.substitutions())
+    consts = case_constants(scn)
+    variables, parallel = case_variables(scn)
     if stepwise_in_s(scn):  # one case per s (structural_key): the step functions of s are numbers here
         consts[s_symbol] = scn.s
     groups: dict[tuple, list[int]] = {}
     for st in scn.stages:
-        act = Poly.compile(stage_activation_expr(scn, st, symbolic_parallel=True), consts)
-        per_gpu = stage_params(scn, st, symbolic_parallel=True).per_gpu_expr
-        params = tuple(Poly.compile(per_gpu[g], consts, ("t", "ep", "etp")) for g in GROUPS)
+        act = Poly.compile(stage_activation_expr(scn, st, symbolic_parallel=swept_axes(scn)), consts, variables)
+        per_gpu = stage_params(scn, st, symbolic_parallel=swept_axes(scn)).per_gpu_expr
+        params = tuple(Poly.compile(per_gpu[g], consts, parallel) for g in GROUPS)
         peak = peak_events(scn, st, consts)
         groups.setdefault((act, params, peak), []).append(st.index)
     classes = tuple(StageClass(min(idx), tuple(idx), act, params, *peak) for (act, params, peak), idx in groups.items())

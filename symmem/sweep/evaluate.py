@@ -16,6 +16,7 @@ Integers stay exact: a bound computed with Python integers picks int64 (no overf
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterator
@@ -29,7 +30,8 @@ from symmem.accounting.params import GROUPS, MOE_GROUPS
 from symmem.accounting.states import Precision, zero_stage
 from symmem.errors import SymmemError
 from symmem.parallel.schedule import Schedule
-from symmem.sweep.compile import INT64_SAFE, compile_case
+from symmem.sweep.compile import INT64_SAFE, array_maxima, compile_case
+from symmem.sweep.rules import check_world, make_parallel, pipeline_layout
 
 COMPONENTS = ("weights", "gradients", "optimizer", "dynamic")  # dynamic: what the step adds at the peak event
 CHUNK = 1 << 18  # configurations per evaluated tile
@@ -50,8 +52,8 @@ class Block:
     s_idx: np.ndarray
     b_idx: np.ndarray
     m_values: np.ndarray  # M of each m_idx (None resolved to PP)
-    low: np.ndarray
-    high: np.ndarray
+    fits_high: np.ndarray  # bool: high <= capacity (fits)
+    fits_low: np.ndarray  # bool: low <= capacity (fits at the low end of overheads)
     alloc: np.ndarray
     cls: np.ndarray  # which stage class peaks
     stage_index: tuple[int, ...]  # the stage each class is named by
@@ -62,34 +64,49 @@ class Block:
 
     @property
     def size(self) -> int:
-        return int(self.high.size)
+        return int(self.alloc.size)
+
+    def reserved_at(self, flat: np.ndarray, end: int) -> np.ndarray:
+        """The reserved estimate (end 0: low, 1: high) at the flat positions `flat`, as
+        `analysis.StageMemory.reserved` computes it: ceil(peak · (1 + fragmentation)) + buffers."""
+        base = self.space.base
+        return _reserved(self.alloc.ravel()[flat], base.fragmentation[end]) + base.comm_buffers[end]
+
+    @property
+    def low(self) -> np.ndarray:  # whole arrays: the feasible-region plot and tests (the sweep counts by mask)
+        return self.reserved_at(np.arange(self.size), 0).reshape(self.alloc.shape)
+
+    @property
+    def high(self) -> np.ndarray:
+        return self.reserved_at(np.arange(self.size), 1).reshape(self.alloc.shape)
 
     def ordinals(self, flat: np.ndarray) -> np.ndarray:
         """Sweep numbers of the flat positions `flat` (increasing with `flat`)."""
-        pi, zi, mi, si, bi = np.unravel_index(flat, self.high.shape)
+        pi, zi, mi, si, bi = np.unravel_index(flat, self.alloc.shape)
         st = self.space.strides
-        return (self.par["base"][pi] + self.z_idx[zi] * st[6] + self.m_idx[mi] * st[7] + self.s_idx[si] * st[8]
-                + self.b_idx[bi] * st[9])
+        return (self.par["base"][pi] + self.z_idx[zi] * st[7] + self.m_idx[mi] * st[8] + self.s_idx[si] * st[9]
+                + self.b_idx[bi] * st[10])
 
     def record(self, flat: int) -> dict:
         from symmem.accounting.analysis import verdict
 
-        pi, zi, mi, si, bi = (int(x) for x in np.unravel_index(flat, self.high.shape))
+        pi, zi, mi, si, bi = (int(x) for x in np.unravel_index(flat, self.alloc.shape))
         c = int(self.cls.flat[flat])
         w, g, o = (int(x) for x in self.states[c, pi, zi])
         alloc = int(self.alloc.flat[flat])
         comps = (w, g, o, alloc - w - g - o)
         sp = self.space
         at = {"t": int(self.par["tp"][pi]), "ep": int(self.par["ep"][pi]), "etp": int(self.par["etp"][pi]),
-              "s": sp.s[self.s_idx[si]], "b": sp.b[self.b_idx[bi]]}
+              "cp": int(self.par["cp"][pi]), "V": int(self.par["V"][pi]), "s": sp.s[self.s_idx[si]],
+              "b": sp.b[self.b_idx[bi]]}
         event = binding_event(self.classes[c], at, zero_stage(sp.zero[self.z_idx[zi]]),
                               Fraction(int(self.kn[c, mi]), self.kd))
-        low, high = int(self.low.flat[flat]), int(self.high.flat[flat])
+        low, high = (int(self.reserved_at(np.array([flat]), end)[0]) for end in (0, 1))
         cap = sp.capacity
-        par = {k: int(self.par[k][pi]) for k in ("tp", "ep", "etp", "dp", "edp")}
+        par = {k: int(self.par[k][pi]) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
         return {
             "ordinal": int(self.ordinals(np.array([flat]))[0]),
-            "tp": par["tp"], "pp": self.pp, "ep": par["ep"], "etp": par["etp"], "dp": par["dp"],
+            "tp": par["tp"], "cp": par["cp"], "pp": self.pp, "ep": par["ep"], "etp": par["etp"], "dp": par["dp"],
             "edp": par["edp"], "layout": self.layout, "recompute": self.recompute, "schedule": self.schedule,
             "zero": sp.zero[self.z_idx[zi]], "microbatches": int(self.m_values[mi]),
             "s": sp.s[self.s_idx[si]], "b": sp.b[self.b_idx[bi]],
@@ -205,21 +222,24 @@ def _clip(x: np.ndarray) -> np.ndarray:
 
 
 def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
-    """The valid (TP, EP, ETP) arrangements for PP, grouped by what the derivation depends on beyond PP (EP, for
-    histogram routing); rejections reported in the order the rules are checked."""
-    from symmem.sweep.space import check_world, make_parallel, pipeline_layout
+    """The valid (TP, CP, EP, ETP) arrangements for PP, grouped by what the derivation depends on beyond PP: EP
+    for histogram routing (TP, CP, EP and ETP are variables of the compiled polynomials), and TP 1 under a rule
+    set whose workspaces exist only under sequence parallelism (below); each arrangement
+    carries the vocabulary the profile allocates at its TP (`V`, a variable where Megatron pads it per TP);
+    rejections reported in the order the rules are checked."""
 
     base, gpus, st = space.base, space.gpus, space.strides
     per_combo = len(space.recompute) * len(space.schedule) * len(space.zero) * len(space.microbatches) * \
         len(space.s) * len(space.b)
     layout: object = None
     groups: dict = {}
-    for (i_tp, tp), (i_ep, ep), (i_etp, etp) in itertools.product(
-            enumerate(space.tp), enumerate(space.ep), enumerate(space.etp)):
+    pad = base.profile.padded_vocabulary if base.model.has("V") else None
+    for (i_tp, tp), (i_cp, cp), (i_ep, ep), (i_etp, etp) in itertools.product(
+            enumerate(space.tp), enumerate(space.cp), enumerate(space.ep), enumerate(space.etp)):
         try:
-            dp = check_world(gpus, tp, pp)
+            dp = check_world(gpus, tp, pp, cp)
         except SymmemError as e:
-            reject("world", (("tp", tp), ("pp", pp)), str(e), per_combo)
+            reject("world", (("tp", tp), ("cp", cp), ("pp", pp)), str(e), per_combo)
             continue
         if layout is None:
             try:
@@ -230,16 +250,23 @@ def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
             reject("layout", (("pp", pp),), str(layout), per_combo)
             continue
         try:
-            par = make_parallel(base, gpus, tp, pp, ep, etp)
+            par = make_parallel(base, gpus, tp, pp, ep, etp, cp)
             par.validate_for(base.model)
             base.routing.check_model(base.model, ep)
         except SymmemError as e:
-            reject("parallel", (("tp", tp), ("pp", pp), ("ep", ep), ("etp", etp)), str(e), per_combo)
+            reject("parallel", (("tp", tp), ("cp", cp), ("pp", pp), ("ep", ep), ("etp", etp)), str(e), per_combo)
             continue
-        key = ep if base.routing.kind == "histogram" else None
-        g = groups.setdefault(key, {"par": par, "tp": [], "ep": [], "etp": [], "dp": [], "edp": [], "base": []})
-        for k, v in (("tp", tp), ("ep", ep), ("etp", etp), ("dp", dp), ("edp", par.expert_dp),
-                     ("base", i_tp * st[0] + i_pp * st[1] + i_ep * st[2] + i_etp * st[3])):
+        # Sequence parallelism at TP 1 changes no size, but a rule set whose workspaces exist only under it
+        # (megatron-te's all-gather buffers: none when the sp axis is 1) cannot see t = 1 in a symbolic t: those
+        # arrangements are derived apart, with sequence parallelism off (the same bytes, as the engine has them)
+        tp1 = tp == 1 and par.sequence_parallel and bool(base.rules.workspaces)
+        key = (ep if base.routing.kind == "histogram" else None, tp1, cp > 1)
+        derive_as = dataclasses.replace(par, sequence_parallel=False, moe_sequence_parallel=False) if tp1 else par
+        g = groups.setdefault(key, {"par": derive_as, "tp": [], "cp": [], "ep": [], "etp": [], "dp": [], "edp": [],
+                                    "base": [], "pars": [], "V": []})
+        for k, v in (("tp", tp), ("cp", cp), ("ep", ep), ("etp", etp), ("dp", dp), ("edp", par.expert_dp),
+                     ("base", i_tp * st[0] + i_cp * st[1] + i_pp * st[2] + i_ep * st[3] + i_etp * st[4]),
+                     ("pars", par), ("V", pad(base.model.value("V"), tp) if pad is not None else 0)):
             g[k].append(v)
     return layout, groups
 
@@ -263,9 +290,11 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
         layout, groups = _arrangements(space, pp, i_pp, reject)
         m_values = tuple(pp if m is None else m for m in space.microbatches)
         for g in groups.values():
-            par = {k: np.array(v, dtype=np.int64) for k, v in g.items() if k != "par"}
+            par = {k: np.array(v, dtype=np.int64) for k, v in g.items() if k not in ("par", "pars")}
             n_par = len(par["tp"])
-            tep = {"t": par["tp"], "ep": par["ep"], "etp": par["etp"]}
+            tep = {"t": par["tp"], "ep": par["ep"], "etp": par["etp"], "cp": par["cp"]}
+            if base.profile.padded_vocabulary is not None and base.model.has("V"):
+                tep["V"] = par["V"]
             for i_rc, rc in enumerate(space.recompute):
                 rep = base.replace(parallel=g["par"], layout=layout, recompute_name=rc, schedule=Schedule(),
                                    microbatches=None)
@@ -279,7 +308,8 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                         per = {grp: np.broadcast_to(p.ceil_array(tep), (n_par,))
                                for grp, p in zip(GROUPS, c.params, strict=True)}
                         counts.append((per["dense"], sum(per[grp] for grp in MOE_GROUPS)))
-                    regions.append((s_part, b_part, case, tuple(c.index for c in case.classes), counts, {}))
+                    bufs = _buffers(scn, case, g["pars"], space.s)
+                    regions.append((s_part, b_part, case, tuple(c.index for c in case.classes), counts, {}, bufs))
                 for i_sch, sched in enumerate(space.schedule):
                     valid_m, reasons, _, _ = schedule_table(sched, pp, m_values, regions[0][3])
                     for mi, reason in reasons:
@@ -294,8 +324,8 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                                                 ("microbatches", space.microbatches[int(mi)])), layout_reason,
                                    n_par * len(space.zero) * n_sb)
                         continue
-                    bases = par["base"] + i_rc * st[4] + i_sch * st[5]
-                    for s_part, b_part, case, reps, counts, acts_cache in regions:
+                    bases = par["base"] + i_rc * st[5] + i_sch * st[6]
+                    for s_part, b_part, case, reps, counts, acts_cache, bufs in regions:
                         valid, _, kn, kd = schedule_table(sched, pp, m_values, reps)
                         if not valid.size:
                             continue
@@ -312,7 +342,8 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                                 acts_cache[key] = _activations(case, space, {k: v[p_sl] for k, v in tep.items()},
                                                                s_sl, b_sl)
                             blk = _evaluate(space, acts_cache[key], kn[:, m_sl], kd, states[:, p_sl, z_sl],
-                                            [zero_stage(z) for z in space.zero[z_sl]])
+                                            [zero_stage(z) for z in space.zero[z_sl]],
+                                            None if bufs is None else bufs[:, p_sl, s_sl])
                             yield Block(space, pp, layout.kind, rc, sched_label(sched),
                                         {**{k: v[p_sl] for k, v in par.items()}, "base": bases[p_sl]},
                                         np.arange(len(space.zero))[z_sl], valid[m_sl],
@@ -321,6 +352,49 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                                         case.classes, kn[:, m_sl], kd)
                             if progress:
                                 progress(int(blk[0].size))
+
+
+def _buffers(scn, case, pars: list, s_values: tuple[int, ...]) -> np.ndarray | None:
+    """The profile's framework buffers (`analysis.stage_buffers`: DDP padding, TE's dummy weight-gradient buffers,
+    workspaces, the RoPE table) per stage class, arrangement and s, exactly as `symmem memory` adds them: shaped
+    (class, arrangement, s), or None when the profile has none. They depend on the arrangement's numbers (DP for
+    the buffers' padding, the local weight shapes), so they are computed per arrangement with the engine's own
+    function, and on s only linearly (the RoPE table): they are computed at s = 1 and 2 and checked at a third
+    point before being extended to every swept s."""
+    if scn.profile.buffers is None:
+        return None
+    key = (case.key, tuple(pars), s_values)
+    hit = _BUFFERS.get(key)
+    if hit is not None:
+        return hit
+    s = np.array(s_values, dtype=np.int64)
+    out = np.zeros((len(case.classes), len(pars), len(s)), dtype=np.int64)
+    for j, par in enumerate(pars):
+        at = scn.replace(parallel=par)
+        for c, cls in enumerate(case.classes):
+            stage = at.stages[cls.index]
+            v1, v2, v3 = (_buffer_total(at, stage, x) for x in (1, 2, 3))
+            if v3 - v2 != v2 - v1:
+                raise SymmemError(f"profile {scn.profile.name!r}: its buffers are not linear in s; the compiled "
+                                  "sweep cannot extend them (check configurations with symmem memory)")
+            out[c, j] = v1 + (v2 - v1) * (s - 1)
+    if len(_BUFFERS) > 4096:
+        _BUFFERS.clear()
+    _BUFFERS[key] = out
+    return out
+
+
+_BUFFERS: dict = {}  # a sweep run again (or its plot) finds its arrangements' buffers here
+
+
+@lru_cache(maxsize=65536)
+def _buffer_total(scn, stage, s: int) -> int:
+    """The framework buffers of one GPU of `stage` at sequence length `s` (`analysis.stage_buffers` at that s)."""
+    from symmem.accounting.analysis import values
+    from symmem.model import stage_parts
+
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    return sum(buf.nbytes for buf in scn.profile.buffers(scn, stage, parts, values(scn, s_value=s)))
 
 
 def _regions(rep, space) -> list[tuple[slice, slice, object]]:
@@ -356,8 +430,8 @@ def _states(space, counts, par, copies: int) -> np.ndarray:
     dt = np.int64 if 2 * n_max * prec.per_parameter < INT64_SAFE else object
     out = np.zeros((len(counts), len(par["tp"]), len(space.zero), 3), dtype=dt)
     for c, (dense, moe) in enumerate(counts):
-        for zi, z in enumerate(space.zero):
-            for j, arr in enumerate(state_arrays(dense.astype(dt), moe.astype(dt), par["dp"].astype(dt),
+        for zi, z in enumerate(space.zero):  # dense states shard over DP·CP (Parallel.dense_shard)
+            for j, arr in enumerate(state_arrays(dense.astype(dt), moe.astype(dt), (par["dp"] * par["cp"]).astype(dt),
                                                  par["edp"].astype(dt), prec, z, copies)):
                 out[c, :, zi, j] = arr
     return out
@@ -371,6 +445,9 @@ def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple
     b = np.array(space.b[b_sl], dtype=np.int64)[None, None, :]
     arrays = {"b": b, "s": s, **{k: v[:, None, None] for k, v in tep.items()}}
     tep3 = {k: v[:, None, None] for k, v in tep.items()}
+    variants = {_variant(z) for z in space.zero}
+    maxima = array_maxima(arrays)  # once for every candidate of every class
+    powers: dict = {}  # the arrays' powers, likewise
     shape = (len(tep["t"]), s.shape[1], b.shape[2])
     out = []
     for c in case.classes:
@@ -378,12 +455,20 @@ def _activations(case, space, tep: dict, s_sl: slice, b_sl: slice) -> list[tuple
         saved = (np.broadcast_to(num, shape), den if np.ndim(den) == 0 else np.broadcast_to(den, shape))
         dyn: dict[int, np.ndarray] = {}
         for g in c.groups:
+            nums, den = g.scaled  # over one denominator: the ceiling of the largest, one division
             m = None
-            for p in g.candidates:
-                v = p.ceil_array(arrays)
+            for p in nums:
+                v = p.ceil_array(arrays, maxima, powers)
                 m = v if m is None else np.maximum(m, v)
+            d = den.ceil_array({k: v for k, v in arrays.items() if k in den.variables})
+            if not (np.ndim(d) == 0 and d == 1):
+                if m.dtype == object or np.asarray(d).dtype == object:
+                    m, d = m.astype(object), np.asarray(d).astype(object)
+                m = -((-m) // d)
             m = np.broadcast_to(m, shape)
             for zv, extra in ((0, None), (2, g.zero2), (3, g.zero3)):
+                if zv not in variants:
+                    continue  # a ZeRO variant the sweep does not ask for (megatron-te: ZeRO-1 only)
                 v = m if extra is None or not extra.terms else m + extra.ceil_array(tep3)
                 dyn[zv] = v if zv not in dyn else np.maximum(dyn[zv], v)
         out.append((saved, dyn))
@@ -394,10 +479,12 @@ def _variant(z: int) -> int:
     return 3 if z >= 3 else 2 if z == 2 else 0
 
 
-def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray, zeros: list[int]):
+def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray, zeros: list[int],
+              framework: np.ndarray | None = None):
     """(low, high, peak allocated, peak class) over (arrangement, ZeRO, M, s, b): per class, the model states +
-    ceil((k − 1) · saved per micro-batch) + the largest event's own bytes under the configuration's ZeRO; then
-    the reserved range at the peak as `analysis.StageMemory.reserved` applies it."""
+    the profile's framework buffers (`framework`, (class, arrangement, s), or None) + ceil((k − 1) · saved per
+    micro-batch) + the largest event's own bytes under the configuration's ZeRO; then the reserved range at the
+    peak as `analysis.StageMemory.reserved` applies it."""
     base = space.base
     frag, bufs = base.fragmentation, base.comm_buffers
     n_cls = len(acts_mb)
@@ -406,31 +493,56 @@ def _evaluate(space, acts_mb: list, kn: np.ndarray, kd: int, states: np.ndarray,
     a_max = [int(a[0].max()) for a, _ in acts_mb]
     d_max = [max(int(d[v].max()) for v in set(variants)) for _, d in acts_mb]
     k_max = [int(kn[c].max()) for c in range(n_cls)]
-    alloc_bound = max(int(state_tot[c].max()) + a_max[c] * k_max[c] + d_max[c] for c in range(n_cls))
+    b_max = [int(framework[c].max()) if framework is not None else 0 for c in range(n_cls)]
+    alloc_bound = max(int(state_tot[c].max()) + a_max[c] * k_max[c] + d_max[c] + b_max[c] for c in range(n_cls))
     exact = (max(a_max[c] * k_max[c] for c in range(n_cls)) < INT64_SAFE
              and alloc_bound * (1 + max(frag[1], 1.0)) + bufs[1] < INT64_SAFE)
     dt = np.int64 if exact else object
     best = cls = None
     for c in range(n_cls):
         (num, den), dyn = acts_mb[c]
-        other = num.astype(dt)[:, None] * (kn[c] - kd).astype(dt)[None, :, None, None]  # (P, M, s, b)
-        den = den * kd if np.ndim(den) == 0 else den.astype(dt)[:, None] * kd
-        if np.ndim(den) != 0 or den != 1:
-            other = -((-other) // den)  # ceil((k − 1) · saved), exactly
+        k_1 = (kn[c] - kd).astype(dt)[None, :, None, None]
+        whole = None
+        if kd == 1 and (np.ndim(den) != 0 or den != 1):
+            # saved per micro-batch in whole bytes (every tensor is, at a valid configuration): then
+            # ceil((k - 1) · num / den) = (k - 1) · (num / den), divided once on (P, s, b), not at the full size
+            n_, d_ = num.astype(dt), (den if np.ndim(den) == 0 else den.astype(dt))
+            q, r = n_ // d_, n_ % d_  # (np.divmod has no object loop)
+            if not r.any():
+                whole = q
+        if whole is not None:
+            other = whole[:, None] * k_1
+        else:
+            other = num.astype(dt)[:, None] * k_1  # (P, M, s, b)
+            den = den * kd if np.ndim(den) == 0 else den.astype(dt)[:, None] * kd
+            if np.ndim(den) != 0 or den != 1:
+                other = -((-other) // den)  # ceil((k − 1) · saved), exactly
         if len(set(variants)) == 1:
             d = dyn[variants[0]].astype(dt)[:, None]  # (P, 1, s, b)
         else:
             d = np.stack([dyn[v].astype(dt) for v in variants], axis=1)  # (P, Z, s, b)
-        alloc = (state_tot[c].astype(dt)[:, :, None, None, None] + other[:, None]) + d[:, :, None]
+        # what does not depend on M (states, framework buffers, the event's own bytes) is added on (P, Z, s, b)
+        # first: one addition at the full (P, Z, M, s, b) size instead of three (exact: integers)
+        static = state_tot[c].astype(dt)[:, :, None, None]
+        if framework is not None:
+            static = static + framework[c].astype(dt)[:, None, :, None]
+        alloc = other[:, None] + (d + static)[:, :, None]
         if best is None:
             best, cls = alloc, np.zeros(alloc.shape, dtype=np.int8)
         else:
             up = alloc > best
             best = np.where(up, alloc, best)
             cls[up] = c
-    low = _reserved(best, frag[0]) + bufs[0]
-    high = _reserved(best, frag[1]) + bufs[1]
-    return _clip(low), _clip(high), _clip(best), cls
+    # Fits: ceil(peak · (1 + f)) + buffers <= capacity, i.e. peak · (1 + f) <= capacity - buffers (an integer), in
+    # the same float64 product `StageMemory.reserved` rounds up: exact, and no integer array of reserved bytes
+    cap = space.capacity
+    if best.dtype == object:
+        fits = [np.array([math.ceil(x * (1 + f)) + b <= cap for x in best.flat]).reshape(best.shape)
+                for f, b in zip(frag, bufs, strict=True)]
+    else:
+        as_float = best.astype(np.float64)
+        fits = [as_float * (1 + f) <= cap - b for f, b in zip(frag, bufs, strict=True)]
+    return fits[1], fits[0], _clip(best), cls
 
 
 def _reserved(alloc: np.ndarray, f: float) -> np.ndarray:

@@ -1,8 +1,8 @@
 """Sweeps of parallel configurations: enumeration, the rules that reject, and two evaluation paths.
 
-The space is the product of ten axes, in this order (the order ranks ties and numbers each configuration):
-TP, PP, EP, ETP, recomputation, schedule, ZeRO, micro-batches M, sequence length s, micro-batch size b.
-A configuration is valid when the GPU count is DP·TP·PP with DP an integer, a pipeline layout exists (`paper`
+The space is the product of eleven axes, in this order (the order ranks ties and numbers each configuration):
+TP, CP, PP, EP, ETP, recomputation, schedule, ZeRO, micro-batches M, sequence length s, micro-batch size b.
+A configuration is valid when the GPU count is DP·TP·CP·PP with DP an integer, a pipeline layout exists (`paper`
 when valid, else `even`), the engine's `Parallel` and model checks pass (EP·ETP | DP·TP, TP | heads, h_F and
 vocabulary, EP | experts, ETP | expert width) and the schedule accepts M. Rejections carry the engine's message.
 
@@ -25,14 +25,13 @@ import numpy as np
 from symmem.accounting.recompute import policy
 from symmem.accounting.states import zero_stage
 from symmem.errors import SymmemError
-from symmem.parallel.layout import LayoutSpec, layers_per_stage
 from symmem.parallel.schedule import Schedule
-from symmem.parallel.sizes import Parallel
 from symmem.scenario import Scenario
 from symmem.sweep.evaluate import CHUNK, COMPONENTS, Block, iter_blocks
 from symmem.sweep.evaluate import sched_label as schedule_name
+from symmem.sweep.rules import RULES, check_world, make_parallel, pipeline_layout
 
-AXES = ("tp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
+AXES = ("tp", "cp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
 __all__ = ["AXES", "CHUNK", "COMPONENTS", "RULES", "Block", "Rejection", "Space", "Summary", "compiled_records",
            "iter_blocks", "pipeline_layout", "reference_records", "sweep"]
 
@@ -54,6 +53,7 @@ class Space:
     microbatches: tuple[int | None, ...]  # None: M = PP
     s: tuple[int, ...]
     b: tuple[int, ...]
+    cp: tuple[int, ...] = (1,)  # context-parallel sizes (each must divide every s)
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -62,7 +62,7 @@ class Space:
             values = getattr(self, name)
             if not values:
                 raise SymmemError(f"{name}: empty; give at least one value")
-        for name in ("tp", "pp", "ep", "etp", "s", "b"):
+        for name in ("tp", "cp", "pp", "ep", "etp", "s", "b"):
             for v in getattr(self, name):
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise SymmemError(f"{name} = {v!r}: must be a positive integer")
@@ -74,9 +74,15 @@ class Space:
         for r in self.recompute:
             policy(r)
         pps = set(self.pp)  # linear in the axes, not their product: a long TP and PP axis stay cheap
-        if not any(self.gpus % t == 0 and any(p in pps for p in _divisors(self.gpus // t)) for t in self.tp):
-            raise SymmemError(f"gpus = {self.gpus}: no TP·PP of the sweep divides it (TP in {list(self.tp)}, "
-                              f"PP in {list(self.pp)})")
+        if not any(self.gpus % (t * c) == 0 and any(p in pps for p in _divisors(self.gpus // (t * c)))
+                   for t in self.tp for c in self.cp):
+            cp = f", CP in {list(self.cp)}" if self.cp != (1,) else ""
+            raise SymmemError(f"gpus = {self.gpus}: no TP·{'CP·' if cp else ''}PP of the sweep divides it (TP in "
+                              f"{list(self.tp)}{cp}, PP in {list(self.pp)})")
+        for c in self.cp:  # each rank holds s/CP tokens (Scenario's rule), checked before anything is enumerated
+            bad = next((s for s in self.s if s % c), None)
+            if bad is not None:
+                raise SymmemError(f"cp = {c}: must divide every swept sequence length (s = {bad} is not a multiple)")
         if self.size >= 2**62:
             raise SymmemError(f"the sweep has {self.size:.3g} configurations: too many to number; narrow the ranges")
 
@@ -114,33 +120,7 @@ def _divisors(n: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------------ the rules
-def pipeline_layout(base: Scenario, pp: int) -> LayoutSpec:
-    """The `paper` layout when it is valid for PP, else `even`; a `SymmemError` naming both reasons if neither."""
-    n_layers = base.model.value("L")
-    try:
-        layers_per_stage(LayoutSpec("paper"), n_layers, pp)
-        return LayoutSpec("paper")
-    except SymmemError as e1:
-        try:
-            layers_per_stage(LayoutSpec("even"), n_layers, pp)
-            return LayoutSpec("even")
-        except SymmemError as e2:
-            raise SymmemError(f"{e1}; {e2}") from None
-
-
-def check_world(gpus: int, tp: int, pp: int) -> int:
-    if gpus % (tp * pp):
-        raise SymmemError(f"gpus = {gpus}: not divisible by TP·PP = {tp}·{pp} = {tp * pp}")
-    return gpus // (tp * pp)
-
-
-def make_parallel(base: Scenario, gpus: int, tp: int, pp: int, ep: int, etp: int) -> Parallel:
-    par = base.parallel
-    return Parallel(tp=tp, pp=pp, ep=ep, etp=etp, dp=gpus // (tp * pp), world=gpus,
-                    sequence_parallel=par.sequence_parallel, moe_sequence_parallel=par.moe_sequence_parallel)
-
-
-RULES = ("world", "layout", "parallel", "schedule")  # checked in this order; a configuration fails the first
+# (symmem.sweep.rules: shared with the compiled path)
 
 
 @dataclass(frozen=True)
@@ -174,6 +154,7 @@ class Summary:
     derive_seconds: float = 0.0
     seconds: float = 0.0
     region: dict = field(default_factory=dict)  # TP·PP -> (best headroom at high, at low) per b (plot)
+    rank_by: str = "headroom"  # how `ranked` is ordered: "headroom" here; the CLI may rank by "time"
 
     @property
     def does_not_fit(self) -> int:
@@ -200,9 +181,9 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     for blk in iter_blocks(space, chunk, raw_rej, progress, cases):
         n = blk.size
         out.valid += n
-        fit = blk.high <= cap
+        fit = blk.fits_high
         n_fit = int(np.count_nonzero(fit))
-        n_low = int(np.count_nonzero(blk.low <= cap))
+        n_low = int(np.count_nonzero(blk.fits_low))
         out.fits += n_fit
         out.marginal += n_low - n_fit
         if region:
@@ -213,23 +194,24 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
                                                    np.full(len(space.b), sentinel)))
                 for row, best in zip(rows, bests, strict=True):
                     row[blk.b_idx] = np.maximum(row[blk.b_idx], best[keys == key].max(axis=0))
-        listed = (blk.low <= cap) if marginal else fit
+        listed = blk.fits_low if marginal else fit
         count = n_low if marginal else n_fit
         if not count:
             continue
-        head = (cap - blk.high).ravel()
         idx = np.flatnonzero(listed.ravel())
+        hv = cap - blk.reserved_at(idx, 1)  # headroom of the listed ones only, aligned with idx
         if top:
-            hv = head[idx]
             if len(heap) >= top:
                 keep = hv >= heap[0][0]
                 idx, hv = idx[keep], hv[keep]
             if idx.size > top:
                 kth = np.partition(hv, idx.size - top)[idx.size - top]
-                idx = np.concatenate([idx[hv > kth], idx[hv == kth][: top - int(np.count_nonzero(hv > kth))]])
+                first = np.concatenate([np.flatnonzero(hv > kth),
+                                        np.flatnonzero(hv == kth)[: top - int(np.count_nonzero(hv > kth))]])
+                idx, hv = idx[first], hv[first]
         ords = blk.ordinals(idx) if idx.size else np.zeros(0, dtype=np.int64)
-        for i, o in zip(idx.tolist(), ords.tolist(), strict=True):
-            item = (int(head[i]), -o)
+        for i, h, o in zip(idx.tolist(), hv.tolist(), ords.tolist(), strict=True):
+            item = (int(h), -o)
             if not top:
                 kept.append((item, blk.record(i)))
             elif len(heap) < top:
@@ -277,11 +259,11 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
     axes = [getattr(space, a) for a in AXES]
     it = enumerate(itertools.product(*axes)) if ordinals is None else (
         (o, tuple(ax[int(i)] for ax, i in zip(axes, np.unravel_index(o, space.shape), strict=True))) for o in ordinals)
-    for ordinal, (tp, pp, ep, etp, rc, sched, z, m, s, b) in it:
+    for ordinal, (tp, cp, pp, ep, etp, rc, sched, z, m, s, b) in it:
         try:
-            dp = check_world(space.gpus, tp, pp)
+            dp = check_world(space.gpus, tp, pp, cp)
             layout = pipeline_layout(base, pp)
-            par = make_parallel(base, space.gpus, tp, pp, ep, etp)
+            par = make_parallel(base, space.gpus, tp, pp, ep, etp, cp)
             scn = base.replace(parallel=par, layout=layout, recompute_name=rc, schedule=sched,
                                zero=zero_stage(z), microbatches=m, b=b, s=s)
         except SymmemError as e:
@@ -295,7 +277,7 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
                  top.peak_allocated - top.states.total)
         event = " ".join(x for x in (pk.event.phase, pk.event.part, pk.event.op) if x)
         records[ordinal] = {
-            "ordinal": ordinal, "tp": tp, "pp": pp, "ep": ep, "etp": etp, "dp": dp, "edp": par.expert_dp,
+            "ordinal": ordinal, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp, "dp": dp, "edp": par.expert_dp,
             "layout": layout.kind, "recompute": rc, "schedule": schedule_name(sched), "zero": z,
             "microbatches": scn.m, "s": s, "b": b, "stage": top.stage.index,
             **dict(zip(COMPONENTS, comps, strict=True)),

@@ -1,0 +1,160 @@
+"""PyTorch's CUDA caching allocator, replayed: what a GPU *reserves* (the segments cudaMalloc'd) for a sequence of
+allocations and frees, beside what it allocates.
+
+A job fails when the allocator cannot reserve a segment, not when the sum of live tensors reaches the capacity:
+freed blocks stay cached in their segments, a request rounds up, and a segment can only serve requests that fit
+in one of its free blocks. This module follows c10/cuda/CUDACachingAllocator.cpp (PyTorch, read at commit
+001074d25084fdb87a799823e395a50f5ec044d3; the rules below have not changed in substance since the expandable
+segments of PyTorch 2.1, so they are those of the measured runs' PyTorch 2.10), with its default settings
+(`PYTORCH_CUDA_ALLOC_CONF` unset: no expandable segments, no `max_split_size_mb`, no garbage-collection threshold,
+no `roundup_power2_divisions`), one stream, no out-of-memory retry (a capacity is never reached here):
+
+* `round_size`: a request rounds up to a multiple of kMinBlockSize = 512 bytes (and at least 512);
+* `get_pool`: rounded sizes up to kSmallSize = 1 MiB go to the small pool, larger ones to the large pool;
+* `get_free_block`: the smallest cached free block of the pool at least as large (ties: the lowest address;
+  `BlockComparatorSize` orders by stream, size, address);
+* `get_allocation_size`: with no such block a new segment is cudaMalloc'd: kSmallBuffer = 2 MiB for the small pool,
+  kLargeBuffer = 20 MiB for requests under kMinLargeAlloc = 10 MiB, else the request rounded up to kRoundLarge =
+  2 MiB;
+* `should_split` / `alloc_found_block`: a block larger than the request is split, the request taking its front, when
+  the remainder is at least kMinBlockSize (small pool) or more than kSmallSize (large pool); otherwise the whole block
+  is handed out (its extra bytes count as allocated: `allocated_bytes` adds the block's size);
+* `free_block` / `try_merge_blocks`: a freed block merges with its free neighbours of the same segment; segments are
+  never returned to the device (no `empty_cache`).
+
+`allocated` below is what `torch.cuda.max_memory_allocated()` reports (block sizes, so rounded), `reserved` what
+`max_memory_reserved()` reports (segment sizes).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from symmem.errors import SymmemError
+
+MIN_BLOCK = 512  # kMinBlockSize
+SMALL_SIZE = 1 << 20  # kSmallSize: the largest small-pool request
+SMALL_BUFFER = 2 << 20  # kSmallBuffer: a small-pool segment
+LARGE_BUFFER = 20 << 20  # kLargeBuffer: the segment of a 1-10 MiB request
+MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc
+ROUND_LARGE = 2 << 20  # kRoundLarge
+
+
+def round_size(size: int) -> int:
+    """`round_size`: at least 512 bytes, a multiple of 512."""
+    return MIN_BLOCK if size < MIN_BLOCK else -(-size // MIN_BLOCK) * MIN_BLOCK
+
+
+def allocation_size(size: int) -> int:
+    """`get_allocation_size`: the segment cudaMalloc'd for a rounded request no cached block serves."""
+    if size <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+
+@dataclass(eq=False, slots=True)
+class _Block:
+    address: int
+    size: int
+    small: bool
+    allocated: bool = False
+    prev: _Block | None = field(default=None, repr=False)
+    next: _Block | None = field(default=None, repr=False)
+
+
+@dataclass
+class CachingAllocator:
+    """One device's caching allocator: `malloc(key, nbytes)`, `free(key)`; `allocated`, `reserved` and their
+    peaks in bytes."""
+
+    allocated: int = 0
+    reserved: int = 0
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    segments: int = 0
+    _free: dict = field(default_factory=lambda: {True: [], False: []})  # pool -> sorted [(size, address, block)]
+    _live: dict = field(default_factory=dict)  # key -> block
+    _top: int = 0  # the next segment's address (segments are laid out one after the other)
+
+    def malloc(self, key: object, nbytes: int) -> None:
+        if nbytes.__class__ is not int or nbytes < 0:  # (bool is no int here)
+            raise SymmemError(f"allocation {key!r}: {nbytes!r} bytes: must be a non-negative integer")
+        if key in self._live:
+            raise SymmemError(f"allocation {key!r}: allocated twice without a free")
+        size = MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK  # round_size, inlined
+        small = size <= SMALL_SIZE
+        pool = self._free[small]
+        i = bisect.bisect_left(pool, (size, -1))
+        if i < len(pool):
+            _, _, block = pool.pop(i)
+        else:  # a new segment
+            seg = allocation_size(size)
+            block = _Block(self._top, seg, small)
+            self._top += seg
+            self.reserved += seg
+            self.segments += 1
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+        remaining = block.size - size
+        if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
+            rest = _Block(block.address + size, remaining, small, prev=block, next=block.next)
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            self._insert(rest)
+        block.allocated = True
+        self._live[key] = block
+        self.allocated += block.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+
+    def free(self, key: object) -> None:
+        try:
+            block = self._live.pop(key)
+        except KeyError:
+            raise SymmemError(f"allocation {key!r}: freed but not allocated") from None
+        block.allocated = False
+        self.allocated -= block.size
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.allocated:
+                self._remove(neighbour)
+                if neighbour is block.prev:
+                    block.address = neighbour.address
+                    block.prev = neighbour.prev
+                    if block.prev is not None:
+                        block.prev.next = block
+                else:
+                    block.next = neighbour.next
+                    if block.next is not None:
+                        block.next.prev = block
+                block.size += neighbour.size
+        self._insert(block)
+
+    def live(self) -> int:
+        """Allocations not yet freed."""
+        return len(self._live)
+
+    def _insert(self, block: _Block) -> None:
+        bisect.insort(self._free[block.small], (block.size, block.address, block))
+
+    def _remove(self, block: _Block) -> None:
+        pool = self._free[block.small]
+        i = bisect.bisect_left(pool, (block.size, block.address))
+        if i >= len(pool) or pool[i][2] is not block:
+            raise AssertionError("a free block missing from its pool")  # a bug of this module, never input
+        pool.pop(i)
+
+
+def replay(events) -> CachingAllocator:
+    """Replay `("malloc", key, nbytes)` and `("free", key)` events in order; the allocator after them."""
+    alloc = CachingAllocator()
+    for ev in events:
+        if ev[0] == "malloc":
+            alloc.malloc(ev[1], ev[2])
+        elif ev[0] == "free":
+            alloc.free(ev[1])
+        else:
+            raise SymmemError(f"allocator event {ev[0]!r}: must be 'malloc' or 'free'")
+    return alloc

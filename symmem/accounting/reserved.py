@@ -1,0 +1,290 @@
+"""Reserved memory, derived: one GPU's allocations and frees over the measured window, in the order the framework
+makes them, replayed through PyTorch's caching allocator (`symmem.accounting.allocator`).
+
+`torch.cuda.max_memory_reserved()` is what a job fails on: the segments the allocator holds, which the freed blocks
+inside them do not give back. It depends on the order and the sizes of every allocation, so this module writes the
+training step of one GPU of a stage (the `megatron-te` profile: Megatron-Core 23e00ed0 with TransformerEngine,
+distributed optimizer) as a sequence of individual mallocs and frees:
+
+1. **Model build**: every parameter in BF16, one tensor per Megatron module weight, in module order (embedding,
+   the decoder layers, the final norm and the output layer): the weights of ops one module fuses (tag
+   `module:NAME`, e.g. linear_kv_down_proj) are one tensor, each local expert's its own (TE's grouped linear).
+2. **DDP buffers**: per buffer (dense parameters, then expert parameters; MLM
+   megatron/core/distributed/distributed_data_parallel.py:196-284), the BF16 parameter buffer and the FP32 gradient
+   buffer, whole (`torch.zeros(numel)`, param_and_grad_buffer.py:700-714, numel padded as `profiles._ddp_padding`
+   pads it: each parameter's start to 64 elements, the end to lcm(DP, 128)); then each parameter is copied into its
+   slice of the buffer and its own tensor freed, in reverse order (param_and_grad_buffer.py:719-736).
+3. **Distributed optimizer**: the FP32 main copy of each parameter's piece of this rank's shard of the buffer
+   (`shard_model_param.clone().float()`, distrib_optimizer.py:379), in buffer order.
+4. **First step**: TransformerEngine's cuBLAS workspaces and the RoPE table at the first forward; every activation
+   storage of every layer copy and micro-batch as the timeline has it (`timeline.part_timeline`: a storage is
+   allocated at the first op it is alive at and freed after the last one; saved storages live until their layer's
+   backward releases them), micro-batches in 1F1B order (warm-up forwards, then one forward and one backward, then
+   the cool-down backwards); TE's dummy weight-gradient buffers at the first backward; the pipeline's gradient
+   buffers through each micro-batch's backward.
+5. **Optimizer step**: Adam's FP32 `exp_avg` and `exp_avg_sq` of each main-parameter piece, created by the first
+   `step()` (TE FusedAdam, MLM megatron/core/optimizer/__init__.py:11), after the backward.
+6. **The next iteration**, with the moments alive (the measured window logs several iterations and its peak is the
+   largest over them; a third iteration changes no figure of the eight measured stages).
+
+What it leaves out, named: NCCL's buffers (outside PyTorch's allocator, and outside the measurement); the gradient
+reduce-scatter and parameter all-gather (in place in the DDP buffers); allocations of a few KiB (RNG states, loss
+scalars, int64 bookkeeping); the order of allocations *inside* one op (each op's outputs and workspaces are
+allocated before its inputs are freed, as the timeline has them alive together).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+import sympy
+
+from symmem.accounting import timeline as T
+from symmem.accounting.allocator import CachingAllocator
+from symmem.accounting.evaluate import ceil_int, evaluate
+from symmem.graph import local_size
+
+ITERATIONS = 2  # the first, then one with Adam's moments alive (a third changes no figure of the eight measured stages)
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """The replay's figures for one GPU (bytes): peaks of allocated and reserved, and where reserved peaked."""
+
+    peak_allocated: int  # the allocator's own count (block sizes: requests rounded up)
+    peak_reserved: int
+    segments: int
+    reserved_at: str  # the phase at which reserved reached its peak
+
+
+def _bytes(expr, values) -> int:
+    return ceil_int(evaluate(expr, values))
+
+
+def _parameters(scn, parts, axes, values) -> tuple[list[int], list[int]]:
+    """Elements of each parameter tensor of one GPU, in module order: (dense, expert). The weights of ops that one
+    Megatron module fuses (tag `module:NAME`, e.g. linear_kv_down_proj, an expert's linear_fc1) are one tensor;
+    each local expert's weight is a tensor of its own (TE GroupedLinear's weight0, weight1, ...)."""
+    from symmem.accounting.params import weight_uses
+
+    dense: list[int] = []
+    expert: list[int] = []
+    all_uses = weight_uses(parts)
+    for part in parts:
+        module = {op.name: next((t for t in op.tags if t.startswith("module:")), op.name) for op in part.flow.ops}
+        tensors: dict[str, list] = {}  # module -> [elements per copy, expert?, local experts]
+        for use in (u for u in all_uses if u.part == part.name):
+            n = _bytes(local_size(use.weight.dims, axes), values)
+            is_expert = use.weight.group == "routed_expert"
+            local = _bytes(local_size(use.weight.dims[:1], axes), values) if is_expert else 1
+            entry = tensors.setdefault(module.get(use.op, use.op) + "/" + use.weight.group, [0, is_expert, local])
+            entry[0] += n
+        for _ in range(part.count):
+            for n, is_expert, local in tensors.values():
+                if is_expert:
+                    expert += [n // local] * local
+                else:
+                    dense.append(n)
+    return dense, expert
+
+
+def _layout(params: list[int], dp: int) -> tuple[list[tuple[int, int]], int]:
+    """(start, numel) of each parameter in Megatron's buffer (filled in reverse order, each start padded to 64
+    elements), and the buffer's numel (padded to lcm(DP, 128)): param_and_grad_buffer.py:550-576."""
+    from symmem.profiles import BUCKET_ALIGN, PARAM_ALIGN
+
+    spans: list[tuple[int, int]] = [(0, 0)] * len(params)
+    at = 0
+    for i in range(len(params) - 1, -1, -1):
+        spans[i] = (at, params[i])
+        at += params[i]
+        if i:
+            at = -(-at // PARAM_ALIGN) * PARAM_ALIGN
+    step = math.lcm(dp, BUCKET_ALIGN)
+    return spans, -(-at // step) * step
+
+
+def _shard_pieces(spans: list[tuple[int, int]], numel: int, dp: int, rank: int) -> list[int]:
+    """Elements of each parameter inside DP rank `rank`'s shard of the buffer, in buffer order."""
+    lo, hi = rank * numel // dp, (rank + 1) * numel // dp
+    pieces = []
+    for start, n in sorted(spans):
+        k = min(hi, start + n) - max(lo, start)
+        if k > 0:
+            pieces.append(k)
+    return pieces
+
+
+def _one_f_one_b(k: Fraction, m: int) -> list[str]:
+    warm = math.ceil(k) - 1
+    return ["F"] * warm + ["F", "B"] * (m - warm) + ["B"] * warm
+
+
+def _iteration(alloc: CachingAllocator, events: tuple, it: int) -> None:
+    for kind, key, nbytes in events:
+        if kind == "malloc":
+            alloc.malloc((it, key), nbytes)
+        elif kind == "free":
+            alloc.free((it, key))
+        elif it == 0:  # "first": made once, at its first use (TE's dummy weight-gradient buffers)
+            alloc.malloc(key, nbytes)
+
+
+@lru_cache(maxsize=64)
+def _iteration_events(scn, stage) -> tuple:
+    """One iteration of one GPU of `stage` as (kind, key, bytes): every activation storage of every layer copy and
+    micro-batch from the timeline, in 1F1B order; the same for every rank and iteration (written once)."""
+    from symmem.accounting.activations import tensor_bytes
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
+    from symmem.model import stage_parts
+
+    vals = values(scn)
+    par = scn.parallel
+    axes = par.axis_sizes()
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    rules, policy, act_bytes = scn.rules, scn.policy, scn.act_bytes
+    e_tok = _tokens_per_expert(_activation_key(scn), axes)
+    timelines = [T.part_timeline(pt.flow, rules, policy, axes, act_bytes, e_tok) for pt in parts]
+    wgrad = [b for b in stage_buffers(scn, stage) if b.name.startswith("TE dummy")]
+    sizes: dict = {}
+    out: list[tuple] = []
+
+    def size(a) -> int:
+        if a.nbytes not in sizes:
+            sizes[a.nbytes] = _bytes(a.nbytes, vals)
+        return sizes[a.nbytes]
+
+    def step(mb, pi: int, copy: int, live: dict, now: dict) -> None:
+        """From one op's event to the next: what the next op does not hold is freed first (an event's alive set
+        already holds everything that coexists while its op runs: inputs, outputs, workspace), then what it adds
+        is allocated."""
+        for name in live:
+            if name not in now:
+                out.append(("free", (mb, pi, copy, name), 0))
+        for name, a in now.items():
+            if name not in live:
+                out.append(("malloc", (mb, pi, copy, name), size(a)))
+
+    extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
+    pipeline = [(name, _bytes(tensor_bytes(t, axes, act_bytes, sympy.Integer(0)), vals)) for name, t in extra]
+    k = scn.schedule.in_flight(stage.index, par.pp, scn.m)
+    forwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "forward"] for tl in timelines]
+    backwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "backward"] for tl in timelines]
+    kept = [{n: a for ev in fw for n, a in ev.items() if a.component == T.SAVED_CURRENT} for fw in forwards]
+    fwd_mb = bwd_mb = 0
+    for phase in _one_f_one_b(k, scn.m):
+        if phase == "F":
+            mb, fwd_mb = fwd_mb, fwd_mb + 1
+            for pi, pt in enumerate(parts):
+                for copy in range(pt.count):
+                    live: dict = {}
+                    for now in forwards[pi]:
+                        step(mb, pi, copy, live, now)
+                        live = now
+                    for name, a in live.items():  # what the layer does not keep dies with its forward
+                        if a.component != T.SAVED_CURRENT:
+                            out.append(("free", (mb, pi, copy, name), 0))
+        else:
+            mb, bwd_mb = bwd_mb, bwd_mb + 1
+            if mb == 0:
+                out += [("first", ("buffer", b.name), b.nbytes) for b in wgrad]
+            out += [("malloc", (mb, "pipeline", name), n) for name, n in pipeline]
+            for pi in range(len(parts) - 1, -1, -1):
+                for copy in range(parts[pi].count - 1, -1, -1):
+                    live = kept[pi]  # kept since the forward
+                    for now in backwards[pi]:
+                        step(mb, pi, copy, live, now)
+                        live = now
+                    out += [("free", (mb, pi, copy, name), 0) for name in live]
+            out += [("free", (mb, "pipeline", name), 0) for name, _ in pipeline]
+    return tuple(out)
+
+
+def replay_stage(scn, stage, rank: int = 0) -> Reserved:
+    """Replay one GPU of `stage` through the caching allocator: the `rank`-th GPU of the stage (0 to
+    TP·CP·DP - 1), which decides its shards of the DDP buffers: Megatron orders a stage's ranks TP fastest, then CP,
+    then DP (parallel_state, order tp-cp-ep-dp-pp), so its index in the dense optimizer's DP×CP group is rank // TP;
+    the expert layers regroup them ETP fastest, then EP, then EDP: its expert shard index is rank // (ETP·EP)."""
+    from symmem.accounting.analysis import stage_buffers, values
+    from symmem.model import stage_parts
+
+    vals = values(scn)
+    par = scn.parallel
+    axes = par.axis_sizes()
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    alloc = CachingAllocator()
+    peak_phase = ["model build"]
+
+    def track(phase: str):
+        before = alloc.peak_reserved
+
+        def done():
+            if alloc.peak_reserved > before:
+                peak_phase[0] = phase
+        return done
+
+    p = scn.precision
+    # 1-3: model build, DDP buffers, distributed optimizer
+    done = track("model build and DDP buffers")
+    dense, expert = _parameters(scn, parts, axes, vals)
+    for group, params in (("dense", dense), ("expert", expert)):
+        for i, n in enumerate(params):
+            alloc.malloc(("param", group, i), n * p.weight_bytes)
+    pieces: list[int] = []
+    for group, params, shard, index in (("dense", dense, par.dense_shard, rank // par.tp),
+                                         ("expert", expert, par.expert_dp, rank // (par.etp * par.ep))):
+        if not params:
+            continue
+        spans, numel = _layout(params, shard)
+        alloc.malloc(("param buffer", group), numel * p.weight_bytes)
+        alloc.malloc(("grad buffer", group), numel * p.grad_bytes)
+        for i in range(len(params) - 1, -1, -1):
+            alloc.free(("param", group, i))
+        pieces += _shard_pieces(spans, numel, shard, index % shard)
+    done()
+    done = track("optimizer's main parameters")
+    for i, n in enumerate(pieces):
+        alloc.malloc(("main", i), n * p.master_bytes)
+    done()
+    # 4: the first step
+    done = track("first step (forward and backward)")
+    buffers = stage_buffers(scn, stage)
+    for b in buffers:
+        if not b.name.startswith(("TE dummy", "DDP")):  # workspaces, RoPE table: at the first forward
+            alloc.malloc(("buffer", b.name), b.nbytes)
+    events = _iteration_events(scn, stage)
+    _iteration(alloc, events, 0)
+    done()
+    # 5: the optimizer step's Adam moments, then the later iterations (the moments alive through them)
+    done = track("optimizer step (Adam moments)")
+    half = p.optimizer_bytes // 2
+    for i, n in enumerate(pieces):
+        alloc.malloc(("exp_avg", i), n * half)
+        alloc.malloc(("exp_avg_sq", i), n * half)
+    done()
+    for it in range(1, ITERATIONS):
+        done = track("later iterations")
+        _iteration(alloc, events, it)
+        done()
+    return Reserved(alloc.peak_allocated, alloc.peak_reserved, alloc.segments, peak_phase[0])
+
+
+RESERVED_RANKS = 2  # ranks of a stage replayed (their shards differ): the first and the middle one
+
+
+def stage_reserved(scn, stage) -> int | None:
+    """What PyTorch's caching allocator reserves at most on one GPU of `stage` over the measured window
+    (`torch.cuda.max_memory_reserved()`), replayed from the order the framework allocates in; None for a profile
+    that does not say that order, or under an FP8/FP4 recipe (the replay does not allocate its quantized weight
+    copies). The stage's ranks differ in their shards of the DDP buffers: the largest over up
+    to RESERVED_RANKS of them, evenly spaced over the DP×CP group."""
+    if not scn.profile.allocation_order or scn.precision.low_precision is not None:
+        return None
+    par = scn.parallel
+    n = par.dense_shard
+    k = min(RESERVED_RANKS, n)
+    ranks = sorted({(j * n // k) * par.tp for j in range(k)})
+    return max(replay_stage(scn, stage, r).peak_reserved for r in ranks)

@@ -1,0 +1,48 @@
+"""GPU presets for the step-time model: memory, dense tensor-core throughput, memory and NVLink bandwidth, each
+from the vendor's datasheet (the SXM parts; dense, i.e. without 2:4 sparsity; bandwidths per direction).
+
+* A100 80GB SXM: NVIDIA A100 Tensor Core GPU datasheet: BF16 312 TFLOPS, HBM2e 2,039 GB/s, NVLink 600 GB/s
+  (bidirectional, so 300 GB/s each way); no FP8.
+* H100 SXM: NVIDIA H100 Tensor Core GPU datasheet: BF16 1,979 TFLOPS with sparsity (989 dense), FP8 3,958 (1,979
+  dense), HBM3 3.35 TB/s, NVLink 900 GB/s bidirectional.
+* H800 SXM: as H100 SXM but NVLink 400 GB/s bidirectional (the export part; NVIDIA H800 product brief).
+* H200 SXM: NVIDIA H200 Tensor Core GPU datasheet: 141 GB HBM3e at 4.8 TB/s, compute as H100 SXM, NVLink 900 GB/s.
+* B200 (HGX B200): NVIDIA HGX B200 datasheet: FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense), FP8 9 (4.5 dense),
+  HBM3e 8 TB/s, fifth-generation NVLink 1.8 TB/s bidirectional per GPU; 192 GB as symmem's capacity table has it
+  (`symmem.units.GPUS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from symmem.errors import SymmemError
+
+T = 10**12
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    memory: int  # bytes
+    bf16: float  # dense BF16 tensor-core FLOP/s
+    fp8: float | None  # dense FP8 FLOP/s (None: no FP8 tensor cores)
+    hbm: float  # bytes/s
+    nvlink: float  # bytes/s per direction, per GPU
+
+
+GPUS = {g.name: g for g in (
+    GPU("A100", 80 * GB, 312 * T, None, 2039 * GB, 300 * GB),
+    GPU("H100", 80 * GB, 989 * T, 1979 * T, 3350 * GB, 450 * GB),
+    GPU("H800", 80 * GB, 989 * T, 1979 * T, 3350 * GB, 200 * GB),
+    GPU("H200", 141 * GB, 989 * T, 1979 * T, 4800 * GB, 450 * GB),
+    GPU("B200", 192 * GB, 2250 * T, 4500 * T, 8000 * GB, 900 * GB),
+)}
+
+
+def gpu(name: str) -> GPU:
+    key = name.strip().upper() if isinstance(name, str) else None
+    if key not in GPUS:
+        raise SymmemError(f"gpu = {str(name)[:40]!r}: no speed figures for it; known: {', '.join(GPUS)}")
+    return GPUS[key]

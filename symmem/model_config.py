@@ -1,0 +1,141 @@
+"""A model's sizes and structure as the engine sees them (`ModelConfig`), and the checks every family's config
+parser shares. Below `symmem.family` (which builds ModelConfigs) and `symmem.config` (which loads config.json
+files): it imports neither. A ModelConfig finds its family through the registry `symmem.family` installs here when
+it is imported (`set_family_lookup`); every ModelConfig is made by a family, so the registry is there by then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import sympy
+
+from symmem._cache import hash_once
+from symmem.errors import SymmemError
+from symmem.symbols import sym
+
+Family = Any  # symmem.family.Family (not imported: that module imports this one)
+
+_lookup: Callable[[str], Family] | None = None
+
+
+def set_family_lookup(lookup: Callable[[str], Family]) -> None:
+    """Installed by `symmem.family`: the family of a name."""
+    global _lookup
+    _lookup = lookup
+
+
+def _family(name: str) -> Family:
+    if _lookup is None:  # only a ModelConfig built by hand, before any family was imported
+        import importlib
+
+        importlib.import_module("symmem.family")
+    return _lookup(name)
+
+
+@hash_once
+@dataclass(frozen=True)
+class ModelConfig:
+    """The sizes and structure of one model, as the engine sees them."""
+
+    name: str
+    family_name: str
+    model_type: str
+    values: tuple[tuple[str, int], ...]  # symbol name -> value
+    n_mtp: int = 0  # multi-token-prediction modules (num_nextn_predict_layers)
+    tie_word_embeddings: bool = False
+    ignored_keys: tuple[str, ...] = ()
+    options: tuple[tuple[str, object], ...] = ()  # the family's structural settings (hashable values)
+    # the context length the model was built for (HF `max_position_embeddings`, GPT-2's `n_positions`); None when
+    # the config does not say. It sizes nothing: a scenario derived from the model alone takes s from it.
+    max_positions: int | None = None
+
+    @cached_property
+    def family(self) -> Family:
+        return _family(self.family_name)
+
+    # Derived once per config (the engine asks for them thousands of times in one `symmem paper`).
+    @cached_property
+    def _value_map(self) -> dict[str, int]:
+        return dict(self.values)
+
+    @cached_property
+    def _option_map(self) -> dict[str, object]:
+        return dict(self.options)
+
+    @cached_property
+    def _layer_kinds(self) -> tuple[str, ...]:
+        return self.family.layer_kinds(self)
+
+    def value(self, name: str) -> int:
+        return self._value_map[name]
+
+    def has(self, name: str) -> bool:
+        return name in self._value_map
+
+    def option(self, key: str, default: object = None) -> object:
+        return self._option_map.get(key, default)
+
+    def substitutions(self) -> dict[sympy.Symbol, int]:
+        """{symbol: value} (a copy: the caller may extend it)."""
+        return dict(self._substitutions)
+
+    @cached_property
+    def _substitutions(self) -> dict[sympy.Symbol, int]:
+        return {sym(k): v for k, v in self.values}
+
+    def layer_kinds(self) -> tuple[str, ...]:
+        return self._layer_kinds
+
+
+# ---------------------------------------------------------------------------------------------- shared checks
+MAX_SIZE = 2**40  # no model size is larger; beyond it a value is a typo (and would make every number noise)
+
+
+def positive_int(key: str, value: object, source: str, top: int = MAX_SIZE) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= top:
+        raise SymmemError(f"{source}: {key} = {_short(value)}: must be a positive integer up to {top:,}")
+    return value
+
+
+def non_negative_int(key: str, value: object, source: str, top: int = MAX_SIZE) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        raise SymmemError(f"{source}: {key} = {_short(value)}: must be a non-negative integer up to {top:,}")
+    return value
+
+
+def boolean(key: str, value: object, source: str) -> bool:
+    if not isinstance(value, bool):
+        raise SymmemError(f"{source}: {key} = {_short(value)}: must be true or false")
+    return value
+
+
+def one_of(key: str, value: object, known: Iterable[str], source: str) -> str:
+    known = tuple(known)
+    if not isinstance(value, str) or value not in known:
+        raise SymmemError(f"{source}: {key} = {_short(value)}: must be one of {', '.join(map(repr, known))}")
+    return value
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:40] + "..."
+
+
+def check_layer_types(types: object, key: str, known: tuple[str, ...], n_layers: int, source: str) -> None:
+    """A per-layer list of layer types (HF's `layer_types`): one known type per layer."""
+    if not isinstance(types, list) or len(types) != n_layers:
+        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)[:40]
+        raise SymmemError(f"{source}: {key} = {got}: must list one type per layer (num_hidden_layers = {n_layers})")
+    for i, t in enumerate(types):
+        if t not in known:
+            raise SymmemError(f"{source}: {key}[{i}] = {t!r:.40}: unknown layer type; known: {', '.join(known)}")
+
+
+def require(raw: Mapping, keys: Iterable[str], source: str, what: str) -> None:
+    missing = [k for k in keys if k not in raw]
+    if missing:
+        raise SymmemError(f"{source}: missing key {missing[0]!r}: {what} configs need {', '.join(missing)}")

@@ -1,0 +1,293 @@
+"""One training iteration of Megatron-Core 0.16.1's GPTModel (local spec) per rank on the CPU, measured.
+
+`run(settings)` spawns TP x PP x DP processes (`torch.multiprocessing`, gloo), each builds the model from an HF
+config, wraps it in Megatron's `DistributedDataParallel` (FP32 gradient buffers) and builds Megatron's optimizer
+(Adam through torch's AdamW; the distributed optimizer, also at DP 1), then runs `get_forward_backward_func()`
+(1F1B when PP > 1) over M micro-batches and `optimizer.step()`, inside `bridge.cpu_megatron()` and a
+`StorageTracker`. Each rank returns:
+
+* `peak`: the most bytes of live storages at any op boundary of the iteration (forward, backward, gradient
+  reduction and optimizer step), with the op and phase at it; everything alive in the process counts, the model's
+  states included;
+* `states`: bytes of the distinct storages of the parameters, the DDP parameter and gradient buffers, the
+  optimizer's main parameters and its moments, after the step;
+* `saved`: per transformer layer of the rank (global layer number), bytes saved for backward in the first
+  micro-batch (`tracker.SavedPerLayer`).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+from dataclasses import dataclass
+
+from symmem.errors import SymmemError
+from symmem.validate.megatron_core import MISSING
+
+
+@dataclass(frozen=True)
+class Settings:
+    raw: dict  # HF config (llama, gpt2, qwen2_moe)
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    microbatches: int = 1
+    recompute: str = "none"  # none | selective | full
+    b: int = 1
+    s: int = 32
+    dtype: str = "fp32"  # fp32 | bf16: parameters and activations
+    distributed_optimizer: bool = True
+    seed: int = 0
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def require() -> None:
+    try:
+        import megatron.core  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        raise SymmemError(MISSING) from None
+
+
+def transformer_config(st: Settings):
+    """Megatron's TransformerConfig for an HF config (the keys read are named in `symmem.validate.megatron_core`)."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    raw = st.raw
+    kind = raw.get("model_type")
+    dtype = torch.bfloat16 if st.dtype == "bf16" else torch.float32
+    common = dict(tensor_model_parallel_size=st.tp, pipeline_model_parallel_size=st.pp,
+                  expert_model_parallel_size=st.ep, use_cpu_initialization=True, params_dtype=dtype,
+                  pipeline_dtype=dtype, bf16=st.dtype == "bf16", hidden_dropout=0.0, attention_dropout=0.0,
+                  perform_initialization=True, gradient_accumulation_fusion=False, bias_dropout_fusion=False,
+                  apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
+                  sequence_parallel=False)
+    if st.recompute == "selective":
+        common.update(recompute_granularity="selective")
+    elif st.recompute == "full":
+        common.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    if kind == "gpt2":
+        h = raw["n_embd"]
+        return TransformerConfig(num_layers=raw["n_layer"], hidden_size=h, num_attention_heads=raw["n_head"],
+                                 ffn_hidden_size=raw.get("n_inner") or 4 * h, normalization="LayerNorm",
+                                 layernorm_epsilon=raw.get("layer_norm_epsilon", 1e-5), add_bias_linear=True,
+                                 activation_func=F.gelu, gated_linear_unit=False, bias_activation_fusion=False,
+                                 **common)
+    h = raw["hidden_size"]
+    cfg = dict(num_layers=raw["num_hidden_layers"], hidden_size=h, num_attention_heads=raw["num_attention_heads"],
+               num_query_groups=raw.get("num_key_value_heads", raw["num_attention_heads"]),
+               ffn_hidden_size=raw["intermediate_size"], normalization="RMSNorm",
+               layernorm_epsilon=raw.get("rms_norm_eps", 1e-6), add_bias_linear=False, activation_func=F.silu,
+               gated_linear_unit=True, bias_activation_fusion=False, kv_channels=raw.get("head_dim"))
+    if kind == "qwen2_moe":
+        cfg.update(num_moe_experts=raw["num_experts"], moe_router_topk=raw["num_experts_per_tok"],
+                   moe_ffn_hidden_size=raw["moe_intermediate_size"], moe_token_dispatcher_type="alltoall",
+                   moe_shared_expert_intermediate_size=raw.get("shared_expert_intermediate_size") or None,
+                   moe_router_load_balancing_type="none", moe_grouped_gemm=False, moe_aux_loss_coeff=0.0)
+    return TransformerConfig(**{k: v for k, v in cfg.items() if v is not None}, **common)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rank(rank: int, st: Settings, port: int, queue) -> None:
+    try:
+        queue.put((rank, _measure(rank, st, port)))
+    except BaseException as exc:  # reported to the parent as one line
+        import traceback
+
+        queue.put((rank, {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}))
+
+
+def _measure(rank: int, st: Settings, port: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=st.world)
+    from symmem.validate.megatron_core.bridge import cpu_megatron
+
+    try:
+        with cpu_megatron():
+            return _iteration(rank, st)
+    finally:
+        dist.destroy_process_group()
+
+
+def _iteration(rank: int, st: Settings) -> dict:
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    from symmem.validate.megatron_core.bridge import cuda_type_names
+    from symmem.validate.megatron_core.tracker import SavedPerLayer, tracker_class
+
+    ps.initialize_model_parallel(tensor_model_parallel_size=st.tp, pipeline_model_parallel_size=st.pp,
+                                 expert_model_parallel_size=st.ep)
+    torch.manual_seed(st.seed)
+    config = transformer_config(st)
+    gpt2 = st.raw.get("model_type") == "gpt2"
+    moe = st.raw.get("model_type") == "qwen2_moe"
+    spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts if moe else None, moe_grouped_gemm=False,
+                                    normalization=config.normalization)
+    vocab = st.raw["vocab_size"]
+    model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=vocab,
+                     max_sequence_length=st.raw.get("n_positions", st.raw.get("max_position_embeddings", st.s)),
+                     pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
+                     position_embedding_type="learned_absolute" if gpt2 else "rope",
+                     share_embeddings_and_output_weights=bool(st.raw.get("tie_word_embeddings", gpt2)))
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                               use_distributed_optimizer=st.distributed_optimizer)
+    model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    config.finalize_model_grads_func = finalize_model_grads
+    opt_config = OptimizerConfig(optimizer="adam", lr=1e-4, bf16=st.dtype == "bf16",
+                                 params_dtype=config.params_dtype,
+                                 use_distributed_optimizer=st.distributed_optimizer)
+    with cuda_type_names():
+        optimizer = get_megatron_optimizer(opt_config, [model])
+
+    # the first micro-batch's saved tensors, per layer
+    state_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved = SavedPerLayer(state_ptrs)
+    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+
+    def enter(mod, args, number):
+        saved.layer = f"layer {number}"
+
+    for layer in layers:
+        layer.register_forward_pre_hook(lambda mod, args, n=layer.layer_number: enter(mod, args, n))
+        layer.register_forward_hook(lambda mod, args, out: setattr(saved, "layer", None))
+
+    g = torch.Generator().manual_seed(st.seed + 1)
+    batches = [torch.randint(0, vocab, (st.b, st.s + 1), generator=g) for _ in range(st.microbatches)]
+    position_ids = torch.arange(st.s).unsqueeze(0).expand(st.b, -1)
+    count = {"n": 0}
+
+    def forward_step(data_iterator, model):
+        tokens = next(data_iterator)
+        first = count["n"] == 0
+        count["n"] += 1
+        saved.active = first
+        out = model(tokens[:, :-1].contiguous(), position_ids, None, labels=tokens[:, 1:].contiguous())
+        saved.active = False
+        if first:
+            gc.collect()
+            saved_layers.update(saved.result())
+            saved_detail.update(saved.detail())
+
+        def loss_func(output):
+            loss = output.float().mean()
+            return loss, {"loss": loss.detach()}
+
+        return out, loss_func
+
+    saved_layers: dict[str, int] = {f"layer {m.layer_number}": 0 for m in layers}  # a layer may keep nothing
+    saved_detail: dict[str, list] = {}
+    Tracker = tracker_class()
+    tracker = Tracker()
+    gc.collect()
+    with tracker:
+        tracker.add_tensors(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
+        start = tracker.current
+        tracker.phase = "forward-backward"
+        with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+            get_forward_backward_func()(forward_step_func=forward_step, data_iterator=iter(batches), model=[model],
+                                        num_microbatches=st.microbatches, seq_length=st.s,
+                                        micro_batch_size=st.b, forward_only=False)
+        tracker.phase = "optimizer step"
+        with cuda_type_names():
+            optimizer.step()
+        tracker.phase = "end"
+        gc.collect()
+        end = tracker.current
+    states = _state_bytes(model, optimizer)
+    return {"rank": rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
+            "pp_rank": ps.get_pipeline_model_parallel_rank(), "dp_rank": ps.get_data_parallel_rank(),
+            "peak": tracker.peak, "peak_op": tracker.peak_op, "peak_phase": tracker.peak_phase,
+            "at_peak": _summary(tracker.at_peak),
+            "start": start, "end": end, "states": states["total"], "states_by_kind": states,
+            "saved": dict(sorted(saved_layers.items(), key=_layer_order)),
+            "saved_detail": saved_detail}
+
+
+def _summary(items) -> dict[str, int]:
+    """Bytes live at the peak by the phase and op that made them."""
+    out: dict[str, int] = {}
+    for n, origin in items:
+        out[origin] = out.get(origin, 0) + n
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _layer_order(item) -> tuple:
+    name = item[0]
+    return (1, 0) if not name.startswith("layer ") else (0, int(name.split()[1]))
+
+
+def _state_bytes(model, optimizer) -> dict:
+    """Distinct storages of the parameters, the DDP buffers and the optimizer's tensors, by kind."""
+    import torch
+
+    seen: set[int] = set()
+    out = {"params": 0, "grad_buffers": 0, "optimizer": 0}
+
+    def add(kind, t):
+        if isinstance(t, torch.Tensor):
+            st = t.untyped_storage()
+            if st.data_ptr() not in seen and st.nbytes():
+                seen.add(st.data_ptr())
+                out[kind] += st.nbytes()
+
+    for p in model.parameters():
+        add("params", p)
+    for buf in [*model.buffers, *model.expert_parallel_buffers]:
+        if buf.param_data is not None:
+            add("params", buf.param_data)
+        add("grad_buffers", buf.grad_data)
+    opts = getattr(optimizer, "chained_optimizers", [optimizer])
+    for opt in opts:
+        inner = opt.optimizer
+        for group in inner.param_groups:
+            for p in group["params"]:
+                add("optimizer", p)
+        for state in inner.state.values():
+            for t in state.values():
+                add("optimizer", t)
+    out["total"] = sum(out.values())
+    return out
+
+
+def run(st: Settings) -> list[dict]:
+    """Spawn the ranks, run one iteration on each, return their measurements ordered by rank."""
+    require()
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, st, port, queue)) for r in range(st.world)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get() for _ in procs)
+    for p in procs:
+        p.join()
+    errors = [r for r in results.values() if "error" in r]
+    if errors:
+        raise SymmemError(f"megatron-core run failed on a rank: {errors[0]['error']}\n{errors[0]['trace']}")
+    return [results[r] for r in range(st.world)]
+

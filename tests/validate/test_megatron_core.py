@@ -1,0 +1,207 @@
+"""Megatron-Core 0.16.1 on the CPU against the megatron-local rules, per rank (`symmem measure --framework
+megatron-core`). Runs are marked `megatron` and skip without the extra; the rules' own checks need no torch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from symmem.cli.main import _Parser
+from symmem.cli.measure import COMMAND
+from symmem.errors import SymmemError
+from symmem.rules import megatron_local as ml
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 64,
+         "tie_word_embeddings": False}
+GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 128, "n_positions": 64}
+MOE = {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
+       "shared_expert_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2, "num_attention_heads": 4,
+       "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 64,
+       "tie_word_embeddings": False}
+
+
+def _run(argv: list[str]) -> int:
+    help_text, add_args, run = COMMAND
+    p = _Parser(prog="symmem measure", description=help_text)
+    add_args(p)
+    return run(p.parse_args(argv))
+
+
+def test_llama_states_by_hand():
+    """The tiny Llama's parameters counted by hand from its config, then Megatron's buffer rules applied."""
+    h, f, v, heads, groups, d = 64, 96, 128, 4, 2, 16
+    layer = h + h * heads * d + (heads + 2 * groups) * d * h + h + 2 * f * h + h * f  # norms, proj, qkv, fc1, fc2
+    total = v * h + 2 * layer + h + v * h
+    assert total == 78144
+    padded = -(-total // 128) * 128  # every size is a multiple of 64: only the bucket end pads, to lcm(1, 128)
+    n_params = 1 + 2 * 6 + 1 + 1  # embedding, six per layer, final norm, output layer
+    expected = {"params": 4 * padded, "grad_buffers": 4 * padded, "optimizer": 8 * total + 4 * n_params}
+    expected["total"] = sum(expected.values())
+    assert ml.states(ml.Dims.from_hf(LLAMA), 1, 1, 1, 0, 0, bf16=False) == expected
+
+
+def test_bf16_norms_stay_fp32():
+    """torch norms are built without a dtype (transformer/torch_norm.py:51): their own FP32 buffer, no main copy."""
+    d = ml.Dims.from_hf(LLAMA)
+    bufs = ml.ddp_buffers(ml.weights(d, 1, 1, 0), 1, True, bf16=True)
+    fp32 = [b for b in bufs if b.fp32_params]
+    assert len(bufs) == 2 and sum(w.numel for w, _, _ in fp32[0].ranges) == 5 * 64  # 2 per layer + final
+    assert fp32[0].numel == 384  # 320 elements, each start at a multiple of 64, the end at 128
+
+
+def test_dp_shards_split_the_buffer():
+    d = ml.Dims.from_hf(LLAMA)
+    ranks = [ml.states(d, 1, 1, 2, 0, r, bf16=False) for r in range(2)]
+    whole = ml.states(d, 1, 1, 1, 0, 0, bf16=False)
+    moments = [r["optimizer"] for r in ranks]
+    # the two shards' moments add up to the whole; a parameter cut by the boundary has a step in both
+    assert sum(moments) - whole["optimizer"] in (0, 4)
+    assert all(r["params"] == whole["params"] and r["grad_buffers"] == whole["grad_buffers"] for r in ranks)
+
+
+def test_layer_saved_terms():
+    d = ml.Dims.from_hf(LLAMA)
+    terms = dict(ml.layer_saved(d, 1, 1, 32, bf16=False))
+    assert terms["FP32 softmax output"] == 1 * 4 * 32 * 32 * 4 and terms["causal mask [s, s] (bool)"] == 32 * 32
+    assert ml.layer_saved(d, 1, 1, 32, bf16=False, recompute="full") == []
+    with pytest.raises(SymmemError, match="MoE"):
+        ml.layer_saved(ml.Dims.from_hf(MOE), 1, 1, 32, bf16=True)
+    moe = dict(ml.layer_saved(ml.Dims.from_hf(MOE), 1, 1, 32, bf16=False))
+    assert moe["permuted tokens"] == 32 * 2 * 64 * 4  # tokens x top-k rows of h, however they are routed
+
+
+@pytest.fixture
+def path(tmp_path):
+    def write(raw):
+        p = tmp_path / f"{raw['model_type']}.json"
+        p.write_text(json.dumps(raw))
+        return str(p)
+
+    return write
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ep", "2"], "expert parallelism > 1 does not run on the CPU"),
+    (["--tp", "3"], "must divide by --tp = 3"),
+    (["--pp", "4"], "must divide by --pp = 4"),
+    (["--dtype", "fp16"], "invalid choice"),
+])
+def test_refused(path, argv, message):
+    with pytest.raises(SymmemError, match=message):
+        _run(["--framework", "megatron-core", "--config", path(LLAMA), "-b", "1", "-s", "32", *argv])
+
+
+def test_megatron_flags_need_the_framework(path):
+    with pytest.raises(SymmemError, match="--tp: only with --framework megatron-core"):
+        _run(["--config", path(LLAMA), "--tp", "2"])
+
+
+def test_missing_extra(monkeypatch, path):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_megatron(name, *args, **kwargs):
+        if name.startswith("megatron"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_megatron)
+    with pytest.raises(SymmemError, match="megatron-core not installed"):
+        _run(["--framework", "megatron-core", "--config", path(LLAMA), "-b", "1", "-s", "32"])
+
+
+# ------------------------------------------------------------------------------------------------ real runs
+MATRIX = {
+    "dense-tp1": (LLAMA, []),
+    "dense-tp2": (LLAMA, ["--tp", "2"]),
+    "dense-pp2-m4": (LLAMA, ["--pp", "2", "--microbatches", "4"]),
+    "dense-dp2-distopt": (LLAMA, ["--dp", "2"]),
+    "dense-selective": (LLAMA, ["--recompute", "selective"]),
+    "dense-full": (LLAMA, ["--recompute", "full"]),
+    "dense-bf16": (LLAMA, ["--dtype", "bf16"]),
+    "gpt-tp1": (GPT2, []),
+    "moe-ep1": (MOE, []),
+    "moe-b2-s16": (MOE, ["-b", "2", "-s", "16"]),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    cache: dict = {}
+
+    def get(case):
+        if case not in cache:
+            raw, argv = MATRIX[case]
+            p = tmp_path_factory.mktemp(case) / "config.json"
+            p.write_text(json.dumps(raw))
+            import contextlib
+            import io
+
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = _run(["--framework", "megatron-core", "--config", str(p), "-b", "1", "-s", "32", "--json",
+                             *argv])  # a later -b / -s in argv wins
+            cache[case] = (code, json.loads(out.getvalue()))
+        return cache[case]
+
+    return get
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("case", list(MATRIX))
+def test_states_equal_per_rank(runs, case):
+    _code, out = runs(case)
+    world = 1
+    for flag in ("tp", "pp", "dp"):
+        world *= out[flag]
+    assert [r["rank"] for r in out["ranks"]] == list(range(world))
+    for r in out["ranks"]:
+        m, p = r["measured"], r["predicted"]
+        assert isinstance(m["states"], int) and m["states"] > 0
+        assert m["states_by_kind"] == p["states_by_kind"], r["rank"]
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("case", list(MATRIX))
+def test_saved_per_layer_equal_per_rank(runs, case):
+    _code, out = runs(case)
+    for r in out["ranks"]:
+        m, p = r["measured"], r["predicted"]
+        assert m["saved_per_layer"] == p["saved_per_layer"], r["rank"]
+        expect_zero = out["recompute"] == "full"
+        assert all((v == 0) == expect_zero for v in m["saved_per_layer"].values())
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("case", [c for c in MATRIX if not c.startswith("moe")])
+def test_peak_equal_and_exit_0(runs, case):
+    """Dense runs: the peak too, on every rank, and the command exits 0 (EQUAL). (These runs peak in the
+    optimizer step at these sizes; the prediction is that step's.)"""
+    code, out = runs(case)
+    for r in out["ranks"]:
+        assert r["measured"]["peak_phase"] == "optimizer step"
+        assert isinstance(r["measured"]["peak"], int) and r["measured"]["peak"] == r["predicted"]["peak"]
+    assert code == 0 and out["match"]
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("case", ["moe-ep1", "moe-b2-s16"])
+def test_peak_not_predicted_is_different(runs, case):
+    """Where the peak has no prediction (MoE), the command says so and exits 1, never EQUAL."""
+    code, out = runs(case)
+    assert code == 1 and not out["match"]
+    assert all(r["match"]["states"] and r["match"]["saved"] for r in out["ranks"])
+    for r in out["ranks"]:
+        assert r["predicted"]["peak"] is None and r["measured"]["peak"] > r["measured"]["states"]
+        assert any(n.startswith("peak: not modelled") for n in r["predicted"]["not_modelled"])
+
+
+@pytest.mark.megatron
+def test_pipeline_ranks_hold_their_layers(runs):
+    _code, out = runs("dense-pp2-m4")
+    assert [sorted(r["measured"]["saved_per_layer"]) for r in out["ranks"]] == [["layer 1"], ["layer 2"]]
