@@ -27,9 +27,15 @@ def _require_torch() -> None:
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core"),
+    p.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core", "torchao-float8"),
                    help="transformers: one HF decoder layer; megatron-core: one whole Megatron-Core 0.16.1 training "
-                        "iteration per rank on the CPU (needs the megatron extra)")
+                        "iteration per rank on the CPU (needs the megatron extra); torchao-float8: one HF Llama "
+                        "decoder layer under torchao 0.18.0's float8 training (emulate=True)")
+    p.add_argument("--recipe", default=None, help="torchao-float8: tensorwise (default), rowwise or "
+                                                  "rowwise_with_gw_hp (Float8LinearConfig.from_recipe_name)")
+    p.add_argument("--option", action="append", metavar="KEY=BOOL",
+                   help="torchao-float8: a Float8LinearConfig field set on the recipe, repeatable: pad_inner_dim, "
+                        "force_recompute_fp8_weight_in_bwd, round_scales_to_power_of_2")
     p.add_argument("--config", required=True, help="an HF config.json of a DeepSeek-V2/V3 or Llama model (keep it "
                                                    "tiny: the model is built on the CPU); megatron-core: llama, gpt2 "
                                                    "or qwen2_moe")
@@ -137,6 +143,10 @@ _MEGATRON_FLAGS = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "microbatches": 1, "recom
 
 
 def _run(args) -> int:
+    if args.framework != "torchao-float8":
+        for key in ("recipe", "option"):
+            if getattr(args, key) is not None:
+                raise SymmemError(f"--{key}: only with --framework torchao-float8")
     if args.framework == "megatron-core":
         from symmem.cli import measure_megatron
 
@@ -147,6 +157,10 @@ def _run(args) -> int:
     for key in _MEGATRON_FLAGS:
         if getattr(args, key) is not None:
             raise SymmemError(f"--{key}: only with --framework megatron-core")
+    if args.framework == "torchao-float8":
+        from symmem.cli import measure_torchao
+
+        return measure_torchao.run(args)
     return _run_transformers(args)
 
 
