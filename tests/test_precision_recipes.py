@@ -89,3 +89,34 @@ def test_recipe_names_are_listed_in_help(capsys):
     for name in ("te-delayed", "te-current", "te-blockwise", "te-mxfp8", "te-nvfp4", "deepseek-v3-fp8",
                  "torchao-float8-tensorwise", "torchao-float8-rowwise"):
         assert name in text.replace("- ", "-")
+
+
+PARAMS = 6_250_364_928  # parameters on one GPU of stages 1-14 of the paper's case (its Table 6)
+
+
+def _paper_stage1(capsys, precision: str) -> dict:
+    assert main(["memory", "--model", "deepseek-v3", "--scenario", "paper", "--precision", precision, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["stages"][1]
+
+
+@pytest.mark.parametrize("precision", ["torchao-float8-tensorwise", "torchao-float8-rowwise"])
+def test_torchao_recipes_on_the_paper_case(capsys, precision):
+    # FP32 parameters (the master), FP32 gradients, two FP32 moments: 16 B per parameter, no quantized copies
+    st = _paper_stage1(capsys, precision)
+    assert (st["weights"], st["quantized_weights"], st["gradients"], st["optimizer"]) == (
+        4 * PARAMS, 0, 4 * PARAMS, 8 * PARAMS)
+
+
+def test_delayed_scaling_state_on_the_paper_case(capsys):
+    # Delayed and current scaling keep the same copies; delayed adds 20,500 bytes per GEMM (5 FP32 scales and 5
+    # amax histories of 1024). A GPU of stages 1-14 runs 4 MoE layers, each with 5 MLA GEMMs (q down, q up, kv down,
+    # kv up, output), the shared expert's 2 (gate+up, down) and 2 for each of its 256 / EP 8 = 32 routed experts.
+    delayed = _paper_stage1(capsys, "te-delayed")["quantized_weights"]
+    current = _paper_stage1(capsys, "te-current")["quantized_weights"]
+    assert delayed - current == 4 * (5 + 2 + 2 * 32) * 20_500
+
+
+def test_sweep_refuses_recipes_with_weight_copies(capsys):
+    assert main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "--precision", "te-mxfp8"]) == 2
+    err = capsys.readouterr().err
+    assert "te-mxfp8" in err and len(err.strip().splitlines()) == 1
