@@ -116,7 +116,23 @@ def test_delayed_scaling_state_on_the_paper_case(capsys):
     assert delayed - current == 4 * (5 + 2 + 2 * 32) * 20_500
 
 
-def test_sweep_refuses_recipes_with_weight_copies(capsys):
-    assert main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "--precision", "te-mxfp8"]) == 2
+@pytest.mark.parametrize("precision", ["deepseek-v3-fp8", "te-mxfp8"])
+def test_sweep_takes_the_recipes_one_by_one(capsys, precision):
+    """The planner under a recipe with quantized copies evaluates each configuration as symmem memory does: its
+    first row is symmem memory's figure for that configuration, to the byte."""
+    flags = ["--model", "llama-3-8b", "--precision", precision, "-b", "1"]
+    assert main(["sweep", *flags, "--gpus", "8", "--zero", "1", "--top", "1", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["ranked"][0]
+    assert main(["memory", *flags, "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]),
+                 "--zero", "1", "--recompute", row["recompute"], "--json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    top = max(stages, key=lambda st: (st["peak_allocated"], -st["stage"]))
+    assert (row["peak_allocated"], row["low"], row["high"]) == (
+        top["peak_allocated"], top["reserved_low"], top["reserved_high"])
+
+
+def test_sweep_bounds_the_one_by_one_path(capsys):
+    assert main(["sweep", "--model", "llama-3-8b", "--gpus", "64", "--precision", "te-mxfp8", "-b", "1-64",
+                 "-s", "1024-65536:x2"]) == 2
     err = capsys.readouterr().err
-    assert "te-mxfp8" in err and len(err.strip().splitlines()) == 1
+    assert "one by one" in err and len(err.strip().splitlines()) == 1
