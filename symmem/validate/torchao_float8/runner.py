@@ -21,7 +21,8 @@ RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # Float8LinearRecipeN
 # Boolean fields of Float8LinearConfig a run may set (config.py:231, 239, 246). enable_fsdp_float8_all_gather
 # (config.py:225) wraps the weight in an FSDP2 all-gather subclass and needs FSDP2: not offered here.
 OPTIONS = ("pad_inner_dim", "force_recompute_fp8_weight_in_bwd", "round_scales_to_power_of_2")
-_MISSING = f"torchao not installed: pip install -e '.[torchao]' (torchao=={VERSION}; its float8 training runs on the CPU)"
+_MISSING = (f"torchao not installed: pip install -e '.[torchao]' (torchao=={VERSION}; its float8 training runs on "
+            "the CPU)")
 
 
 def require():
