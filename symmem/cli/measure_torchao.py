@@ -29,21 +29,21 @@ def run(args) -> int:
     if raw.get("model_type") != "llama":
         raise SymmemError(f"{args.config}: model_type = {str(raw.get('model_type'))[:40]!r}: torchao-float8 runs "
                           "measure Llama-family layers (model_type llama)")
-    if args.dtype != "fp32":
+    if args.dtype not in ("fp32", "bf16"):
         raise SymmemError(f"--dtype = {args.dtype!r}: torchao-float8 runs are fp32 (the recipe's FP32 parameters, "
-                          "gradients and moments; torchtitan's BF16 compute is FSDP2's cast, not run here)")
+                          "gradients and moments) or bf16 (every tensor BF16)")
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
     check_config(raw, args.config)
     check_for_transformers(raw, args.config)
-    pred = pr.predicted(raw, args.layer, args.b, args.s, recipe, args.attn, args.config)
+    pred = pr.predicted(raw, args.layer, args.b, args.s, recipe, args.attn, args.config, args.dtype)
     runner.require()
     from symmem.cli.measure import _require_torch
 
     _require_torch()
     config = runner.float8_config(recipe, options)
-    m = runner.measure_saved(raw, args.layer, args.b, args.s, config, args.attn, args.seed)
-    states = runner.measure_states(raw, args.layer, args.b, args.s, config, args.attn, args.seed)
+    m = runner.measure_saved(raw, args.layer, args.b, args.s, config, args.attn, args.seed, args.dtype)
+    states = runner.measure_states(raw, args.layer, args.b, args.s, config, args.attn, args.seed, args.dtype)
     measured = {"saved": m.saved_bytes - m.shared_saved_bytes, "shared": m.shared_saved_bytes, "states": states}
     match = {"saved": measured["saved"] == pred["saved_layer"], "shared": measured["shared"] == pred["saved_shared"],
              "states": states == pred["states"]}
@@ -52,7 +52,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"framework": "torchao-float8", "version": runner.VERSION, "config": args.config,
                           "recipe": recipe, "precision": pred["precision"], "options": settings, "emulate": True,
-                          "layer": args.layer, "b": args.b, "s": args.s, "dtype": "fp32", "attn": args.attn,
+                          "layer": args.layer, "b": args.b, "s": args.s, "dtype": args.dtype, "attn": args.attn,
                           "unit": "bytes", "measured": measured,
                           "predicted": {"saved": pred["saved_layer"], "shared": pred["saved_shared"],
                                         "states": pred["states"], "expression": pred["expression"]},
@@ -63,7 +63,7 @@ def run(args) -> int:
                          indent=2, sort_keys=True))
         return 0 if ok else 1
     print(f"{args.config} layer {args.layer}: torchao {runner.VERSION} float8 training, recipe {recipe} "
-          f"(emulate=True), b = {args.b}, s = {args.s}, fp32; predicted under --precision {pred['precision']}")
+          f"(emulate=True), b = {args.b}, s = {args.s}, {args.dtype}; predicted under --precision {pred['precision']}")
     print("  options: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
     for key, m_val, p_val in (("saved", measured["saved"], pred["saved_layer"]),
                               ("shared", measured["shared"], pred["saved_shared"]),

@@ -11,24 +11,31 @@ from __future__ import annotations
 # of Adam, adamw.py:20) keeps each parameter's `step` as torch.tensor(0.0) of the default scalar dtype, FP32
 # (optimizer.py:210-215): 4 bytes per parameter tensor beside the moments, which the recipe counts per parameter.
 ADAM_STEP_BYTES = 4
+# A layer built in BF16 (--dtype bf16: every tensor BF16, as a pure-BF16 run keeps it) keeps BF16 parameters and
+# gradients, and AdamW's moments as torch.zeros_like(p), BF16 too (adam.py:178-185): 2 + 2 + 4 bytes per parameter.
+# In FP32 the recipe's own bytes apply (4 + 4 + 8: FP32 parameters, gradients and moments).
+BF16_STATES = (2, 2, 4)
 RECIPE_OF = {"tensorwise": "torchao-float8-tensorwise", "rowwise": "torchao-float8-rowwise",
              "rowwise_with_gw_hp": "torchao-float8-rowwise-gw-hp"}
 
 
-def predicted(raw: dict, layer: int, b: int, s: int, recipe: str, attn: str = "eager", name: str = "config") -> dict:
+def predicted(raw: dict, layer: int, b: int, s: int, recipe: str, attn: str = "eager", name: str = "config",
+              dtype: str = "fp32") -> dict:
     """Saved bytes (the layer's own and the shared rotary tables, as the harness splits them) and model states
     by kind, under recipe `torchao-float8-<recipe>`."""
     from symmem.accounting.states import recipe as find
     from symmem.validate.predict import _layer_flow, predict, scenario_for
 
     precision = RECIPE_OF[recipe]
-    p = predict(raw, layer, b, s, "fp32", attn, "eager", name, precision)
+    p = predict(raw, layer, b, s, dtype, attn, "eager", name, precision)
     prec = find(precision)
-    scn = scenario_for(raw, b, s, "fp32", attn, "eager", name, precision)
+    scn = scenario_for(raw, b, s, dtype, attn, "eager", name, precision)
     tensors = sum(1 for _ in _layer_flow(scn, layer).weights())
     n = p.params["total"]
-    weights, grads = n * prec.weight_bytes, n * prec.grad_bytes
-    optimizer = n * (prec.master_bytes + prec.optimizer_bytes) + ADAM_STEP_BYTES * tensors
+    w, g, o = BF16_STATES if dtype == "bf16" else (prec.weight_bytes, prec.grad_bytes,
+                                                    prec.master_bytes + prec.optimizer_bytes)
+    weights, grads = n * w, n * g
+    optimizer = n * o + ADAM_STEP_BYTES * tensors
     return {"precision": precision, "saved": p.layer_bytes + p.shared_bytes, "saved_layer": p.layer_bytes,
             "saved_shared": p.shared_bytes, "expression": str(p.expression),
             "states": {"weights": weights, "gradients": grads, "optimizer": optimizer,

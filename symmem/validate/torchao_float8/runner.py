@@ -72,16 +72,17 @@ def converter(config):
     return run
 
 
-def measure_saved(raw: dict, layer: int, b: int, s: int, config, attn: str = "eager", seed: int = 0):
+def measure_saved(raw: dict, layer: int, b: int, s: int, config, attn: str = "eager", seed: int = 0,
+                  dtype: str = "fp32"):
     """The harness's `LayerMeasurement` of decoder layer `layer` with its linears in float8."""
     from symmem.validate import harness
 
-    return harness.measure_layer(raw, layer, b, s, dtype="fp32", attn=attn, seed=seed,
+    return harness.measure_layer(raw, layer, b, s, dtype=dtype, attn=attn, seed=seed,
                                  convert=converter(config))
 
 
-def measure_states(raw: dict, layer: int, b: int, s: int, config, attn: str = "eager", seed: int = 0
-                   ) -> dict[str, int]:
+def measure_states(raw: dict, layer: int, b: int, s: int, config, attn: str = "eager", seed: int = 0,
+                   dtype: str = "fp32") -> dict[str, int]:
     """Bytes of the layer's model states after one forward, backward and torch.optim.AdamW step: parameters,
     gradients, optimizer state (exp_avg, exp_avg_sq, step), each distinct storage counted once."""
     import torch
@@ -89,7 +90,7 @@ def measure_states(raw: dict, layer: int, b: int, s: int, config, attn: str = "e
     from symmem.validate import harness
 
     torch.manual_seed(seed)
-    model = harness._build_model(raw, "fp32", attn, "eager")
+    model = harness._build_model(raw, dtype, attn, "eager")
     n_layers = len(model.model.layers)
     if not 0 <= layer < n_layers:
         raise SymmemError(f"--layer = {layer}: must be in [0, {n_layers})")
@@ -98,7 +99,7 @@ def measure_states(raw: dict, layer: int, b: int, s: int, config, attn: str = "e
     _args, kwargs = harness._capture_layer_inputs(model, layer, b, s, seed)
     kwargs.pop("hidden_states", None)
     g = torch.Generator().manual_seed(seed + 2)
-    x = torch.randn(b, s, model.config.hidden_size, generator=g, requires_grad=True)
+    x = torch.randn(b, s, model.config.hidden_size, generator=g).to(model.dtype).requires_grad_(True)
     out = target(x, **kwargs)
     (out[0] if isinstance(out, tuple) else out).float().square().mean().backward()
     del out
