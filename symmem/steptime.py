@@ -6,18 +6,21 @@ For the busiest pipeline stage, per micro-batch on one GPU:
 * compute: the stage's hardware FLOPs (the `megatron` convention of `symmem.flops`, plus recomputation's extra
   forward) over TP·CP GPUs, at `EFFICIENCY` of the GPU's dense BF16 peak (one figure for dense models, one for
   models with routed experts, whose grouped expert GEMMs run smaller);
-* tensor-parallel communication: with sequence parallelism each layer all-gathers and reduce-scatters [b, s, h] twice
-  in the forward and twice in the backward (MLM megatron/core/tensor_parallel/mappings.py), each moving (t-1)/t of
-  it; the measured runs disable TransformerEngine's overlap of these with GEMMs (`--disable-tp-comm-overlap-*`), so
-  they are exposed, at `TP_BANDWIDTH` of NVLink's per-direction bandwidth;
-* expert-parallel all-to-all: each MoE layer dispatches and combines the routed tokens, forward and backward (four
-  all-to-alls of b·s·N_r·h/t elements, (ep-1)/ep of them leaving the GPU), at NVLink's bandwidth;
+* communication, as `symmem.comm` derives it from the dataflows' shardings (every collective, its rule and source
+  there): the tensor-parallel all-gathers and reduce-scatters of sequence parallelism (or all-reduces without it),
+  the backward's re-gathers included; the measured runs disable TransformerEngine's overlap of these with GEMMs
+  (`--disable-tp-comm-overlap-*`), so they are exposed, at `TP_BANDWIDTH` of NVLink's per-direction bandwidth;
+  the expert all-to-alls (dispatch and combine, forward and backward) at NVLink's bandwidth; the context-parallel
+  ring is reported but not timed (TE overlaps each ring step with the attention of the previous one,
+  context_parallel.py AttnFuncWithCPAndKVP2P), nor are the pipeline sends (one activation per micro-batch);
 
-the pipeline runs M + PP - 1 such slots (1F1B's fill and drain; interleaving divides the PP - 1 by its chunks);
-then the distributed optimizer's gradient reduce-scatter (FP32) and parameter all-gather (BF16) over DP, not
-overlapped in the measured runs (`overlap_grad_reduce` and `overlap_param_gather` off), at NVLink's bandwidth; and
-`FIXED_SECONDS` per iteration (the optimizer step and what the model leaves out). Not modelled: context
-parallelism's ring exchange, scale-out networks (every measured run is one 8-GPU node), overlap of any kind.
+the pipeline runs M such slots plus its schedule's bubble (`bubble_slots`: PP - 1 for 1F1B, divided by the chunks
+when interleaved, ZB-1P's and DualPipe's from their papers);
+then the data-parallel gradient and parameter traffic (`symmem.comm.dp_bytes`: the distributed optimizer's FP32
+gradient reduce-scatter and BF16 parameter all-gather), not overlapped in the measured runs
+(`overlap_grad_reduce` and `overlap_param_gather` off), at NVLink's bandwidth; and `FIXED_SECONDS` per iteration
+(the optimizer step and what the model leaves out). Not modelled: scale-out networks (every measured run is one
+8-GPU node), overlap of any kind, FP8 throughput.
 
 The constants are fitted (`fit`) by least squares on the relative error of the 18 measured iterations of
 symmem/data/megatron_b200.json (six runs at 4, 8 and 32 micro-batches; SimuMax's published measurements), the same
@@ -36,9 +39,9 @@ from symmem.hardware import GPU, gpu
 
 # fitted by `fit` on the 18 measured iterations (derivations/measured_step_times.py shows the fit; a test checks
 # these are its result to the digits shown)
-EFFICIENCY = {"dense": 0.4353, "moe": 0.3055}  # fraction of dense BF16 peak
-TP_BANDWIDTH = 0.2285  # fraction of NVLink per direction the exposed TP collectives reach
-FIXED_SECONDS = 0.01903  # per iteration
+EFFICIENCY = {"dense": 0.4364, "moe": 0.3029}  # fraction of dense BF16 peak
+TP_BANDWIDTH = 0.3023  # fraction of NVLink per direction the exposed TP collectives reach
+FIXED_SECONDS = 0.02315  # per iteration
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class StepFeatures:
     pp_bytes_mb: float
     slots: float  # M + (PP - 1) / v
     moe: bool
+    cp_bytes_mb: float = 0.0  # the context-parallel ring: overlapped with the attention, reported, not timed
 
 
 @dataclass(frozen=True)
@@ -85,27 +89,56 @@ def _stage_flops(scn, stage, hardware: bool) -> float:
     return total / (scn.parallel.tp * scn.parallel.cp)
 
 
-def features(scn) -> StepFeatures:
-    from symmem.accounting.analysis import stage_params
+_PER_MICROBATCH: dict = {}  # (activation key, sizes, b, s, stages) -> (busiest stage's FLOPs, its bytes by axis)
 
-    par, model = scn.parallel, scn.model
-    h, act = model.value("h"), scn.act_bytes
-    tokens = scn.b * scn.s / par.cp
-    kinds = model.layer_kinds()
-    busiest = max(scn.stages, key=lambda st: _stage_flops(scn, st, True))
-    n_layers = len(busiest.layers)
-    moe_layers = sum(1 for i in busiest.layers if model.family.routed_experts and kinds[i] != kinds[0]) \
-        if model.family.routed_experts else 0
-    tp_bytes = 8 * tokens * h * act * (par.tp - 1) / par.tp * n_layers
-    n_r = model.value(model.family.routed_experts[1]) if model.family.routed_experts else 0
-    ep_bytes = 4 * tokens * n_r * h * act / par.tp * (par.ep - 1) / par.ep * moe_layers
-    params = max(stage_params(scn, st).total for st in scn.stages)
-    shard = par.dense_shard
-    dp_bytes = params * (scn.precision.grad_bytes + scn.precision.weight_bytes) * (shard - 1) / shard
-    chunks = scn.schedule.chunks if scn.schedule.name == "interleaved" else 1
-    return StepFeatures(_stage_flops(scn, busiest, True), tp_bytes, ep_bytes, dp_bytes,
-                        2 * tokens * h * act if par.pp > 1 else 0.0, scn.m + (par.pp - 1) / chunks,
-                        model.family.routed_experts is not None)
+
+def _per_microbatch(scn) -> tuple[float, dict[str, float]]:
+    """The busiest stage's hardware FLOPs and communication bytes per micro-batch, by axis; the same for every
+    micro-batch count, ZeRO stage and schedule, so cached on what they depend on."""
+    from symmem.comm import stage_comm_bytes
+    from symmem.symbols import b, s
+
+    key = (scn.activation_key, scn.size_key, scn.b, scn.s, scn.stages)
+    if key not in _PER_MICROBATCH:
+        flops = {st: _stage_flops(scn, st, True) for st in scn.stages}
+        busiest = max(scn.stages, key=flops.__getitem__)
+        at = {**scn.size_values(), b: scn.b, s: scn.s}
+        comm = {k: float(v.xreplace(at)) for k, v in stage_comm_bytes(scn, busiest).items()}
+        if len(_PER_MICROBATCH) > 512:
+            _PER_MICROBATCH.clear()
+        _PER_MICROBATCH[key] = (flops[busiest], comm)
+    return _PER_MICROBATCH[key]
+
+
+def features(scn) -> StepFeatures:
+    from symmem.comm import dp_bytes
+
+    flops, comm = _per_microbatch(scn)
+    return StepFeatures(flops, comm.get("tp", 0.0) + comm.get("etp", 0.0), comm.get("ep", 0.0),
+                        max(dp_bytes(scn, st) for st in scn.stages), comm.get("pp", 0.0),
+                        scn.m + bubble_slots(scn.schedule, scn.parallel.pp),
+                        scn.model.family.routed_experts is not None, comm.get("cp", 0.0))
+
+
+def bubble_slots(schedule, pp: int) -> float:
+    """The pipeline bubble in slots (one slot: a micro-batch's forward and backward through the stage), taking a
+    backward as twice a forward, its input and weight halves equal (F = B_input = W = 1/3 slot):
+
+    * GPipe and 1F1B: PP - 1 (Huang et al. 2019; Narayanan et al. 2021, arXiv 2104.04473, section 2.2);
+    * interleaved 1F1B with v chunks a GPU: (PP - 1) / v (Narayanan et al. 2021, section 2.2.2);
+    * ZB-1P (ZB-H1): (PP - 1)(F + B - 2W) in the DeepSeek-V3 report's notation (arXiv 2412.19437, Table 2; Qi et
+      al. 2023, arXiv 2401.10241) with B the whole backward: (PP - 1)(1/3 + 2/3 - 2/3) = (PP - 1) / 3;
+    * DualPipe: (PP/2 - 1)(F&B + B - 3W) (the same Table 2), per chunk of half a stage (F = 1/6, B = 1/3,
+      W = 1/6 slot) and with no credit for the overlap inside F&B (F&B = F + B = 1/2): (PP/2 - 1) / 3."""
+    if pp <= 1:
+        return 0.0
+    if schedule.name == "interleaved":
+        return (pp - 1) / schedule.chunks
+    if schedule.name == "zb1p":
+        return (pp - 1) / 3
+    if schedule.name == "dualpipe":
+        return max(pp / 2 - 1, 0) / 3
+    return float(pp - 1)
 
 
 def seconds(f: StepFeatures, g: GPU, efficiency=None, tp_bandwidth: float | None = None,
@@ -133,8 +166,8 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     fm = int(model_flops(scn.replace(flops_convention="megatron"), False, "megatron")[0].subs(at)) * replicas
     fh = int(model_flops(scn.replace(flops_convention="megatron"), True, "megatron")[0].subs(at)) * replicas
     tokens = scn.b * scn.s * replicas
-    comm = {"tp": int(f.tp_bytes_mb * scn.m), "ep": int(f.ep_bytes_mb * scn.m), "dp": int(f.dp_bytes),
-            "pp": int(f.pp_bytes_mb * scn.m * 2)}
+    comm = {"tp": int(f.tp_bytes_mb * scn.m), "cp": int(f.cp_bytes_mb * scn.m), "ep": int(f.ep_bytes_mb * scn.m),
+            "pp": int(f.pp_bytes_mb * scn.m), "dp": int(f.dp_bytes)}
     return StepTime(g.name, fm, fh, t, tokens / t, fm / (par.world_size * g.bf16 * t), comm)
 
 

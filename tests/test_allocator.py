@@ -81,3 +81,20 @@ def test_invariants(ops):
     assert a.allocated == 0 and a.live() == 0 and a.reserved == a.peak_reserved  # segments stay cached
     free = sum(size for pool in a._free.values() for size, _, _ in pool)
     assert free == a.reserved  # every byte of every segment is back in a free block, merged
+
+
+def test_replay_over_budget_is_refused_not_run(capsys):
+    # the replay is linear in the micro-batches: 100,000 of them would take minutes; symmem says so instead
+    import json
+
+    from symmem.cli.main import main
+
+    assert main(["memory", "--model", "llama-3-8b", "--profile", "megatron-te", "--pp", "4", "--microbatches",
+                 "100000", "--json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    assert all(r["reserved"] is None and "over the budget" in r["reserved_not_replayed"] for r in stages)
+    # a small run replays, and says nothing
+    assert main(["memory", "--model", "llama-3-8b", "--profile", "megatron-te", "--pp", "2", "--microbatches",
+                 "4", "--json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    assert all(isinstance(r["reserved"], int) and r["reserved_not_replayed"] is None for r in stages)

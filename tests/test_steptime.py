@@ -32,7 +32,22 @@ def test_memory_json_step(capsys):
     assert main(["memory", "--model", "llama-3-8b", "--profile", "megatron-te", "--gpu", "H100", "--json"]) == 0
     step = json.loads(capsys.readouterr().out)["step"]
     assert step["gpu"] == "H100" and step["time_s"] > 0 and 0 < step["mfu"] < 1
-    assert step["flops_hardware"] >= step["flops_model"] > 0 and set(step["comm_bytes"]) == {"tp", "ep", "dp", "pp"}
+    assert step["flops_hardware"] >= step["flops_model"] > 0
+    assert set(step["comm_bytes"]) == {"tp", "cp", "ep", "dp", "pp"}
     # without a GPU by name there is no time to give
     assert main(["memory", "--model", "llama-3-8b", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step"] is None
+
+
+def test_bubble_of_each_schedule():
+    # the bubbles in slots (F = B_input = W = 1/3 of a slot), from the formulas the function's docstring cites:
+    # 1F1B PP - 1; interleaved (PP - 1)/v; ZB-1P (PP - 1)(F + B - 2W) = (PP - 1)/3; DualPipe, per half-stage
+    # chunk, (PP/2 - 1)(F&B + B - 3W) = (PP/2 - 1)(1/2 + 1/3 - 1/2) = (PP/2 - 1)/3
+    from symmem.parallel.schedule import Schedule
+    from symmem.steptime import bubble_slots
+
+    assert bubble_slots(Schedule("1f1b"), 8) == 7 and bubble_slots(Schedule("gpipe"), 8) == 7
+    assert bubble_slots(Schedule("interleaved", 2), 8) == 3.5
+    assert bubble_slots(Schedule("zb1p"), 8) == 7 / 3
+    assert bubble_slots(Schedule("dualpipe"), 8) == 1.0
+    assert bubble_slots(Schedule("1f1b"), 1) == 0

@@ -124,13 +124,14 @@ def _one_f_one_b(k: Fraction, m: int) -> list[str]:
 
 
 def _iteration(alloc: CachingAllocator, events: tuple, it: int) -> None:
+    malloc, free = alloc.malloc, alloc.free  # bound once: this loop runs about 100,000 times per paper
     for kind, key, nbytes in events:
         if kind == "malloc":
-            alloc.malloc((it, key), nbytes)
+            malloc((it, key), nbytes)
         elif kind == "free":
-            alloc.free((it, key))
+            free((it, key))
         elif it == 0:  # "first": made once, at its first use (TE's dummy weight-gradient buffers)
-            alloc.malloc(key, nbytes)
+            malloc(key, nbytes)
 
 
 @lru_cache(maxsize=64)
@@ -275,16 +276,51 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
 RESERVED_RANKS = 2  # ranks of a stage replayed (their shards differ): the first and the middle one
 
 
-def stage_reserved(scn, stage) -> int | None:
-    """What PyTorch's caching allocator reserves at most on one GPU of `stage` over the measured window
-    (`torch.cuda.max_memory_reserved()`), replayed from the order the framework allocates in; None for a profile
-    that does not say that order, or under an FP8/FP4 recipe (the replay does not allocate its quantized weight
-    copies). The stage's ranks differ in their shards of the DDP buffers: the largest over up
-    to RESERVED_RANKS of them, evenly spaced over the DP×CP group."""
-    if not scn.profile.allocation_order or scn.precision.low_precision is not None:
-        return None
+# allocator calls one stage's replays may take: about 2 us each on this project's machines, so about a minute; the
+# replay is linear in the micro-batches and a scenario over it (say 100,000 micro-batches) is refused, not run
+REPLAY_BUDGET = 30_000_000
+
+
+def _ranks(scn) -> list[int]:
     par = scn.parallel
     n = par.dense_shard
     k = min(RESERVED_RANKS, n)
-    ranks = sorted({(j * n // k) * par.tp for j in range(k)})
-    return max(replay_stage(scn, stage, r).peak_reserved for r in ranks)
+    return sorted({(j * n // k) * par.tp for j in range(k)})
+
+
+def replay_calls(scn, stage) -> int:
+    """About how many allocator calls replaying `stage` makes: a malloc and a free per op event of every layer
+    copy, per micro-batch, iteration and replayed rank (counted from the timelines, before building any event)."""
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert
+    from symmem.model import stage_parts
+
+    axes = scn.parallel.axis_sizes()
+    e_tok = _tokens_per_expert(_activation_key(scn), axes)
+    events = sum(p.count * len(T.part_timeline(p.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok).events)
+                 for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl))
+    return 2 * events * scn.m * ITERATIONS * len(_ranks(scn))
+
+
+def replay_refusal(scn, stage) -> str | None:
+    """Why `stage` is not replayed, or None: its profile says no allocation order, an FP8/FP4 recipe, or the replay
+    is over budget."""
+    if not scn.profile.allocation_order:
+        return f"profile {scn.profile.name} does not say the order its framework allocates in"
+    if scn.precision.low_precision is not None:
+        return (f"precision {scn.precision.name}: the replay does not allocate the recipe's quantized copies and "
+                "scale tensors")
+    calls = replay_calls(scn, stage)
+    if calls > REPLAY_BUDGET:
+        return (f"the replay would take about {calls:,} allocator calls (op events x micro-batches x iterations x "
+                f"ranks), over the budget of {REPLAY_BUDGET:,}; fewer micro-batches replay")
+    return None
+
+
+def stage_reserved(scn, stage) -> int | None:
+    """What PyTorch's caching allocator reserves at most on one GPU of `stage` over the measured window
+    (`torch.cuda.max_memory_reserved()`), replayed from the order the framework allocates in; None where
+    `replay_refusal` gives a reason. The stage's ranks differ in their shards of the DDP buffers: the largest over
+    up to RESERVED_RANKS of them, evenly spaced over the DP×CP group."""
+    if replay_refusal(scn, stage) is not None:
+        return None
+    return max(replay_stage(scn, stage, r).peak_reserved for r in _ranks(scn))

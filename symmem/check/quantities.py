@@ -113,6 +113,15 @@ def _layer_flops(scn: Scenario, stage: int, layer: int | None):
     return layer_flops(scn, _layer_of(scn, stage, layer), False, scn.flops_convention)
 
 
+def _comm(axis: str):
+    def derive(scn: Scenario, stage: int, layer: int | None):
+        from symmem.comm import stage_comm_sources
+
+        return stage_comm_sources(scn, scn.stages[stage], axis)
+
+    return derive
+
+
 QUANTITIES: dict[str, Quantity] = {}
 
 
@@ -142,6 +151,12 @@ _register(Quantity("layer.flops", "FLOPs of one decoder layer (--layer; default 
                    "micro-batch, forward and backward (--flops-convention; global sizes)", "FLOPs", _layer_flops))
 _register(Quantity("model.flops_hardware", "model.flops plus the forward recomputation computes again "
                    "(--recompute)", "FLOPs", _flops(True)))
+
+for _axis, _what in (("tp", "tensor-parallel (and sequence-parallel) collectives"), ("etp", "expert "
+                     "tensor-parallel collectives"), ("ep", "expert all-to-alls"), ("cp", "the context-parallel ring"),
+                     ("pp", "pipeline sends")):
+    _register(Quantity(f"stage.comm.{_axis}", f"bytes one GPU of the stage sends per micro-batch for {_what}, "
+                       "derived from the shardings (symmem/comm.py)", "bytes", _comm(_axis)))
 
 PER_BLOCK = {"stage.activations": _activations, "layer.activations": _layer_activations}
 

@@ -218,7 +218,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 def memory_rows(scn):
     from symmem.accounting.analysis import QUANTIZED, memory, verdict
-    from symmem.accounting.reserved import stage_reserved
+    from symmem.accounting.reserved import replay_refusal, stage_reserved
 
     mems = memory(scn)
     top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))
@@ -243,6 +243,8 @@ def memory_rows(scn):
                      "reserved_low": low, "reserved_high": high,
                      # the caching allocator replayed (profiles that say their allocation order), else null
                      "reserved": stage_reserved(scn, m.stage),
+                     "reserved_not_replayed": (replay_refusal(scn, m.stage)
+                                               if scn.profile.allocation_order else None),
                      "verdict": verdict(low, high, scn.gpu_memory), "peak": m is top})
     return rows, top
 
@@ -271,6 +273,10 @@ def _memory_run(args) -> int:
           f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")
     quant = any(r["quantized_weights"] for r in rows)  # an FP8/FP4 recipe's weight copies: a column of their own
     derived = any(r["reserved"] is not None for r in rows)
+    refused = [r for r in rows if r["reserved_not_replayed"]]
+    if refused:
+        print(f"reserved not derived for stage(s) {', '.join(str(r['stage']) for r in refused)}; stage "
+              f"{refused[0]['stage']}: {refused[0]['reserved_not_replayed']}")
     if derived:
         print("reserved: PyTorch's caching allocator replayed over the step as the framework allocates "
               "(symmem/accounting/reserved.py); NCCL's buffers are outside it")
@@ -296,6 +302,8 @@ def _memory_run(args) -> int:
         print(f"step on {step.gpu}: {step.time_s:.3f} s estimated per iteration, {step.tokens_per_s:,.0f} tokens/s, "
               f"MFU {step.mfu:.1%}; {step.flops_model:.3e} model FLOPs per iteration (Megatron's count), "
               f"{step.flops_hardware:.3e} with recomputation (symmem/steptime.py: fitted on measured B200 runs)")
+        sent = ", ".join(f"{axis.upper()} {fmt_gib(n)}" for axis, n in step.comm_bytes.items() if n)
+        print(f"sent per GPU per iteration (GiB; symmem/comm.py): {sent or 'nothing'}")
     return 0
 
 

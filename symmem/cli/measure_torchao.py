@@ -17,7 +17,7 @@ from symmem.errors import SymmemError
 def run(args) -> int:
     from symmem._config_checks import check_config
     from symmem._files import read_json_object
-    from symmem.cli.measure import check_for_transformers
+    from symmem.cli.hf_checks import check_for_transformers
     from symmem.validate.torchao_float8 import predict as pr
     from symmem.validate.torchao_float8 import runner
 
@@ -38,9 +38,9 @@ def run(args) -> int:
     check_for_transformers(raw, args.config)
     pred = pr.predicted(raw, args.layer, args.b, args.s, recipe, args.attn, args.config, args.dtype)
     runner.require()
-    from symmem.cli.measure import _require_torch
+    from symmem.validate.harness import _import
 
-    _require_torch()
+    _import()  # torch and transformers, or a one-line SymmemError
     config = runner.float8_config(recipe, options)
     m = runner.measure_saved(raw, args.layer, args.b, args.s, config, args.attn, args.seed, args.dtype)
     states = runner.measure_states(raw, args.layer, args.b, args.s, config, args.attn, args.seed, args.dtype)

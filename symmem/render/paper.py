@@ -29,6 +29,8 @@ FIGURES = {
                                         "DeepSeek V3, V3.2, V4-Flash, V4-Pro (derivations/deepseek_generations.py)",
     "measured_runs": "Six measured Megatron-LM runs: measured peak, symmem's megatron-te peak and the peer "
                      "simulator's, per run and stage (derivations/measured_runs.py)",
+    "measured_step_times": "Eighteen measured iterations: the error of symmem's step-time estimate and of the peer "
+                           "simulator's (derivations/measured_step_times.py)",
 }
 
 
@@ -46,9 +48,10 @@ def collect() -> list[Table]:
 # what the tables cost, so a second child (there were two) only added its own start-up and matplotlib's
 # first-figure cost (measured on two cores: more CPU, no shorter wall time).
 FIGURE_GROUPS = (("stage_memory", "params_by_block", "deepseek_generations_activations", "memory_vs_microbatch",
-                  "memory_vs_seqlen", "measured_runs"),)
+                  "memory_vs_seqlen", "measured_runs", "measured_step_times"),)
 # figures a derivation draws itself (not the paper scenario's plots)
-DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations", "measured_runs": "measured_runs"}
+DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations", "measured_runs": "measured_runs",
+                      "measured_step_times": "measured_step_times"}
 
 
 # Each figure is drawn once, as PDF: vector graphics for report.tex and for print (every further format draws the
@@ -151,7 +154,7 @@ def _warm_up() -> None:
 
     load_matplotlib()
 
-    from derivations import deepseek_generations, measured_runs
+    from derivations import deepseek_generations, measured_runs, measured_step_times
     from symmem.accounting.analysis import memory, stage_activation_bytes
     from symmem.render.plots import POLICIES
     from symmem.scenario import load_scenario
@@ -163,6 +166,7 @@ def _warm_up() -> None:
         gen = deepseek_generations.scenario(name)
         stage_activation_bytes(gen, gen.stages[1])
     measured_runs.comparison()
+    measured_step_times.rows()
 
 
 def generate(figures: bool = True) -> dict[str, str | bytes]:
