@@ -121,9 +121,32 @@ def _group_exprs(parts: tuple, axes) -> tuple:
 
 def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
     """Model-state bytes (weights, gradients, optimizer states) of one GPU holding `sp`, under the scenario's
-    precision recipe, ZeRO stage and schedule."""
-    return state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero,
-                       scn.schedule.weight_copies)
+    precision recipe, ZeRO stage and schedule. An FP8/FP4 recipe adds its quantized weight copies and scaling
+    state (`quantized`, derived weight by weight from the stage's GEMMs: symmem.precision.weights) and takes off the
+    working copies it does not keep."""
+    st = state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero,
+                     scn.schedule.weight_copies)
+    if scn.precision.low_precision is None:
+        return st
+    q = stage_quantized(scn, sp.stage)
+    return StateBytes(st.weights - q.dropped_weights, st.gradients, st.optimizer, q.added)
+
+
+def stage_quantized(scn: Scenario, stage: Stage):
+    """The FP8/FP4 weight state of one GPU of `stage` (`symmem.precision.weights.QuantizedStates`)."""
+    from symmem.accounting.states import ZeroStage
+    from symmem.precision.weights import quantized_states
+
+    def shard(by_group: dict[str, int]) -> int:  # the dropped working copies, sharded as the weights are
+        total = 0
+        for group, n in by_group.items():
+            size = scn.parallel.dense_shard if group == "dense" else scn.parallel.expert_dp
+            total += scn.precision.weight_bytes * (-(-n // size) if scn.zero >= ZeroStage.OS_G_P else n)
+        return total
+
+    parts = stage_parts(scn.model, stage, scn.convention)
+    return quantized_states(scn.precision, parts, scn.parallel.axis_sizes(), values(scn), scn.schedule.weight_copies,
+                            shard)
 
 
 # --------------------------------------------------------------------------------------------- activations
@@ -304,8 +327,13 @@ def stage_buffers(scn: Scenario, stage: Stage) -> list:
     return scn.profile.buffers(scn, stage, parts, values(scn))
 
 
+QUANTIZED = "quantized weight copies and scaling state"  # the peak's static component of FP8/FP4 recipes
+
+
 def stage_peak_of(scn: Scenario, stage: Stage, states: StateBytes, k: Fraction) -> StagePeak:
     static = {"weights": states.weights, "gradients": states.gradients, "optimizer states": states.optimizer}
+    if states.quantized:
+        static[QUANTIZED] = states.quantized
     static.update({buf.name: buf.nbytes for buf in stage_buffers(scn, stage)})
     return stage_peak(stage_timeline_events(scn, stage), static, values(scn), k)
 

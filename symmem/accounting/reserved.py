@@ -302,9 +302,13 @@ def replay_calls(scn, stage) -> int:
 
 
 def replay_refusal(scn, stage) -> str | None:
-    """Why `stage` is not replayed, or None: its profile says no allocation order, or the replay is over budget."""
+    """Why `stage` is not replayed, or None: its profile says no allocation order, an FP8/FP4 recipe, or the replay
+    is over budget."""
     if not scn.profile.allocation_order:
         return f"profile {scn.profile.name} does not say the order its framework allocates in"
+    if scn.precision.low_precision is not None:
+        return (f"precision {scn.precision.name}: the replay does not allocate the recipe's quantized copies and "
+                "scale tensors")
     calls = replay_calls(scn, stage)
     if calls > REPLAY_BUDGET:
         return (f"the replay would take about {calls:,} allocator calls (op events x micro-batches x iterations x "

@@ -355,8 +355,10 @@ def _text(summary, top: int, rejected: bool) -> str:
         + ("" if rejected or not summary.rejected else " (--rejected says why)")
         + f"; {summary.fits:,} fit, {summary.marginal:,} fit only at the low end of overheads, "
           f"{summary.does_not_fit:,} do not fit",
-        f"compiled: {summary.cases} structural case(s) derived once ({summary.derive_seconds:.2f} s); "
-        f"sweep {summary.seconds:.2f} s ({summary.valid / max(summary.seconds, 1e-9):,.0f} configurations/s)",
+        ("evaluated one by one as symmem memory does (an FP8/FP4 recipe with quantized copies); "
+         if summary.exact else
+         f"compiled: {summary.cases} structural case(s) derived once ({summary.derive_seconds:.2f} s); ")
+        + f"sweep {summary.seconds:.2f} s ({summary.valid / max(summary.seconds, 1e-9):,.0f} configurations/s)",
     ]
     if summary.ranked:
         what = "fit or fit at the low end" if any(r["verdict"] != "fits" for r in summary.ranked) else "fit"
@@ -404,10 +406,19 @@ def run(args: argparse.Namespace) -> int:
     rank_by = args.rank_by or ("time" if space.base.gpu_name else "headroom")
     if rank_by == "time" and space.base.gpu_name is None:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
+    from symmem.sweep.exact import needs_exact, sweep_exact
+
+    exact = needs_exact(space.base)
+    if exact and args.plot:
+        raise SymmemError(f"--plot: not with precision = {space.base.precision.name!r}, whose configurations are "
+                          "evaluated one by one (symmem/sweep/exact.py); sweep without --plot")
     try:
         # by time: every configuration that fits is listed by the compiled path, then timed and ranked
-        summary = sweep(space, top=0 if rank_by == "time" else top, marginal=args.marginal, region=bool(args.plot),
-                        chunk=chunk, progress=bar, lazy_events=rank_by == "time")
+        if exact:  # an FP8/FP4 recipe with quantized copies: one by one, as symmem memory evaluates it
+            summary = sweep_exact(space, top=0 if rank_by == "time" else top, marginal=args.marginal, progress=bar)
+        else:
+            summary = sweep(space, top=0 if rank_by == "time" else top, marginal=args.marginal,
+                            region=bool(args.plot), chunk=chunk, progress=bar, lazy_events=rank_by == "time")
     finally:
         if bar:
             bar.close()

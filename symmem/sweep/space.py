@@ -155,6 +155,7 @@ class Summary:
     seconds: float = 0.0
     region: dict = field(default_factory=dict)  # TP·PP -> (best headroom at high, at low) per b (plot)
     rank_by: str = "headroom"  # how `ranked` is ordered: "headroom" here; the CLI may rank by "time"
+    exact: bool = False  # evaluated one by one (symmem.sweep.exact), not by the compiled path
 
     @property
     def does_not_fit(self) -> int:
