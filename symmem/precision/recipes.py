@@ -41,6 +41,7 @@ class LowPrecision:
     weight_copies: tuple[tuple[str, tuple[Encoding, ...]], ...] = ()
     drops_hp_weight: bool = False  # eligible weights keep no high-precision working copy (their FP8 copy is it)
     amax_history: int = 0  # TE delayed scaling: amax history length per GEMM tensor (0: no scaling state)
+    gemm: str = "fp8"  # the tensor-core format its eligible GEMMs run in (the step-time model's throughput)
     notes: tuple[str, ...] = field(default=())  # sources and assumptions, one line each
 
     @property
@@ -162,7 +163,7 @@ _add("te-mxfp8", Precision("te-mxfp8", *_MEGATRON), LowPrecision(
            _TE_STATES, _EXCLUDED)),
      "TransformerEngine MXFP8 (Blackwell: 32-element blocks, E8M0 scales)")
 _add("te-nvfp4", Precision("te-nvfp4", *_MEGATRON), LowPrecision(
-    "te-nvfp4", gemm_input=_NV_COL, weight_copies=(("*", (_NV_ROW, _NV_COL)),),
+    "te-nvfp4", gemm_input=_NV_COL, weight_copies=(("*", (_NV_ROW, _NV_COL)),), gemm="fp4",
     notes=(_TE_SAVED, _TE_WEIGHTS, "NVFP4BlockScaling: FP4 E2M1 data, 16-element blocks with E4M3 scales padded "
            "to 128x4, one FP32 amax per copy", _TE_STATES, _EXCLUDED,
            "all eligible GEMMs in NVFP4 (runs that keep some layers in BF16 or MXFP8 are not modelled)")),
