@@ -8,8 +8,8 @@ from the vendor's datasheet (the SXM parts; dense, i.e. without 2:4 sparsity; ba
 * H800 SXM: as H100 SXM but NVLink 400 GB/s bidirectional (the export part; NVIDIA H800 product brief).
 * H200 SXM: NVIDIA H200 Tensor Core GPU datasheet: 141 GB HBM3e at 4.8 TB/s, compute as H100 SXM, NVLink 900 GB/s.
 * B200 (HGX B200): NVIDIA HGX B200 datasheet: FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense), FP8 9 (4.5 dense),
-  FP4 18 (9 dense; the only part here with FP4 tensor cores), HBM3e 8 TB/s, fifth-generation NVLink 1.8 TB/s bidirectional per GPU; 192 GB as symmem's capacity table has it
-  (`symmem.units.GPUS`).
+  FP4 18 (9 dense; the only part here with FP4 tensor cores), HBM3e 8 TB/s, fifth-generation NVLink 1.8 TB/s
+  bidirectional per GPU; 192 GB as symmem's capacity table has it (`symmem.units.GPUS`).
 """
 
 from __future__ import annotations
