@@ -144,7 +144,7 @@ class Scenario:
 
     @property
     def m(self) -> int:
-        return self.parallel.pp if self.microbatches is None else self.microbatches
+        return self.schedule.default_microbatches(self.parallel.pp) if self.microbatches is None else self.microbatches
 
     @cached_property
     def profile(self):

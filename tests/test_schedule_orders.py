@@ -121,10 +121,13 @@ def test_dualpipe_holds_pp_plus_one_on_every_rank(pp, m):
 
 
 def test_dualpipe_order_needs_twice_pp_microbatches():
-    # dualpipe.py asserts num_chunks >= num_ranks * 2; the in-flight count is still given below that
+    # dualpipe.py:333 asserts num_chunks >= num_ranks * 2: the order and the in-flight count refuse fewer alike
     with pytest.raises(SymmemError, match="M >= 2·PP = 8"):
         Schedule("dualpipe").order(0, 4, 6)
-    assert Schedule("dualpipe").in_flight(0, 4, 6) == Fraction(5)
+    with pytest.raises(SymmemError, match="M >= 2·PP = 8"):
+        Schedule("dualpipe").in_flight(0, 4, 6)
+    assert Schedule("dualpipe").in_flight(0, 4, 8) == Fraction(5)
+    assert Schedule("dualpipe").default_microbatches(4) == 8
 
 
 def test_timeline_refuses_a_dualpipe_order_that_does_not_exist(capsys, tmp_path):

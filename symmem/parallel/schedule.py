@@ -40,8 +40,11 @@ class Schedule:
         if self.name == "dualpipe":
             if pp % 2:
                 raise SymmemError(f"pp = {pp}: DualPipe needs an even number of stages")
-            if m < pp or m % 2:
-                raise SymmemError(f"microbatches = {m}: DualPipe needs an even M >= PP = {pp}")
+            # deepseek-ai/DualPipe@3da1bbe dualpipe/dualpipe.py:333: num_chunks % 2 == 0 and num_chunks >=
+            # num_ranks * 2
+            if m < 2 * pp or m % 2:
+                raise SymmemError(f"microbatches = {m}: DualPipe needs an even M >= 2·PP = {2 * pp} "
+                                  "(deepseek-ai/DualPipe asserts it)")
 
     def in_flight(self, stage: int, pp: int, m: int) -> Fraction:
         """Micro-batches of the whole stage's activations held at stage `stage`'s peak."""
@@ -58,9 +61,12 @@ class Schedule:
             if m == pp:
                 return Fraction(m)
             return Fraction(min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp + 1), v)
-        # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device, which needs
-        # M >= PP + 1 (M even, so PP + 2); with fewer, all M: min(M, PP + 1), i.e. PP at the default M = PP.
-        return Fraction(min(m, pp + 1))
+        # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device (M >= 2·PP)
+        return Fraction(pp + 1)
+
+    def default_microbatches(self, pp: int) -> int:
+        """M when none is given: PP (the paper's case), 2·PP for DualPipe, the least it runs with."""
+        return 2 * pp if self.name == "dualpipe" else pp
 
     def order(self, stage: int, pp: int, m: int) -> list[tuple[str, int, int]]:
         """The step of pipeline stage `stage` in time order: ("F", "B" or "W", micro-batch, chunk).

@@ -304,7 +304,6 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
 
     for i_pp, pp in enumerate(space.pp):
         layout, groups = _arrangements(space, pp, i_pp, reject)
-        m_values = tuple(pp if m is None else m for m in space.microbatches)
         for g in groups.values():
             par = {k: np.array(v, dtype=np.int64) for k, v in g.items() if k not in ("par", "pars")}
             n_par = len(par["tp"])
@@ -327,6 +326,8 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                     bufs = _buffers(scn, case, g["pars"], space.s)
                     regions.append((s_part, b_part, case, tuple(c.index for c in case.classes), counts, {}, bufs))
                 for i_sch, sched in enumerate(space.schedule):
+                    # M not given: the schedule's default (PP; 2·PP for DualPipe), as Scenario.m resolves it
+                    m_values = tuple(sched.default_microbatches(pp) if m is None else m for m in space.microbatches)
                     valid_m, reasons, _, _ = schedule_table(sched, pp, m_values, regions[0][3])
                     for mi, reason in reasons:
                         reject("schedule", (("pp", pp), ("schedule", sched_label(sched)),
