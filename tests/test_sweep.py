@@ -363,3 +363,23 @@ def test_stepwise_models_compiled_per_s_equal_reference(name, layers):
     ref, _ = reference_records(space)
     assert len(ref) >= 40 and compiled == ref
     assert {r["s"] for r in ref.values()} == {64, 1000, 12288}  # each s compiled on its own, each compared
+
+
+def test_zb1p_sweeps_configuration_by_configuration(capsys):
+    # ZB-H1's peak is walked in its real order (symmem memory), which the compiled path does not do: a sweep with
+    # zb1p evaluates one by one, so each row is symmem memory's
+    import json
+
+    from symmem.cli.main import main
+
+    argv = ["--model", "gpt2", "--gpus", "4", "--schedule", "zb1p", "--pp", "2,4", "--tp", "1", "--recompute",
+            "none", "--zero", "1", "-s", "1024"]
+    assert main(["sweep", *argv, "--top", "2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["ranked"][0]
+    assert main(["memory", "--model", "gpt2", "--schedule", "zb1p", "--pp", str(r["pp"]), "--dp", str(r["dp"]),
+                 "--recompute", "none", "--zero", "1", "-s", "1024", "--microbatches", str(r["microbatches"]),
+                 "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert max(st["peak_allocated"] for st in mem["stages"]) == r["peak_allocated"]
+    assert main(["sweep", *argv, "--plot", "x.png"]) == 2
+    assert "zb1p" in capsys.readouterr().err

@@ -306,6 +306,9 @@ def replay_refusal(scn, stage) -> str | None:
     is over budget."""
     if not scn.profile.allocation_order:
         return f"profile {scn.profile.name} does not say the order its framework allocates in"
+    if scn.schedule.name != "1f1b":
+        return (f"the allocation order is Megatron-LM's 1F1B; schedule {scn.schedule.label} allocates in another "
+                "order")
     if scn.precision.low_precision is not None:
         return (f"precision {scn.precision.name}: the replay does not allocate the recipe's quantized copies and "
                 "scale tensors")

@@ -406,12 +406,12 @@ def run(args: argparse.Namespace) -> int:
     rank_by = args.rank_by or ("time" if space.base.gpu_name else "headroom")
     if rank_by == "time" and space.base.gpu_name is None:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
-    from symmem.sweep.exact import needs_exact, sweep_exact
+    from symmem.sweep.exact import exact_reason, needs_exact, sweep_exact
 
-    exact = needs_exact(space.base)
+    exact = needs_exact(space.base, space.schedule)
     if exact and args.plot:
-        raise SymmemError(f"--plot: not with precision = {space.base.precision.name!r}, whose configurations are "
-                          "evaluated one by one (symmem/sweep/exact.py); sweep without --plot")
+        raise SymmemError(f"--plot: not with {exact_reason(space)}, whose configurations are evaluated one by one "
+                          "(symmem/sweep/exact.py); sweep without --plot")
     try:
         # by time: every configuration that fits is listed by the compiled path, then timed and ranked
         if exact:  # an FP8/FP4 recipe with quantized copies: one by one, as symmem memory evaluates it

@@ -16,10 +16,20 @@ MAX_EXACT = 5_000  # configurations evaluated one by one
 _CHUNK = 64
 
 
-def needs_exact(scn) -> bool:
-    """Whether the scenario's precision recipe has parts the compiled path does not model."""
+def needs_exact(scn, schedules=()) -> bool:
+    """Whether the scenario's precision recipe has parts the compiled path does not model, or a swept schedule's
+    peak is walked in its real order (ZB-H1: `analysis.walked_schedule`), not counted as the compiled path counts."""
     lp = scn.precision.low_precision
-    return lp is not None and bool(lp.weight_copies or lp.amax_history or lp.changes_saved)
+    walked = any(s.name == "zb1p" for s in schedules)
+    return walked or (lp is not None and bool(lp.weight_copies or lp.amax_history or lp.changes_saved))
+
+
+def exact_reason(space) -> str:
+    """Why `space` is evaluated one by one, for messages."""
+    if any(s.name == "zb1p" for s in space.schedule):
+        return "schedule = 'zb1p' (its peak is walked in ZB-H1's real order)"
+    return (f"precision = {space.base.precision.name!r} (quantized weight copies and scale tensors depend on TP, EP "
+            "and the local tokens)")
 
 
 def sweep_exact(space, top: int = 20, marginal: bool = False, progress: Callable[[int], None] | None = None):
@@ -27,10 +37,9 @@ def sweep_exact(space, top: int = 20, marginal: bool = False, progress: Callable
     from symmem.sweep.space import Rejection, Summary, reference_records
 
     if space.size > MAX_EXACT:
-        raise SymmemError(f"precision = {space.base.precision.name!r}: the sweep evaluates its {space.size:,} "
-                          f"configurations one by one (quantized weight copies and scale tensors depend on TP, EP "
-                          f"and the local tokens), at most {MAX_EXACT:,}; narrow the ranges (--tp, --pp, --ep, "
-                          "--zero, -b, -s, --recompute)")
+        raise SymmemError(f"{exact_reason(space)}: the sweep evaluates its {space.size:,} configurations one by one, "
+                          f"at most {MAX_EXACT:,}; narrow the ranges (--tp, --pp, --ep, --zero, -b, -s, --recompute, "
+                          "--schedule)")
     t0 = time.perf_counter()
     cap = space.capacity
     out = Summary(space, total=space.size, exact=True)
