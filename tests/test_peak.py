@@ -197,3 +197,32 @@ def test_zb1p_peak_is_the_walk_of_its_real_order():
         assert walked(scn(4), i) == walked(scn(10), i) == walked(big, i)
     # the last stage holds one micro-batch between F and B but three micro-batches' weight-gradient operands
     assert mems[3].in_flight == 1 and sum(mems[3].peak.dynamic.values()) > sum(mems[0].peak.dynamic.values())
+
+
+def test_dualpipe_holds_its_stage_and_the_mirror_stage():
+    # DualPipe: GPU i runs stage i and stage PP - 1 - i (deepseek-ai/DualPipe); its model states are both stages'
+    # (the first GPU holds the embedding and the head once each), its peak the walk of the real order, which more
+    # micro-batches than 2·PP + 2 do not change
+    from fractions import Fraction
+
+    from symmem.accounting.analysis import memory, stage_params, stage_states, stage_step_series, values
+    from symmem.accounting.timeline import stage_peak
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    def scn(schedule, m):
+        return scenario_from_args(build_parser().parse_args(
+            ["memory", "--model", "llama-3-8b", "--pp", "4", "--schedule", schedule, "--microbatches", str(m),
+             "-s", "1024"]))
+
+    plain = scn("1f1b", 8)
+    one = [stage_states(plain, stage_params(plain, st)) for st in plain.stages]
+    dual = scn("dualpipe", 16)
+    mems = memory(dual)
+    for i, m in enumerate(mems):
+        a, b = one[i], one[3 - i]
+        assert (m.states.weights, m.states.optimizer) == (a.weights + b.weights, a.optimizer + b.optimizer)
+        walked = sum(stage_peak(stage_step_series(dual, dual.stages[i]), {}, values(dual),
+                                Fraction(1)).dynamic.values())
+        assert sum(m.peak.dynamic.values()) == walked
+    assert mems[0].states.weights != 2 * one[0].weights  # not two copies of stage 0: the head is not the embedding

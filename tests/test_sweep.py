@@ -42,7 +42,7 @@ def base_of(name="paper", model=None, **changes):
 def lite_space(**changes):
     kw = dict(base=base_of(model="deepseek-v2-lite"), gpus=16, tp=(1, 2, 4), pp=(1, 2, 3, 8), ep=(1, 8, 128),
               etp=(1, 2), recompute=("none", "full", "selective"),
-              schedule=(Schedule("1f1b"), Schedule("interleaved", 2), Schedule("dualpipe"), Schedule("gpipe")),
+              schedule=(Schedule("1f1b"), Schedule("interleaved", 2), Schedule("gpipe")),
               zero=(0, 1, 3), microbatches=(None, 4, 6), s=(512, 4096), b=(1, 3))
     kw.update(changes)
     return Space(**kw)
@@ -365,21 +365,22 @@ def test_stepwise_models_compiled_per_s_equal_reference(name, layers):
     assert {r["s"] for r in ref.values()} == {64, 1000, 12288}  # each s compiled on its own, each compared
 
 
-def test_zb1p_sweeps_configuration_by_configuration(capsys):
-    # ZB-H1's peak is walked in its real order (symmem memory), which the compiled path does not do: a sweep with
-    # zb1p evaluates one by one, so each row is symmem memory's
+@pytest.mark.parametrize("schedule", ["zb1p", "dualpipe"])
+def test_walked_schedules_sweep_configuration_by_configuration(capsys, schedule):
+    # ZB-H1's and DualPipe's peaks are walked in their real order (symmem memory), which the compiled path does not
+    # do: a sweep with them evaluates one by one, so each row is symmem memory's
     import json
 
     from symmem.cli.main import main
 
-    argv = ["--model", "gpt2", "--gpus", "4", "--schedule", "zb1p", "--pp", "2,4", "--tp", "1", "--recompute",
+    argv = ["--model", "gpt2", "--gpus", "4", "--schedule", schedule, "--pp", "2,4", "--tp", "1", "--recompute",
             "none", "--zero", "1", "-s", "1024"]
     assert main(["sweep", *argv, "--top", "2", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)["ranked"][0]
-    assert main(["memory", "--model", "gpt2", "--schedule", "zb1p", "--pp", str(r["pp"]), "--dp", str(r["dp"]),
+    assert main(["memory", "--model", "gpt2", "--schedule", schedule, "--pp", str(r["pp"]), "--dp", str(r["dp"]),
                  "--recompute", "none", "--zero", "1", "-s", "1024", "--microbatches", str(r["microbatches"]),
                  "--json"]) == 0
     mem = json.loads(capsys.readouterr().out)
     assert max(st["peak_allocated"] for st in mem["stages"]) == r["peak_allocated"]
     assert main(["sweep", *argv, "--plot", "x.png"]) == 2
-    assert "zb1p" in capsys.readouterr().err
+    assert schedule in capsys.readouterr().err

@@ -30,6 +30,7 @@ from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage
 from symmem.config import ModelConfig
 from symmem.model import model_parts, stage_parts
 from symmem.parallel.layout import Stage
+from symmem.parallel.schedule import Schedule
 from symmem.scenario import Scenario
 from symmem.symbols import b, s
 
@@ -268,13 +269,29 @@ def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
     """The per-GPU memory of one stage: model states plus the saved activations of the micro-batches in flight
     (`allocated`), with fragmentation and communication-buffer ranges; `peak` derives the busiest moment."""
     sp = stage_params(scn, stage)
-    st = stage_states(scn, sp)
+    st = dualpipe_states(scn, stage) if _dualpipe(scn) else stage_states(scn, sp)
     act = stage_activation_bytes(scn, stage)
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
     acts = math.ceil(act * k)
     alloc = st.total + acts
     frag = (math.ceil(alloc * scn.fragmentation[0]), math.ceil(alloc * scn.fragmentation[1]))
     return StageMemory(stage, sp, st, act, k, acts, frag, scn.comm_buffers, scn, scn.fragmentation)
+
+
+def _dualpipe(scn: Scenario) -> bool:
+    return scn.schedule.name == "dualpipe" and scn.parallel.pp > 1
+
+
+def dualpipe_states(scn: Scenario, stage: Stage) -> StateBytes:
+    """DualPipe: GPU i holds the model states of stage i and of stage PP - 1 - i, the second chunk it runs for the
+    micro-batches going the other way (deepseek-ai/DualPipe@3da1bbe dualpipe/dualpipe.py: `modules` is a pair; the
+    DeepSeek-V3 report, section 3.2.1: "two copies of the model parameters"). The first GPU holds the embedding
+    and the head, each once, not the embedding twice."""
+    one = scn.replace(schedule=Schedule("1f1b"))  # the model states of a stage do not depend on the schedule
+    a, b = (stage_states(one, stage_params(one, st))
+            for st in (stage, scn.stages[scn.parallel.pp - 1 - stage.index]))
+    return StateBytes(a.weights + b.weights, a.gradients + b.gradients, a.optimizer + b.optimizer,
+                      a.quantized + b.quantized)
 
 
 def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
@@ -334,13 +351,13 @@ def walked_schedule(scn: Scenario) -> bool:
     """Whether a stage's peak is found by walking the schedule's real order rather than from the in-flight count:
     ZB-H1 (`zb1p`), whose stages after the first keep deferred weight-gradient operands from B to W, which a count
     of micro-batches between F and B leaves out (on the last of 4 stages of Llama-3-8B, 2.9 GB against the walk's
-    11.5 GB)."""
-    return scn.schedule.name == "zb1p" and scn.parallel.pp > 1
+    11.5 GB); DualPipe, whose GPU runs two chunks, its stage and stage PP - 1 - i, not two copies of its stage."""
+    return scn.schedule.name in ("zb1p", "dualpipe") and scn.parallel.pp > 1
 
 
-# ZB-H1's per-stage order repeats one F, B, W step from the (PP + 1)-th micro-batch on, so every state of what is
-# held and what waits for its W occurs within 2·PP + 2 micro-batches: the walk stops there (tests/test_peak.py
-# checks that more micro-batches change no peak)
+# ZB-H1's per-stage order repeats one F, B, W step from the (PP + 1)-th micro-batch on, and DualPipe's its steady
+# phase from 2·PP on, so every state of what is held and what waits for its W occurs within 2·PP + 2 micro-batches
+# (even, as DualPipe needs): the walk stops there (tests/test_peak.py checks that more micro-batches change no peak)
 def _walk_microbatches(scn: Scenario) -> int:
     return min(scn.m, 2 * scn.parallel.pp + 2)
 

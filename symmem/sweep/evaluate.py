@@ -302,6 +302,11 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
         if progress:
             progress(count)
 
+    from symmem.sweep.exact import WALKED
+
+    if any(sch.name in WALKED for sch in space.schedule):  # a caller's error: `needs_exact` routes these
+        raise SymmemError("the compiled sweep does not walk ZB-H1 or DualPipe; evaluate them one by one "
+                          "(symmem.sweep.exact.sweep_exact)")
     for i_pp, pp in enumerate(space.pp):
         layout, groups = _arrangements(space, pp, i_pp, reject)
         for g in groups.values():

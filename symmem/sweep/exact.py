@@ -12,22 +12,25 @@ from collections.abc import Callable
 
 from symmem.errors import SymmemError
 
+WALKED = ("zb1p", "dualpipe")  # schedules whose peak is walked in their real order (analysis.walked_schedule)
 MAX_EXACT = 5_000  # configurations evaluated one by one
 _CHUNK = 64
 
 
 def needs_exact(scn, schedules=()) -> bool:
     """Whether the scenario's precision recipe has parts the compiled path does not model, or a swept schedule's
-    peak is walked in its real order (ZB-H1: `analysis.walked_schedule`), not counted as the compiled path counts."""
+    peak is walked in its real order (ZB-H1, DualPipe: `analysis.walked_schedule`), not counted as the compiled
+    path counts."""
     lp = scn.precision.low_precision
-    walked = any(s.name == "zb1p" for s in schedules)
+    walked = any(s.name in WALKED for s in schedules)
     return walked or (lp is not None and bool(lp.weight_copies or lp.amax_history or lp.changes_saved))
 
 
 def exact_reason(space) -> str:
     """Why `space` is evaluated one by one, for messages."""
-    if any(s.name == "zb1p" for s in space.schedule):
-        return "schedule = 'zb1p' (its peak is walked in ZB-H1's real order)"
+    walked = [s.name for s in space.schedule if s.name in WALKED]
+    if walked:
+        return f"schedule = {walked[0]!r} (its peak is walked in the schedule's real order)"
     return (f"precision = {space.base.precision.name!r} (quantized weight copies and scale tensors depend on TP, EP "
             "and the local tokens)")
 
