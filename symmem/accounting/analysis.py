@@ -30,7 +30,7 @@ from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage
 from symmem.config import ModelConfig
 from symmem.model import model_parts, stage_parts
 from symmem.parallel.layout import Stage
-from symmem.parallel.schedule import Schedule
+from symmem.parallel.schedule import WALKED, Schedule
 from symmem.scenario import Scenario
 from symmem.symbols import b, s
 
@@ -352,7 +352,7 @@ def walked_schedule(scn: Scenario) -> bool:
     ZB-H1 (`zb1p`), whose stages after the first keep deferred weight-gradient operands from B to W, which a count
     of micro-batches between F and B leaves out (on the last of 4 stages of Llama-3-8B, 2.9 GB against the walk's
     11.5 GB); DualPipe, whose GPU runs two chunks, its stage and stage PP - 1 - i, not two copies of its stage."""
-    return scn.schedule.name in ("zb1p", "dualpipe") and scn.parallel.pp > 1
+    return scn.schedule.name in WALKED and scn.parallel.pp > 1
 
 
 # ZB-H1's per-stage order repeats one F, B, W step from the (PP + 1)-th micro-batch on, and DualPipe's its steady

@@ -14,6 +14,9 @@ from symmem.errors import SymmemError
 from symmem.parallel.orders import dualpipe_order, zb_h1_order
 
 SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
+# schedules whose stage peak is walked in their real order, not counted from micro-batches in flight
+# (symmem.accounting.analysis.walked_schedule; the compiled sweep leaves them to symmem.sweep.exact)
+WALKED = ("zb1p", "dualpipe")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import numpy as np
 from symmem.accounting.params import GROUPS, MOE_GROUPS
 from symmem.accounting.states import Precision, zero_stage
 from symmem.errors import SymmemError
-from symmem.parallel.schedule import Schedule
+from symmem.parallel.schedule import WALKED, Schedule
 from symmem.sweep.compile import INT64_SAFE, array_maxima, compile_case
 from symmem.sweep.rules import check_world, make_parallel, pipeline_layout
 
@@ -301,8 +301,6 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
             rejected.append((rule, where, reason, count))
         if progress:
             progress(count)
-
-    from symmem.sweep.exact import WALKED
 
     if any(sch.name in WALKED for sch in space.schedule):  # a caller's error: `needs_exact` routes these
         raise SymmemError("the compiled sweep does not walk ZB-H1 or DualPipe; evaluate them one by one "

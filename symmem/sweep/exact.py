@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 
 from symmem.errors import SymmemError
+from symmem.parallel.schedule import WALKED
 
-WALKED = ("zb1p", "dualpipe")  # schedules whose peak is walked in their real order (analysis.walked_schedule)
 MAX_EXACT = 5_000  # configurations evaluated one by one
 _CHUNK = 64
 
