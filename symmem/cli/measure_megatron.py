@@ -4,8 +4,7 @@ CPU, per rank, measured (`symmem.validate.megatron_core`) and predicted (`symmem
 Compared per rank: `states` (parameters, DDP buffers, optimizer tensors), `saved` (what each transformer layer of
 the rank keeps for backward in one micro-batch; the total is printed, the comparison is layer by layer) and `peak`
 (the most live bytes at any op boundary of the iteration; predicted for the optimizer step, where these runs peak,
-except with MoE layers: there the run is DIFFERENT, exit 1, and says what
-is not modelled).
+except with MoE layers at TP > 1: there the run is DIFFERENT, exit 1, and says what is not modelled).
 """
 
 from __future__ import annotations
@@ -66,8 +65,8 @@ def predicted(d, args, rank: dict) -> dict:
         why = None
     peak = ml.step_peak(d, args.tp, args.pp, args.dp, rank["pp_rank"], rank["dp_rank"], args.b, args.s, bf16,
                         args.microbatches)
-    peak_why = None if peak is not None else ("peak: not modelled with MoE layers (the dispatcher's leftovers, the "
-                                              "expert optimizer's order)")
+    peak_why = None if peak is not None else ("peak: not modelled with MoE layers at TP > 1 (what the alltoall "
+                                              "dispatcher keeps then is not measured)")
     return {"peak": None if peak is None else peak[0], "peak_at": None if peak is None else
             f"optimizer step, AdamW update of {peak[1]}", "states": states["total"], "states_by_kind": states,
             "saved": None if saved is None else sum(saved.values()), "saved_per_layer": saved,
@@ -108,7 +107,7 @@ def run(args) -> int:
                                    "layer. saved_outside_layers (embedding, output layer, loss, full "
                                    "recomputation's checkpoints) is measured, not yet predicted. peak: every live "
                                    "storage of the process at an op boundary, states and the runner's inputs "
-                                   "included; predicted for the optimizer step (not with MoE)."},
+                                   "included; predicted for the optimizer step (not with MoE at TP > 1)."},
                          indent=2, sort_keys=True))
         return 0 if ok else 1
     print(f"{args.config}: Megatron-Core 0.16.1 (local spec, CPU, gloo), TP {args.tp} PP {args.pp} DP {args.dp} "

@@ -14,16 +14,19 @@ Model states (`states`):
   [h, n_h d/t] before `linear_qkv` [(n_h + 2 n_g) d/t, h] (`transformer/attention.py:349`, `:1267`),
   `pre_mlp_layernorm` (`transformer_layer.py:334`), `linear_fc1` [2f/t, h] for a gated unit
   (`transformer/mlp.py:108`, `:121`), `linear_fc2` [h, f/t] (`mlp.py:141`); biases after their weight when
-  `add_bias_linear`; the MoE layer's router [E, h] in FP32 (`transformer/moe/router.py:53-55`), its local experts
+  `add_bias_linear`; the MoE layer's router [E, h], made FP32 and cast to the run's dtype (`transformer/moe/router.py:53-55`,
+  `:72`), its local experts
   (`moe/moe_layer.py:223`, SequentialMLP: one MLP per expert) and shared expert (`moe_layer.py:232`); the final
   norm (`transformer/transformer_block.py:378`) and the output layer [V/t, h] (`models/gpt/gpt_model.py:241`) on the
   last stage, unless it shares the embedding. Norms are torch's `LayerNorm`/`RMSNorm` built without a dtype
   (`transformer/torch_norm.py:51`): FP32 parameters even when the run's are BF16.
 * DDP groups parameters by (param dtype, grad dtype) and by dense/expert (`distributed/distributed_data_parallel.py:
-  111-125`, `:138-151`); one buffer per group holds the parameters in reverse order, with the distributed
-  optimizer each start padded to 64 elements and the end to lcm(DP, 128) (`distributed/param_and_grad_buffer.py:
-  635-665`, `:701-735`); its parameter buffer exists only with the distributed optimizer (`:797`), the FP32
-  gradient buffer always (`:803`).
+  111-125`, `:138-151`). An expert's linear is expert-parallel (`allreduce` False) only when
+  `expert_model_parallel_size > 1` (`tensor_parallel/layers.py:829`, `:886`, `:1149`, `:1209`): at EP 1 the experts
+  share the dense buffer and the dense optimizer and its parameter groups (`optimizer/__init__.py:165`). One
+  buffer per group holds the parameters in reverse order, with the distributed optimizer each start padded to 64
+  elements and the end to lcm(DP, 128) (`distributed/param_and_grad_buffer.py:635-665`, `:701-735`); its
+  parameter buffer exists only with the distributed optimizer (`:797`), the FP32 gradient buffer always (`:803`).
 * the distributed optimizer gives rank r of DP the r-th 1/DP of each buffer (`optimizer/distrib_optimizer.py:
   112-171`); a parameter with elements in that range gets a shard: a new FP32 main copy when it is 16-bit, a view
   of the parameter when it is FP32 (`distrib_optimizer.py:361-432`); torch's Adam keeps exp_avg and exp_avg_sq
@@ -88,12 +91,13 @@ class Dims:
 class Weight:
     name: str
     numel: int
-    fp32: bool  # created FP32 whatever the run's dtype (norms, router)
+    fp32: bool  # FP32 whatever the run's dtype (torch's norms)
     expert: bool = False  # in the expert-parallel DDP buffer
 
 
-def weights(d: Dims, tp: int, pp: int, pp_rank: int) -> list[Weight]:
-    """The parameters of one rank, in Megatron's registration order."""
+def weights(d: Dims, tp: int, pp: int, pp_rank: int, ep: int = 1) -> list[Weight]:
+    """The parameters of one rank, in Megatron's registration order (experts in the expert-parallel buffer only
+    when ep > 1, `tensor_parallel/layers.py:886`)."""
     out: list[Weight] = []
     first, last = pp_rank == 0, pp_rank == pp - 1
     if first:
@@ -129,9 +133,9 @@ def weights(d: Dims, tp: int, pp: int, pp_rank: int) -> list[Weight]:
         linear(f"{p}.self_attention.linear_qkv", (d.heads + 2 * d.groups) * d.head_dim // tp, d.h)
         norm(f"{p}.pre_mlp_layernorm")
         if d.experts:
-            out.append(Weight(f"{p}.mlp.router.weight", d.experts * d.h, True))
+            out.append(Weight(f"{p}.mlp.router.weight", d.experts * d.h, False))
             for e in range(d.experts):
-                mlp(f"{p}.mlp.experts.local_experts.{e}", d.moe_ffn, expert=True)
+                mlp(f"{p}.mlp.experts.local_experts.{e}", d.moe_ffn, expert=ep > 1)
             if d.shared_ffn:
                 mlp(f"{p}.mlp.shared_experts", d.shared_ffn)
         else:
@@ -317,8 +321,11 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
 # * what existed before the iteration: the parameter and FP32 gradient buffers, the 16-bit runs' FP32 main shards,
 #   the rotary inv_freq buffer [d/2] (FP32, `models/common/embeddings/rotary_pos_embedding.py`), the optimizer's
 #   `_scale_one` [1] FP32 and, in FP32 runs, `_dummy_overflow_buf` [1] int32 (`optimizer/optimizer.py:481`, `:485`),
-#   one per optimizer (dense, and expert), one FP32 scalar more made before the iteration (not traced to its line),
-#   and the runner's inputs: M token batches [b, s + 1] int64 and the position ids [s] int64;
+#   one per optimizer (dense, and the expert one, which exists only with expert-parallel parameters:
+#   `optimizer/__init__.py:661`, never at EP 1), the FP32 scalar `MTPLossAutoScaler.main_loss_backward_scale`, a class attribute made
+#   when Megatron is imported (`transformer/multi_token_prediction.py:546`), with MoE layers the alltoall
+#   dispatcher's chunk indices [E tp] int64, made when it is built (`transformer/moe/token_dispatcher.py:405`; at
+#   TP 1 both orders, `:409`, `:413`, are views of it), and the runner's inputs: M token batches [b, s + 1] int64 and the position ids [s] int64;
 # * what the forward left for the whole process: Megatron's global buffer for the attention scores [b n, s, s] at
 #   the run's dtype (`transformer/dot_product_attention.py:189`, `parallel_state.get_global_memory_buffer`) and the
 #   cached RoPE table [s, 1, 1, d] FP32 (`rotary_pos_embedding.py`, lru_cache);
@@ -332,15 +339,24 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
 # * on a pipeline stage after the first, the last micro-batch's received activation [s, b, h] (the receive
 #   buffer), which the block keeps as `self.input_tensor` (`transformer/transformer_block.py:570-578`) after the
 #   schedule, and its gradient [s, b, h], kept on it by `retain_grad()` (`pipeline_parallel/schedules.py:469`).
-# Not modelled (None): MoE
-# layers, whose dispatcher keeps routing tensors between iterations and whose measured peak (1,851,432 bytes in the
-# tiny MoE run) holds the expert optimizer's moments while the dense optimizer updates: not explained yet.
+# * with MoE layers (EP 1, TP 1), what each layer's router and alltoall dispatcher keep from the last micro-batch
+#   until their next forward (T = b s tokens, E experts, top-k): the routing probabilities [T, E] at the
+#   router's dtype, the run's (`transformer/moe/moe_utils.py:744`) and the routing map [T, E] bool (`moe_utils.py:745`), kept as
+#   `self.probs` and `self.routing_map` (`transformer/moe/token_dispatcher.py:609-610`); the tokens per expert [E]
+#   int64 (`token_dispatcher.py:511`, kept as `self.tokens_per_expert` and `num_global_tokens_per_local_expert`,
+#   `:566-569`, `:578`, `:617`); the permutation's sorted indices [T k] int64 (`moe_utils.py:369`), kept as
+#   `self.reversed_local_input_permutation_mapping` (`token_dispatcher.py:629-634`); and once per process the
+#   auxiliary-loss scale [1] FP32 (`pipeline_parallel/schedules.py:292`, kept as a class attribute by
+#   `moe_utils.py:284`), set on every stage even with the auxiliary loss off. At EP 1 the experts are stepped by
+#   the dense optimizer in its weight-decayed group, in buffer order (see the states above).
+# Not modelled (None): MoE at TP > 1 (the dispatcher then also gathers and keeps the split sizes,
+# `token_dispatcher.py:525-560`; not measured here).
 
 
 def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
               microbatches: int) -> tuple[int, str] | None:
     """The most bytes a rank holds in the optimizer step, and the parameter at it; None where not modelled."""
-    if d.experts:
+    if d.experts and tp > 1:
         return None
     e = 2 if bf16 else 4
     st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16)
@@ -355,13 +371,17 @@ def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b:
             if n:
                 shards.append((w, n, buf.fp32_params))
     main = sum(4 * n for _w, n, fp32 in shards if not fp32)
-    n_opt = 2 if d.experts else 1
+    n_opt = 2 if any(w.expert for w in ws) else 1
     rope = d.kind != "gpt2"
     before = (st["params"] + st["grad_buffers"] + main + (d.head_dim // 2 * 4 if rope else 0)
               + n_opt * (4 if bf16 else 8) + 4 + microbatches * b * (s + 1) * 8 + s * 8)
+    if d.experts:
+        before += d.layers // pp * d.experts * 8  # the dispatchers' chunk indices
     left = b * (d.heads // tp) * s * s * e + (s * d.head_dim * 4 if rope else 0)
     if pp_rank > 0:
         left += 2 * s * b * d.h * e
+    if d.experts:
+        left += moe_leftovers(d, pp, b, s, e)
     held = before + left
     best, at = 0, ""
     for expert in (False, True):  # the dense optimizer, then the expert one (optimizer/__init__.py:630, :668)
@@ -377,3 +397,10 @@ def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b:
                     best, at = held + 4 * (prev + 2 * n), w.name
                 prev = n
     return best, at
+
+
+def moe_leftovers(d: Dims, pp: int, b: int, s: int, e: int) -> int:
+    """Bytes the MoE layers of a stage keep between iterations (EP 1, TP 1; see the peak's notes above)."""
+    tokens, experts = b * s, d.experts
+    per_layer = tokens * experts * e + tokens * experts + experts * 8 + tokens * d.topk * 8
+    return d.layers // pp * per_layer + 4
