@@ -14,9 +14,9 @@ Model states (`states`):
   [h, n_h d/t] before `linear_qkv` [(n_h + 2 n_g) d/t, h] (`transformer/attention.py:349`, `:1267`),
   `pre_mlp_layernorm` (`transformer_layer.py:334`), `linear_fc1` [2f/t, h] for a gated unit
   (`transformer/mlp.py:108`, `:121`), `linear_fc2` [h, f/t] (`mlp.py:141`); biases after their weight when
-  `add_bias_linear`; the MoE layer's router [E, h], made FP32 and cast to the run's dtype (`transformer/moe/router.py:53-55`,
-  `:72`), its local experts
-  (`moe/moe_layer.py:223`, SequentialMLP: one MLP per expert) and shared expert (`moe_layer.py:232`); the final
+  `add_bias_linear`; the MoE layer's router [E, h], made FP32 and cast to the run's dtype
+  (`transformer/moe/router.py:53-55`, `:72`), its local experts (`moe/moe_layer.py:223`, SequentialMLP: one MLP per
+  expert) and shared expert (`moe_layer.py:232`); the final
   norm (`transformer/transformer_block.py:378`) and the output layer [V/t, h] (`models/gpt/gpt_model.py:241`) on the
   last stage, unless it shares the embedding. Norms are torch's `LayerNorm`/`RMSNorm` built without a dtype
   (`transformer/torch_norm.py:51`): FP32 parameters even when the run's are BF16.
@@ -31,6 +31,8 @@ Model states (`states`):
   112-171`); a parameter with elements in that range gets a shard: a new FP32 main copy when it is 16-bit, a view
   of the parameter when it is FP32 (`distrib_optimizer.py:361-432`); torch's Adam keeps exp_avg and exp_avg_sq
   (FP32, the shard's size) and a 4-byte FP32 `step` per shard (torch/optim/adam.py `_init_group`).
+
+The peak of the iteration is `symmem.rules.megatron_local_peak`.
 """
 
 from __future__ import annotations
@@ -312,95 +314,3 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
     per = sum(n for _, n in layer_saved(d, tp, b, s, bf16, recompute))
     stage = d.layers // pp
     return {f"layer {i + 1}": per for i in range(pp_rank * stage, (pp_rank + 1) * stage)}
-
-
-# ------------------------------------------------------------------------------------------------ the peak
-# Where these runs peak: in the optimizer step (the activations of a tiny model are far below Adam's moments). At
-# the k-th parameter that torch's single-tensor AdamW updates (torch/optim/adam.py `_single_tensor_adam`: weight
-# decay in place; `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`), the rank holds:
-# * what existed before the iteration: the parameter and FP32 gradient buffers, the 16-bit runs' FP32 main shards,
-#   the rotary inv_freq buffer [d/2] (FP32, `models/common/embeddings/rotary_pos_embedding.py`), the optimizer's
-#   `_scale_one` [1] FP32 and, in FP32 runs, `_dummy_overflow_buf` [1] int32 (`optimizer/optimizer.py:481`, `:485`),
-#   one per optimizer (dense, and the expert one, which exists only with expert-parallel parameters:
-#   `optimizer/__init__.py:661`, never at EP 1), the FP32 scalar `MTPLossAutoScaler.main_loss_backward_scale`, a class attribute made
-#   when Megatron is imported (`transformer/multi_token_prediction.py:546`), with MoE layers the alltoall
-#   dispatcher's chunk indices [E tp] int64, made when it is built (`transformer/moe/token_dispatcher.py:405`; at
-#   TP 1 both orders, `:409`, `:413`, are views of it), and the runner's inputs: M token batches [b, s + 1] int64 and the position ids [s] int64;
-# * what the forward left for the whole process: Megatron's global buffer for the attention scores [b n, s, s] at
-#   the run's dtype (`transformer/dot_product_attention.py:189`, `parallel_state.get_global_memory_buffer`) and the
-#   cached RoPE table [s, 1, 1, d] FP32 (`rotary_pos_embedding.py`, lru_cache);
-# * Adam's exp_avg and exp_avg_sq of every parameter group stepped so far and of the current one (`_init_group`
-#   makes a group's states before updating it) and a 4-byte `step` per shard; groups in Megatron's order: per
-#   optimizer (dense, then expert), weight-decayed parameters first (`optimizer/__init__.py:189`: the group without
-#   overrides sorts first), then biases and norms; within a group, the shard's parameters in buffer order
-#   (`optimizer/distrib_optimizer.py:112-171`);
-# * the transient of the update: sqrt(exp_avg_sq) and its quotient (the parameter's shard size each) beside the
-#   previous parameter's `denom`, still bound.
-# * on a pipeline stage after the first, the last micro-batch's received activation [s, b, h] (the receive
-#   buffer), which the block keeps as `self.input_tensor` (`transformer/transformer_block.py:570-578`) after the
-#   schedule, and its gradient [s, b, h], kept on it by `retain_grad()` (`pipeline_parallel/schedules.py:469`).
-# * with MoE layers (EP 1, TP 1), what each layer's router and alltoall dispatcher keep from the last micro-batch
-#   until their next forward (T = b s tokens, E experts, top-k): the routing probabilities [T, E] at the
-#   router's dtype, the run's (`transformer/moe/moe_utils.py:744`) and the routing map [T, E] bool (`moe_utils.py:745`), kept as
-#   `self.probs` and `self.routing_map` (`transformer/moe/token_dispatcher.py:609-610`); the tokens per expert [E]
-#   int64 (`token_dispatcher.py:511`, kept as `self.tokens_per_expert` and `num_global_tokens_per_local_expert`,
-#   `:566-569`, `:578`, `:617`); the permutation's sorted indices [T k] int64 (`moe_utils.py:369`), kept as
-#   `self.reversed_local_input_permutation_mapping` (`token_dispatcher.py:629-634`); and once per process the
-#   auxiliary-loss scale [1] FP32 (`pipeline_parallel/schedules.py:292`, kept as a class attribute by
-#   `moe_utils.py:284`), set on every stage even with the auxiliary loss off. At EP 1 the experts are stepped by
-#   the dense optimizer in its weight-decayed group, in buffer order (see the states above).
-# Not modelled (None): MoE at TP > 1 (the dispatcher then also gathers and keeps the split sizes,
-# `token_dispatcher.py:525-560`; not measured here).
-
-
-def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
-              microbatches: int) -> tuple[int, str] | None:
-    """The most bytes a rank holds in the optimizer step, and the parameter at it; None where not modelled."""
-    if d.experts and tp > 1:
-        return None
-    e = 2 if bf16 else 4
-    st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16)
-    ws = weights(d, tp, pp, pp_rank)
-    bufs = ddp_buffers(ws, dp, True, bf16)
-    # the rank's shard of each parameter, in buffer order, with its buffer's kind
-    shards: list[tuple[Weight, int, bool]] = []
-    for buf in bufs:
-        lo, hi = dp_rank * buf.numel // dp, (dp_rank + 1) * buf.numel // dp
-        for w, a, c in buf.ranges:
-            n = max(0, min(c, hi) - max(a, lo))
-            if n:
-                shards.append((w, n, buf.fp32_params))
-    main = sum(4 * n for _w, n, fp32 in shards if not fp32)
-    n_opt = 2 if any(w.expert for w in ws) else 1
-    rope = d.kind != "gpt2"
-    before = (st["params"] + st["grad_buffers"] + main + (d.head_dim // 2 * 4 if rope else 0)
-              + n_opt * (4 if bf16 else 8) + 4 + microbatches * b * (s + 1) * 8 + s * 8)
-    if d.experts:
-        before += d.layers // pp * d.experts * 8  # the dispatchers' chunk indices
-    left = b * (d.heads // tp) * s * s * e + (s * d.head_dim * 4 if rope else 0)
-    if pp_rank > 0:
-        left += 2 * s * b * d.h * e
-    if d.experts:
-        left += moe_leftovers(d, pp, b, s, e)
-    held = before + left
-    best, at = 0, ""
-    for expert in (False, True):  # the dense optimizer, then the expert one (optimizer/__init__.py:630, :668)
-        for decayed in (True, False):
-            group = [(w, n) for w, n, _ in shards if w.expert == expert
-                     and (not w.name.endswith(".bias") and not w.name.endswith("norm.weight")) == decayed]
-            if not group:
-                continue
-            held += sum(8 * n + 4 for _w, n in group)
-            prev = 0
-            for w, n in group:
-                if held + 4 * (prev + 2 * n) > best:
-                    best, at = held + 4 * (prev + 2 * n), w.name
-                prev = n
-    return best, at
-
-
-def moe_leftovers(d: Dims, pp: int, b: int, s: int, e: int) -> int:
-    """Bytes the MoE layers of a stage keep between iterations (EP 1, TP 1; see the peak's notes above)."""
-    tokens, experts = b * s, d.experts
-    per_layer = tokens * experts * e + tokens * experts + experts * 8 + tokens * d.topk * 8
-    return d.layers // pp * per_layer + 4
