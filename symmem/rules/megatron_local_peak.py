@@ -126,7 +126,7 @@ def _forward_left(d: Dims, tp: int, b: int, s: int, e: int) -> int:
     return b * (d.heads // tp) * s * s * e + (s * d.head_dim * 4 if d.kind != "gpt2" else 0)
 
 
-# The first GEMM of the backward (`head_peak`; PP 1, one micro-batch, FP32, Llama-like: RMSNorm, RoPE, untied
+# The first GEMM of the backward (`head_peak`; PP 1, FP32, Llama-like: RMSNorm, RoPE, untied
 # output layer, no MoE, no full recomputation). After the loss's backward, the output layer's backward
 # (`tensor_parallel/layers.py:531`, `:614`, gradient-accumulation fusion off) computes the input gradient
 # [s b, h] and then the weight gradient [V/t, h]; at that op the rank holds:
@@ -140,20 +140,23 @@ def _forward_left(d: Dims, tp: int, b: int, s: int, e: int) -> int:
 #   the embedding's indices: at TP 1 the runner's input ids [b, s] int64 themselves, at TP > 1 the vocabulary
 #   mask [b, s] bool and the masked ids [b, s] int64 (`tensor_parallel/layers.py:276`, `:278`);
 # * four 4-byte scalars: `num_tokens` (`pipeline_parallel/schedules.py:251`, int32), `total_num_tokens`
-#   (`schedules.py:596`, int32), the runner's loss (a mean, FP32) and autograd's gradient of it (`ones_like`).
+#   (`schedules.py:596`, int32), the runner's loss (a mean, FP32) and autograd's gradient of it (`ones_like`);
+# * with M micro-batches (run one after the other at PP 1, `forward_backward_no_pipelining`), the event of the last
+#   one holds the losses of the M - 1 before it, FP32 scalars kept by `forward_data_store`
+#   (`schedules.py:270`, the runner's `{"loss": loss.detach()}`, a view of the loss).
 
 
 def head_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
               microbatches: int, recompute: str = "none") -> tuple[int, str] | None:
     """The bytes a rank holds at the output layer's weight gradient; None where this event is not modelled."""
-    if d.kind != "llama" or d.experts or d.tied or bf16 or pp > 1 or microbatches > 1 or recompute == "full":
+    if d.kind != "llama" or d.experts or d.tied or bf16 or pp > 1 or recompute == "full":
         return None
     e, rows, vocab = 4, b * s, d.vocab // tp
     layers = sum(saved_per_layer(d, tp, pp, pp_rank, b, s, bf16, recompute).values())
     final_norm = 3 * rows * d.h * 4 + rows * 4
     embedding = rows * 8 if tp == 1 else rows * (8 + 1)
     held = (_before(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches) + _forward_left(d, tp, b, s, e)
-            + layers + final_norm + rows * vocab * 4 + embedding + 4 * 4)
+            + layers + final_norm + rows * vocab * 4 + embedding + 4 * 4 + (microbatches - 1) * 4)
     return held + rows * d.h * e + vocab * d.h * e, "backward, the output layer's weight gradient"
 
 
@@ -167,8 +170,8 @@ def peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int,
         notes.append("peak: not modelled with MoE layers at TP > 1 (what the alltoall dispatcher keeps then is not "
                      "measured)")
     if head is None:
-        notes.append("peak: the forward and backward are not modelled for this configuration (PP > 1, several "
-                     "micro-batches, BF16, full recomputation, GPT or MoE); the prediction is the optimizer step's")
+        notes.append("peak: the forward and backward are not modelled for this configuration (PP > 1, BF16, full "
+                     "recomputation, GPT, tied embeddings or MoE); the prediction is the optimizer step's")
     if step is None:
         return None, notes
     return (max(step, head) if head else step), notes
