@@ -227,3 +227,54 @@ def test_moe_peak_not_modelled_at_tp2():
 def test_pipeline_ranks_hold_their_layers(runs):
     _code, out = runs("dense-pp2-m4")
     assert [sorted(r["measured"]["saved_per_layer"]) for r in out["ranks"]] == [["layer 1"], ["layer 2"]]
+
+
+# ------------------------------------------------------------------------------------------------ the engine profile
+def _engine(raw: dict, tp: int, b: int, s: int, act: str, tmp_path) -> tuple[int, int]:
+    """`--profile megatron-local`: one layer's saved bytes (the engine's accounting) and the model states of the
+    one stage (`symmem memory --json`: weights, gradients, optimizer, the DDP padding and Adam's step counters)."""
+    import contextlib
+    import io
+
+    from symmem.accounting.analysis import stage_terms, to_int, values
+    from symmem.cli.main import main
+    from symmem.config import from_dict
+    from symmem.parallel.layout import Stage
+    from symmem.parallel.sizes import Parallel
+    from symmem.scenario import ACT_DTYPES, Scenario
+
+    scn = Scenario(name="megatron-local", model=from_dict(raw, "config"), parallel=Parallel(tp=tp), mtp=False, b=b,
+                   s=s, rules_name="megatron-local", profile_name="megatron-local", act_bytes=ACT_DTYPES[act])
+    vals = values(scn)
+    layer = sum(to_int(t.total, vals) for t in stage_terms(scn, Stage(0, (0,), False, False, 0)))
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(raw))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["memory", "--model", str(p), "--tp", str(tp), "-b", str(b), "-s", str(s), "--profile",
+                     "megatron-local", "--activation-dtype", act, "--json"]) == 0
+    st = json.loads(out.getvalue())["stages"][0]
+    extra = sum(n for k, n in st["framework_buffers"].items() if k.startswith(("DDP buffer padding", "Adam step")))
+    return layer, st["weights"] + st["gradients"] + st["optimizer"] + extra
+
+
+@pytest.mark.parametrize("raw, tp", [(LLAMA, 1), (LLAMA, 2), (WIDE_VOCAB, 1), (WIDE_VOCAB, 2)])
+def test_profile_equals_the_rules(raw, tp, tmp_path):
+    """The engine under `--profile megatron-local` (rule set symmem/rules/megatron_local_ops.py) derives each
+    layer's saved bytes (FP32 and BF16 activations; GQA and not) and the FP32 model states the rule module gives."""
+    d = ml.Dims.from_hf(raw)
+    for act in ("fp32", "bf16"):
+        layer, states = _engine(raw, tp, 2, 32, act, tmp_path)
+        assert layer == sum(n for _, n in ml.layer_saved(d, tp, 2, 32, bf16=act == "bf16"))
+    assert states == ml.states(d, tp, 1, 1, 0, 0, bf16=False)["total"]
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("case", ["dense-tp1", "dense-tp2", "head-tp1-b4-m2"])
+def test_profile_equals_the_measurement(runs, case, tmp_path):
+    """And what Megatron-Core measured: each layer's saved bytes and the states, on every rank."""
+    _code, out = runs(case)
+    layer, states = _engine(MATRIX[case][0], out["tp"], out["b"], out["s"], "fp32", tmp_path)
+    for r in out["ranks"]:
+        assert set(r["measured"]["saved_per_layer"].values()) == {layer}
+        assert r["measured"]["states"] == states
