@@ -1,12 +1,14 @@
 """The peak of one training iteration of Megatron-Core 0.16.1's local spec on a rank, as `symmem measure
---framework megatron-core` measures it (every live storage of the process at an op boundary). Two events are
-modelled, and the peak is the larger:
+--framework megatron-core` measures it (every live storage of the process at an op boundary). Three events are
+modelled, and the peak is the largest:
 
 * the optimizer step (`step_peak`), where the tiny runs peak: Adam's moments are made group by group while the
   parameters are updated one by one;
 * the first GEMM of the backward (`head_peak`), the output layer's weight gradient: every activation the forward
   kept is still alive, with the loss's gradient (in place of the softmax) and the output layer's input and weight
-  gradients. Larger b·s peak here.
+  gradients. Larger b·s peak here in FP32 runs;
+* the cross-entropy's forward (`loss_peak`), where the logits and their FP32 copy are alive: larger b·s peak here
+  in BF16 runs.
 
 Other events of the forward and backward (a layer's backward at larger b·s, the recomputation of selective
 recompute, the 1F1B schedule's micro-batches in flight) are not modelled: where the real peak is there, the
@@ -160,18 +162,52 @@ def head_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b:
     return held + rows * d.h * e + vocab * d.h * e, "backward, the output layer's weight gradient"
 
 
+# The cross-entropy's forward (`loss_peak`; the same models as `head_peak`, FP32 or BF16), at the copy of the
+# target logits (`tensor_parallel/cross_entropy.py:60`), still inside GPTModel.forward. The rank holds what it held
+# before the iteration, what the forward leaves for the process, every layer's saved tensors, the final RMSNorm's
+# (its output at the run's dtype), and:
+# * the logits [s, b, V/t] at the run's dtype (the output layer's output) and their FP32 copy (`.float()`,
+#   `cross_entropy.py:28`: the same tensor in FP32 runs);
+# * per row (s b of them): the maximum (FP32, `:30`), the target mask (bool, `:48`), the masked targets (int64,
+#   `:49`), `arange_1d` (int64, `:58`), the target logits and their copy (FP32, `:59-60`), the labels transposed
+#   (int64, `models/common/language_module/language_module.py:139`), and the runner's input ids and labels
+#   (int64; at TP 1 the embedding keeps the ids, at TP > 1 its mask, bool, and masked ids, int64,
+#   `tensor_parallel/layers.py:276`, `:278`);
+# * the embedding's output at the run's dtype, bound as `decoder_input` in GPTModel.forward
+#   (`models/gpt/gpt_model.py:313`): in FP32 runs the first layer's saved input itself, in 16-bit runs a storage
+#   of its own;
+# * `total_num_tokens` (`pipeline_parallel/schedules.py:596`, int32) and the M - 1 earlier losses.
+
+
+def loss_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
+              microbatches: int, recompute: str = "none") -> tuple[int, str] | None:
+    """The bytes a rank holds at the cross-entropy's copy of the target logits; None where not modelled."""
+    if d.kind != "llama" or d.experts or d.tied or pp > 1 or recompute == "full":
+        return None
+    e, rows, vocab = (2 if bf16 else 4), b * s, d.vocab // tp
+    layers = sum(saved_per_layer(d, tp, pp, pp_rank, b, s, bf16, recompute).values())
+    final_norm = 2 * rows * d.h * 4 + rows * 4 + rows * d.h * e
+    logits = rows * vocab * e + (rows * vocab * 4 if bf16 else 0)
+    per_row = rows * (4 + 1 + 8 + 8 + 4 + 4 + 8) + 2 * rows * 8 + (rows * (1 + 8) if tp > 1 else 0)
+    embedding = rows * d.h * e if bf16 else 0
+    return (_before(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches) + _forward_left(d, tp, b, s, e)
+            + layers + final_norm + logits + per_row + embedding + 4 + (microbatches - 1) * 4,
+            "forward, the cross-entropy's copy of the target logits")
+
+
 def peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
          microbatches: int, recompute: str = "none") -> tuple[tuple[int, str] | None, list[str]]:
     """The larger of the modelled events (None when the optimizer step is not modelled), and what is not."""
     step = step_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches)
-    head = head_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute)
+    events = [e for e in (head_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),
+                          loss_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute)) if e]
     notes = []
     if step is None:
         notes.append("peak: not modelled with MoE layers at TP > 1 (what the alltoall dispatcher keeps then is not "
                      "measured)")
-    if head is None:
-        notes.append("peak: the forward and backward are not modelled for this configuration (PP > 1, BF16, full "
+    if not events:
+        notes.append("peak: the forward and backward are not modelled for this configuration (PP > 1, full "
                      "recomputation, GPT, tied embeddings or MoE); the prediction is the optimizer step's")
     if step is None:
         return None, notes
-    return (max(step, head) if head else step), notes
+    return max([step, *events]), notes

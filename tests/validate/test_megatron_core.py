@@ -133,8 +133,12 @@ MATRIX = {
     "moe-dp2-bf16": (MOE, ["--dp", "2", "--dtype", "bf16"]),
     "head-tp1-b4-m2": (WIDE_VOCAB, ["-b", "4", "--microbatches", "2"]),
     "head-tp2-selective-b4": (WIDE_VOCAB, ["--tp", "2", "--recompute", "selective", "-b", "4"]),
+    "loss-tp2-bf16-b4": (WIDE_VOCAB, ["--tp", "2", "--dtype", "bf16", "-b", "4"]),
 }
-HEAD = ("head-tp1-b4-m2", "head-tp2-selective-b4")  # these peak in the backward, at the output layer's weight gradient
+# where these peak (the others: the optimizer step)
+EVENTS = {"head-tp1-b4-m2": ("mm.default", "backward, the output layer's weight gradient"),
+          "head-tp2-selective-b4": ("mm.default", "backward, the output layer's weight gradient"),
+          "loss-tp2-bf16-b4": ("clone.default", "forward, the cross-entropy's copy of the target logits")}
 
 
 @pytest.fixture(scope="module")
@@ -191,13 +195,13 @@ def test_saved_per_layer_equal_per_rank(runs, case):
 def test_peak_equal_and_exit_0(runs, case):
     """The peak too, on every rank, and the command exits 0 (EQUAL), at the event predicted: the optimizer step
     (MoE at EP 1: the experts are stepped by the dense optimizer, and the dispatchers' routing tensors outlive the
-    iteration), or for the wide-vocabulary runs the output layer's weight-gradient GEMM in backward."""
+    iteration), or for the wide-vocabulary runs the output layer's weight-gradient GEMM in backward (FP32) or the
+    cross-entropy's forward (BF16)."""
     code, out = runs(case)
     for r in out["ranks"]:
         m, p = r["measured"], r["predicted"]
-        if case in HEAD:
-            assert (m["peak_phase"], m["peak_op"]) == ("forward-backward", "mm.default")
-            assert p["peak_at"] == "backward, the output layer's weight gradient"
+        if case in EVENTS:
+            assert (m["peak_phase"], m["peak_op"], p["peak_at"]) == ("forward-backward", *EVENTS[case])
         else:
             assert m["peak_phase"] == "optimizer step" and p["peak_at"].startswith("optimizer step")
         assert isinstance(m["peak"], int) and m["peak"] == p["peak"]
