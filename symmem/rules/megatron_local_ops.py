@@ -49,12 +49,17 @@ def _rope(op: Op, flow: Dataflow) -> list[Saved]:
 
 
 def _qkv_outputs(flow: Dataflow) -> list[Tensor]:
-    return [flow.tensors[o.outputs[0]] for o in flow.ops if "module:linear_qkv" in o.tags]
+    out = [flow.tensors[o.outputs[0]] for o in flow.ops if "module:linear_qkv" in o.tags]
+    if len(out) != 3:
+        raise SymmemError(f"{flow.name}: rule set 'megatron-local' models the Llama attention (q, k and v from "
+                          "linear_qkv) only")
+    return out
 
 
 def _matmul(op: Op, flow: Dataflow) -> list[Saved]:
     """qk (baddbmm: q and the repeated k, new storages) and pv (bmm: the probabilities and v)."""
     a, b = (flow.tensors[t] for t in op.inputs)
+    _qkv_outputs(flow)  # the Llama attention, or a one-line refusal
     if op.name == "qk":
         return [Saved(a, f"q of {op.name}"), Saved(Tensor(f"{b.name}.repeated", b.dims), f"k of {op.name}")]
     if op.name != "pv":
