@@ -282,3 +282,23 @@ def test_profile_equals_the_measurement(runs, case, tmp_path):
     for r in out["ranks"]:
         assert set(r["measured"]["saved_per_layer"].values()) == {layer}
         assert r["measured"]["states"] == states
+
+
+@pytest.mark.megatron
+def test_bridge_hands_split_sizes_over_as_views():
+    """EP > 1 needs the dispatcher's split sizes as NumPy (moe_utils.py:1093-1096 converts CUDA tensors only): the
+    bridge returns a CPU tensor's own memory, allocating nothing, and restores Megatron's function after."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    import numpy as np
+    from megatron.core.transformer.moe import token_dispatcher
+
+    from symmem.validate.megatron_core.bridge import cpu_megatron
+
+    original = token_dispatcher.maybe_move_tensor_to_cpu
+    t = torch.tensor([39, 25])
+    with cpu_megatron():
+        out = token_dispatcher.maybe_move_tensor_to_cpu(t, as_numpy=True)
+        kept = token_dispatcher.maybe_move_tensor_to_cpu(t)
+    assert isinstance(out, np.ndarray) and np.shares_memory(out, t.numpy()) and kept is t
+    assert token_dispatcher.maybe_move_tensor_to_cpu is original
