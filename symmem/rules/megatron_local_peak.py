@@ -1,5 +1,5 @@
 """The peak of one training iteration of Megatron-Core 0.16.1's local spec on a rank, as `symmem measure
---framework megatron-core` measures it (every live storage of the process at an op boundary). Three events are
+--framework megatron-core` measures it (every live storage of the process at an op boundary). Four events are
 modelled, and the peak is the largest:
 
 * the optimizer step (`step_peak`), where the tiny runs peak: Adam's moments are made group by group while the
@@ -8,16 +8,18 @@ modelled, and the peak is the largest:
   kept is still alive, with the loss's gradient (in place of the softmax) and the output layer's input and weight
   gradients. Larger b·s peak here in FP32 runs;
 * the cross-entropy's forward (`loss_peak`), where the logits and their FP32 copy are alive: larger b·s peak here
-  in BF16 runs.
+  in BF16 runs;
+* the last layer's attention backward (`attention_peak`), where four [b n, s, s] FP32 gradients are alive at once:
+  larger s peak here.
 
-Other events of the forward and backward (a layer's backward at larger b·s, the recomputation of selective
-recompute, the 1F1B schedule's micro-batches in flight) are not modelled: where the real peak is there, the
+Other events of the forward and backward (a norm's backward, the recomputation of selective recompute, the 1F1B
+schedule's micro-batches in flight) are not modelled: where the real peak is there, the
 prediction is lower and the command says DIFFERENT. Paths are in the installed package (`megatron/core/`, 0.16.1).
 """
 
 from __future__ import annotations
 
-from symmem.rules.megatron_local import Dims, Weight, ddp_buffers, saved_per_layer, states, weights
+from symmem.rules.megatron_local import Dims, Weight, ddp_buffers, layer_saved, saved_per_layer, states, weights
 
 # The optimizer step (`step_peak`). At the k-th parameter that torch's single-tensor AdamW updates
 # (torch/optim/adam.py `_single_tensor_adam`: weight decay in place; `denom = (exp_avg_sq.sqrt() /
@@ -195,12 +197,42 @@ def loss_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b:
             "forward, the cross-entropy's copy of the target logits")
 
 
+# The last layer's attention backward (`attention_peak`; Llama-like, FP32, PP 1, no recomputation), at the
+# backward of the in-place `attention_scores.masked_fill_(mask, -10000.0)` (`transformer/utils.py:50`) on a view
+# of the attention-score buffer: autograd's CopySlices (torch/csrc/autograd/functions/tensor.cpp) makes the
+# gradient of the whole base (`new_zeros`), its result (`new_empty_strided`), a copy of the view's gradient
+# (`clone`) and masked_fill's gradient: four [b n, s, s] FP32 tensors at once. The rank holds then what it held
+# before the iteration and what the forward leaves for the process; every other layer's saved tensors; of the last
+# layer's, those its backward has not reached yet: the input norm's (FP32 input, rstd, normalised input, output),
+# the four RoPE tables, q after RoPE, k (repeated to n heads when g < n) and the causal mask (its softmax output,
+# v, the attention's output and its MLP's are released); the embedding's indices and the four scalars of the
+# head event (the head's own tensors are released); and the gradients in flight: the residual's [s b, h]
+# (accumulated), v's [b n, s, d] and the four above.
+
+
+def attention_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
+                   microbatches: int, recompute: str = "none") -> tuple[int, str] | None:
+    """The bytes a rank holds at the last layer's masked_fill backward; None where not modelled."""
+    if d.kind != "llama" or d.experts or d.tied or bf16 or pp > 1 or recompute != "none":
+        return None
+    e, rows, n, hd = 4, b * s, d.heads // tp, d.head_dim
+    per_layer = sum(n_ for _, n_ in layer_saved(d, tp, b, s, bf16))
+    last = 3 * rows * d.h * 4 + rows * 4 + 4 * s * hd * e + 2 * rows * n * hd * e + s * s
+    embedding = rows * 8 if tp == 1 else rows * (8 + 1)
+    grads = rows * d.h * 4 + rows * n * hd * 4 + 4 * b * n * s * s * 4
+    return (_before(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches) + _forward_left(d, tp, b, s, e)
+            + (d.layers - 1) * per_layer + last + embedding + 4 * 4 + (microbatches - 1) * 4 + grads,
+            "backward, the last layer's attention-mask gradient")
+
+
 def peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
          microbatches: int, recompute: str = "none") -> tuple[tuple[int, str] | None, list[str]]:
     """The larger of the modelled events (None when the optimizer step is not modelled), and what is not."""
     step = step_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches)
     events = [e for e in (head_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),
-                          loss_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute)) if e]
+                          loss_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),
+                          attention_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute))
+              if e]
     notes = []
     if step is None:
         notes.append("peak: not modelled with MoE layers at TP > 1 (what the alltoall dispatcher keeps then is not "

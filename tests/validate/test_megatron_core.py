@@ -134,11 +134,13 @@ MATRIX = {
     "head-tp1-b4-m2": (WIDE_VOCAB, ["-b", "4", "--microbatches", "2"]),
     "head-tp2-selective-b4": (WIDE_VOCAB, ["--tp", "2", "--recompute", "selective", "-b", "4"]),
     "loss-tp2-bf16-b4": (WIDE_VOCAB, ["--tp", "2", "--dtype", "bf16", "-b", "4"]),
+    "attn-dp2-b2-s96": (LLAMA, ["--dp", "2", "-b", "2", "-s", "96"]),
 }
 # where these peak (the others: the optimizer step)
 EVENTS = {"head-tp1-b4-m2": ("mm.default", "backward, the output layer's weight gradient"),
           "head-tp2-selective-b4": ("mm.default", "backward, the output layer's weight gradient"),
-          "loss-tp2-bf16-b4": ("clone.default", "forward, the cross-entropy's copy of the target logits")}
+          "loss-tp2-bf16-b4": ("clone.default", "forward, the cross-entropy's copy of the target logits"),
+          "attn-dp2-b2-s96": ("masked_fill.Scalar", "backward, the last layer's attention-mask gradient")}
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +198,7 @@ def test_peak_equal_and_exit_0(runs, case):
     """The peak too, on every rank, and the command exits 0 (EQUAL), at the event predicted: the optimizer step
     (MoE at EP 1: the experts are stepped by the dense optimizer, and the dispatchers' routing tensors outlive the
     iteration), or for the wide-vocabulary runs the output layer's weight-gradient GEMM in backward (FP32) or the
-    cross-entropy's forward (BF16)."""
+    cross-entropy's forward (BF16), or at s = 96 the last layer's attention-mask gradient in backward."""
     code, out = runs(case)
     for r in out["ranks"]:
         m, p = r["measured"], r["predicted"]
