@@ -5,7 +5,8 @@ Compared per rank: `states` (parameters, DDP buffers, optimizer tensors), `saved
 the rank keeps for backward in one micro-batch; the total is printed, the comparison is layer by layer) and `peak`
 (the most live bytes at any op boundary of the iteration; predicted by `symmem.rules.megatron_local_peak` as the
 largest of four events: the optimizer step, the cross-entropy's forward, the first GEMM of the backward and the last
-layer's attention backward; not with MoE layers at TP > 1: there the run is DIFFERENT, exit 1, and says what is not modelled).
+layer's attention backward; not with MoE layers at TP > 1: there the run is DIFFERENT, exit 1, and says what is
+not modelled).
 """
 
 from __future__ import annotations
