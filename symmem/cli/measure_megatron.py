@@ -4,9 +4,9 @@ CPU, per rank, measured (`symmem.validate.megatron_core`) and predicted (`symmem
 Compared per rank: `states` (parameters, DDP buffers, optimizer tensors), `saved` (what each transformer layer of
 the rank keeps for backward in one micro-batch; the total is printed, the comparison is layer by layer) and `peak`
 (the most live bytes at any op boundary of the iteration; predicted by `symmem.rules.megatron_local_peak` as the
-largest of four events: the optimizer step, the cross-entropy's forward, the first GEMM of the backward and the last
-layer's attention backward; not with MoE layers at TP > 1: there the run is DIFFERENT, exit 1, and says what is
-not modelled).
+largest of five events: the optimizer step, the cross-entropy's forward, the first GEMM of the backward, the final
+norm's backward and the last layer's attention backward; not with MoE layers at TP > 1: there the run is DIFFERENT,
+exit 1, and says what is not modelled).
 """
 
 from __future__ import annotations
@@ -108,9 +108,9 @@ def run(args) -> int:
                                    "layer. saved_outside_layers (embedding, output layer, loss, full "
                                    "recomputation's checkpoints) is measured, not yet predicted. peak: every live "
                                    "storage of the process at an op boundary, states and the runner's inputs "
-                                   "included; predicted as the largest of four events (the optimizer "
-                                   "step, the cross-entropy's forward, the output layer's weight gradient and the "
-                                   "last layer's attention backward; peak_at names it)."},
+                                   "included; predicted as the largest of five events (the optimizer "
+                                   "step, the cross-entropy's forward, the output layer's weight gradient, the final "
+                                   "norm's backward and the last layer's attention backward; peak_at names it)."},
                          indent=2, sort_keys=True))
         return 0 if ok else 1
     print(f"{args.config}: Megatron-Core 0.16.1 (local spec, CPU, gloo), TP {args.tp} PP {args.pp} DP {args.dp} "

@@ -1,5 +1,5 @@
 """The peak of one training iteration of Megatron-Core 0.16.1's local spec on a rank, as `symmem measure
---framework megatron-core` measures it (every live storage of the process at an op boundary). Four events are
+--framework megatron-core` measures it (every live storage of the process at an op boundary). Five events are
 modelled, and the peak is the largest:
 
 * the optimizer step (`step_peak`), where the tiny runs peak: Adam's moments are made group by group while the
@@ -7,12 +7,15 @@ modelled, and the peak is the largest:
 * the first GEMM of the backward (`head_peak`), the output layer's weight gradient: every activation the forward
   kept is still alive, with the loss's gradient (in place of the softmax) and the output layer's input and weight
   gradients. Larger b·s peak here in FP32 runs;
+* the final norm's backward (`norm_peak`), right after: five [s b, h] FP32 gradient parts of the decomposed
+  rms_norm; a vocabulary narrow against h, or TP > 1, peaks here (at TP > 1 the measurement of this event varies
+  by the output layer's input gradient, all-reduced asynchronously under gloo);
 * the cross-entropy's forward (`loss_peak`), where the logits and their FP32 copy are alive: larger b·s peak here
   in BF16 runs;
 * the last layer's attention backward (`attention_peak`), where four [b n, s, s] FP32 gradients are alive at once:
   larger s peak here.
 
-Other events of the forward and backward (a norm's backward, the recomputation of selective recompute, the 1F1B
+Other events of the forward and backward (a layer's norm backward, the recomputation of selective recompute, the 1F1B
 schedule's micro-batches in flight) are not modelled: where the real peak is there, the
 prediction is lower and the command says DIFFERENT. Paths are in the installed package (`megatron/core/`, 0.16.1).
 """
@@ -164,6 +167,24 @@ def head_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b:
     return held + rows * d.h * e + vocab * d.h * e, "backward, the output layer's weight gradient"
 
 
+# The final norm's backward (`norm_peak`; the models of `head_peak`), after the output layer's: the loss's
+# gradient (the logits' storage), the output layer's input gradient and its weight gradient (added into the
+# gradient buffer by DDP's hook, `distributed/distributed_data_parallel.py:440`) are released, and so are the final
+# norm's normalised input, output and rstd as their nodes run; torch's rms_norm (decomposed: pow, mean, rsqrt, mul)
+# then holds five [s b, h] FP32 gradient parts at once, before they are added into its input's gradient.
+
+
+def norm_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
+              microbatches: int, recompute: str = "none") -> tuple[int, str] | None:
+    """The bytes a rank holds at the last gradient part of the final RMSNorm's backward; None where not modelled."""
+    head = head_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute)
+    if head is None:
+        return None
+    rows, vocab = b * s, d.vocab // tp
+    released = rows * d.h * 4 + vocab * d.h * 4 + rows * vocab * 4 + 2 * rows * d.h * 4 + rows * 4
+    return head[0] - released + 5 * rows * d.h * 4, "backward, the final norm's gradient"
+
+
 # The cross-entropy's forward (`loss_peak`; the same models as `head_peak`, FP32 or BF16), at the copy of the
 # target logits (`tensor_parallel/cross_entropy.py:60`), still inside GPTModel.forward. The rank holds what it held
 # before the iteration, what the forward leaves for the process, every layer's saved tensors, the final RMSNorm's
@@ -231,6 +252,7 @@ def peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int,
     step = step_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches)
     events = [e for e in (head_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),
                           loss_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),
+                          norm_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),
                           attention_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute))
               if e]
     notes = []

@@ -21,6 +21,10 @@ GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_si
 WIDE_VOCAB = {"model_type": "llama", "hidden_size": 96, "intermediate_size": 192, "num_attention_heads": 6,
               "num_key_value_heads": 6, "num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 128,
               "tie_word_embeddings": False}
+# Never used to write a rule: a narrower vocabulary than h, so the final norm's backward outweighs the head's.
+NARROW_VOCAB = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 8,
+                "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 64, "max_position_embeddings": 128,
+                "tie_word_embeddings": False}
 MOE = {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
        "shared_expert_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2, "num_attention_heads": 4,
        "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 64,
@@ -135,12 +139,14 @@ MATRIX = {
     "head-tp2-selective-b4": (WIDE_VOCAB, ["--tp", "2", "--recompute", "selective", "-b", "4"]),
     "loss-tp2-bf16-b4": (WIDE_VOCAB, ["--tp", "2", "--dtype", "bf16", "-b", "4"]),
     "attn-dp2-b2-s96": (LLAMA, ["--dp", "2", "-b", "2", "-s", "96"]),
+    "norm-narrow-vocab-b4": (NARROW_VOCAB, ["-b", "4"]),
 }
 # where these peak (the others: the optimizer step)
 EVENTS = {"head-tp1-b4-m2": ("mm.default", "backward, the output layer's weight gradient"),
           "head-tp2-selective-b4": ("mm.default", "backward, the output layer's weight gradient"),
           "loss-tp2-bf16-b4": ("clone.default", "forward, the cross-entropy's copy of the target logits"),
-          "attn-dp2-b2-s96": ("masked_fill.Scalar", "backward, the last layer's attention-mask gradient")}
+          "attn-dp2-b2-s96": ("masked_fill.Scalar", "backward, the last layer's attention-mask gradient"),
+          "norm-narrow-vocab-b4": ("mul.Tensor", "backward, the final norm's gradient")}
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +204,8 @@ def test_peak_equal_and_exit_0(runs, case):
     """The peak too, on every rank, and the command exits 0 (EQUAL), at the event predicted: the optimizer step
     (MoE at EP 1: the experts are stepped by the dense optimizer, and the dispatchers' routing tensors outlive the
     iteration), or for the wide-vocabulary runs the output layer's weight-gradient GEMM in backward (FP32) or the
-    cross-entropy's forward (BF16), or at s = 96 the last layer's attention-mask gradient in backward."""
+    cross-entropy's forward (BF16), at s = 96 the last layer's attention-mask gradient in backward, and with a
+    vocabulary narrower than h the final norm's backward."""
     code, out = runs(case)
     for r in out["ranks"]:
         m, p = r["measured"], r["predicted"]
