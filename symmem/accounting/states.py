@@ -17,12 +17,15 @@ RECIPES = {
     "paper": Precision("paper", 2, 4, 0, 8),
     # Megatron mixed precision: BF16 weights, FP32 main gradients, FP32 master weights, Adam moments.
     "megatron": Precision("megatron", 2, 4, 4, 8),
+    # FP32 weights and gradients, Adam's two FP32 moments; the weights are the master copy (Megatron-Core's local
+    # spec run in FP32, symmem measure --framework megatron-core).
+    "fp32": Precision("fp32", 4, 4, 0, 8),
 }
 
 
 def recipe(name: str) -> Precision:
-    """A named precision recipe: `paper` (2 + 4 + 8 bytes per parameter), `megatron` (2 + 4 + 4 + 8), or an FP8/FP4
-    recipe of `symmem.precision` (`te-mxfp8`, `deepseek-v3-fp8`, ...)."""
+    """A named precision recipe: `paper` (2 + 4 + 8 bytes per parameter), `megatron` (2 + 4 + 4 + 8), `fp32`
+    (4 + 4 + 8), or an FP8/FP4 recipe of `symmem.precision` (`te-mxfp8`, `deepseek-v3-fp8`, ...)."""
     if name in RECIPES:
         return RECIPES[name]
     from symmem.precision.recipes import RECIPES as LOW

@@ -9,8 +9,8 @@ names of `scales` are loaded when first used.
 
 from __future__ import annotations
 
-# The BF16 recipes (symmem.accounting.states) and the FP8/FP4 ones (symmem.precision.recipes), in that order.
-RECIPE_NAMES = ("paper", "megatron", "te-delayed", "te-current", "te-blockwise", "te-mxfp8", "te-nvfp4",
+# The BF16 and FP32 recipes (symmem.accounting.states) and the FP8/FP4 ones (symmem.precision.recipes), in that order.
+RECIPE_NAMES = ("paper", "megatron", "fp32", "te-delayed", "te-current", "te-blockwise", "te-mxfp8", "te-nvfp4",
                 "deepseek-v3-fp8", "torchao-float8-tensorwise", "torchao-float8-rowwise",
                 "torchao-float8-rowwise-gw-hp")
 
