@@ -22,6 +22,7 @@ MODULES = (
     "rules_comparison",
     "korthikanti_table2",
     "deepseek_generations",
+    "precision_recipes",
     "measured_runs",
     "measured_step_times",
 )

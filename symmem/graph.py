@@ -61,6 +61,9 @@ class Tensor:
     # it keeps the whole base alive; a cast to the dtype its source already has is the source itself.
     view_of: str | None = None  # the tensor whose storage this one views
     cast_of: str | None = None  # the tensor this one is a dtype conversion of
+    # A quantized copy's layout (symmem.precision.saved.QuantizedLayout): its bytes are data plus scale tensors,
+    # from its local shape, not elements × dtype bytes. None: a plain tensor.
+    packing: object | None = None
 
 
 @dataclass(frozen=True)

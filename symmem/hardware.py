@@ -8,8 +8,8 @@ from the vendor's datasheet (the SXM parts; dense, i.e. without 2:4 sparsity; ba
 * H800 SXM: as H100 SXM but NVLink 400 GB/s bidirectional (the export part; NVIDIA H800 product brief).
 * H200 SXM: NVIDIA H200 Tensor Core GPU datasheet: 141 GB HBM3e at 4.8 TB/s, compute as H100 SXM, NVLink 900 GB/s.
 * B200 (HGX B200): NVIDIA HGX B200 datasheet: FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense), FP8 9 (4.5 dense),
-  HBM3e 8 TB/s, fifth-generation NVLink 1.8 TB/s bidirectional per GPU; 192 GB as symmem's capacity table has it
-  (`symmem.units.GPUS`).
+  FP4 18 (9 dense; the only part here with FP4 tensor cores), HBM3e 8 TB/s, fifth-generation NVLink 1.8 TB/s
+  bidirectional per GPU; 192 GB as symmem's capacity table has it (`symmem.units.GPUS`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,15 @@ class GPU:
     fp8: float | None  # dense FP8 FLOP/s (None: no FP8 tensor cores)
     hbm: float  # bytes/s
     nvlink: float  # bytes/s per direction, per GPU
+    fp4: float | None = None  # dense FP4 FLOP/s (None: no FP4 tensor cores)
+
+    def rate(self, fmt: str) -> float:
+        """Dense tensor-core FLOP/s in `fmt` (bf16, fp8, fp4); a format the part lacks is one line."""
+        value = {"bf16": self.bf16, "fp8": self.fp8, "fp4": self.fp4}[fmt]
+        if value is None:
+            raise SymmemError(f"gpu = {self.name}: has no {fmt.upper()} tensor cores (the precision recipe's GEMMs "
+                              "run in it)")
+        return value
 
 
 GPUS = {g.name: g for g in (
@@ -37,7 +46,7 @@ GPUS = {g.name: g for g in (
     GPU("H100", 80 * GB, 989 * T, 1979 * T, 3350 * GB, 450 * GB),
     GPU("H800", 80 * GB, 989 * T, 1979 * T, 3350 * GB, 200 * GB),
     GPU("H200", 141 * GB, 989 * T, 1979 * T, 4800 * GB, 450 * GB),
-    GPU("B200", 192 * GB, 2250 * T, 4500 * T, 8000 * GB, 900 * GB),
+    GPU("B200", 192 * GB, 2250 * T, 4500 * T, 8000 * GB, 900 * GB, 9000 * T),
 )}
 
 

@@ -3,6 +3,10 @@ layout and the framework's own buffers.
 
 * `paper`: the paper's accounting (Korthikanti et al. 2022 as arXiv 2502.07846 applies it); no framework buffers.
 * `torch-eager`: PyTorch eager autograd as Hugging Face transformers runs a model on one device.
+* `megatron-local`: Megatron-Core 0.16.1 with its local (non-TransformerEngine) layer spec as `symmem measure
+  --framework megatron-core` runs it on the CPU (FP32, distributed optimizer, no sequence parallelism): rule set
+  `megatron-local` (symmem/rules/megatron_local_ops.py), the DDP buffers' padding, Adam's step counters, the
+  attention-score buffer and the RoPE tables. Llama-family models.
 * `megatron-te`: Megatron-Core at Megatron-LM commit 23e00ed0963c35382dfe8a5a94fb3cda4d21e133 with
   TransformerEngine 2.11 (BF16, distributed optimizer, FP32 gradient accumulation): rule set `megatron-te`
   (symmem/rules/megatron_te.py), Megatron's padded vocabulary, the DDP buffers' padding, TransformerEngine's dummy
@@ -203,6 +207,48 @@ def _pipeline_gradients(scn, stage) -> list[tuple[str, Tensor]]:
     return out
 
 
+# -------------------------------------------------------------------------------------------- megatron-local
+def _local_buffers(scn, stage, parts, values) -> list[Buffer]:
+    """Megatron-Core 0.16.1's local spec (symmem/rules/megatron_local.py and megatron_local_peak.py, which cite
+    each): the DDP buffers' padding for Megatron's own parameters (linear_qkv and linear_fc1 fused), Adam's `step`
+    per parameter shard (those of DP rank 0), the global attention-score buffer, the RoPE tables and the
+    optimizer's scalars. Llama-family models only."""
+    from symmem.rules import megatron_local as ml
+    from symmem.symbols import b as b_symbol
+
+    model = scn.model
+    if model.family.name != "llama":
+        raise SymmemError(f"profile 'megatron-local': {model.family.name} models are not modelled (llama only)")
+    v = {k.name: n for k, n in model.substitutions().items()}
+    d = ml.Dims("llama", v["h"], v["L"], v["n_h"], v["n_kv"], v["d_h"], v["h_F"], v["V"], 0, True, False,
+                model.tie_word_embeddings)
+    tp, dp = scn.parallel.tp, scn.parallel.dense_shard
+    keep = [f"decoder.layers.{i}." for i in stage.layers]
+    if stage.embedding:
+        keep.append("embedding.")
+    if stage.head:
+        keep += ["decoder.final_layernorm.", "output_layer."]
+    ws = [w for w in ml.weights(d, tp, 1, 0) if w.name.startswith(tuple(keep))]
+    p = scn.precision
+    bufs = ml.ddp_buffers(ws, dp, True, p.weight_bytes == 2)
+    pad = sum(buf.numel - sum(w.numel for w, _, _ in buf.ranges) for buf in bufs)
+    steps = sum(1 for buf in bufs for _w, a, c in buf.ranges if a < buf.numel // dp)
+    b_, s_ = values[b_symbol], values[s_symbol]
+    return [
+        Buffer(f"DDP buffer padding ({pad:,} elements)", pad * (p.weight_bytes + p.grad_bytes),
+               "megatron/core/distributed/param_and_grad_buffer.py:635-665, :701-735 (0.16.1)"),
+        Buffer(f"Adam step counters ({steps}, FP32)", 4 * steps, "torch/optim/adam.py _init_group; "
+               "megatron/core/optimizer/distrib_optimizer.py:112-171 (DP rank 0's shards)"),
+        Buffer("attention-score buffer [b n, s, s] (global memory buffer)",
+               b_ * (d.heads // tp) * s_ * s_ * scn.act_bytes,
+               "megatron/core/transformer/dot_product_attention.py:189 (0.16.1)"),
+        Buffer("RoPE table [s, d] and inv_freq [d/2] (FP32)", 4 * (s_ * d.head_dim + d.head_dim // 2),
+               "megatron/core/models/common/embeddings/rotary_pos_embedding.py (0.16.1)"),
+        Buffer("optimizer and loss-scale scalars", 12, "megatron/core/optimizer/optimizer.py:481, :485; "
+               "transformer/multi_token_prediction.py:546 (0.16.1)"),
+    ]
+
+
 PROFILES = {
     "paper": Profile("paper", "paper", "the paper's accounting (Korthikanti et al. 2022, arXiv 2502.07846)"),
     "torch-eager": Profile("torch-eager", "torch-eager", "PyTorch eager autograd (transformers on one device)"),
@@ -216,6 +262,11 @@ PROFILES = {
         # megatron/training/arguments.py:836-842 turns it off at TP 1, where it changes nothing), its MoE block
         # sequence-sharded
         sequence_parallel=True, allocation_order=True, ddp_padding=True),
+    "megatron-local": Profile(
+        "megatron-local", "megatron-local",
+        "Megatron-Core 0.16.1, local (non-TE) spec, FP32, distributed optimizer, no sequence parallelism "
+        "(measured on the CPU by symmem measure --framework megatron-core)",
+        buffers=_local_buffers, precision="fp32", zero=1, ddp_padding=True),
 }
 
 

@@ -144,7 +144,7 @@ class Scenario:
 
     @property
     def m(self) -> int:
-        return self.parallel.pp if self.microbatches is None else self.microbatches
+        return self.schedule.default_microbatches(self.parallel.pp) if self.microbatches is None else self.microbatches
 
     @cached_property
     def profile(self):
@@ -157,7 +157,13 @@ class Scenario:
 
     @cached_property
     def rules(self) -> RuleSet:
-        return rule_set(self.profile.rules if self.profile_name is not None else self.rules_name)
+        """The rule set, under the precision recipe's rules on saved tensors when it has any (FP8, FP4)."""
+        base = rule_set(self.profile.rules if self.profile_name is not None else self.rules_name)
+        if self.precision.low_precision is None:
+            return base
+        from symmem.precision.apply import with_precision
+
+        return with_precision(base, self.precision)
 
     def size_values(self) -> dict:
         """The model's sizes as the implementation allocates them (Megatron pads the vocabulary); a copy."""
@@ -259,7 +265,7 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         precision = Precision(prec.get("recipe", "custom") if "recipe" in prec else "custom",
                               prec.get("weight_bytes", base.weight_bytes), prec.get("grad_bytes", base.grad_bytes),
                               prec.get("master_bytes", base.master_bytes),
-                              prec.get("optimizer_bytes", base.optimizer_bytes))
+                              prec.get("optimizer_bytes", base.optimizer_bytes), base.low_precision)
     else:
         precision = recipe(prec.get("recipe", "paper"))
     tr = _take(top.get("training", {}), {

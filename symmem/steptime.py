@@ -19,8 +19,10 @@ when interleaved, ZB-1P's and DualPipe's from their papers);
 then the data-parallel gradient and parameter traffic (`symmem.comm.dp_bytes`: the distributed optimizer's FP32
 gradient reduce-scatter and BF16 parameter all-gather), not overlapped in the measured runs
 (`overlap_grad_reduce` and `overlap_param_gather` off), at NVLink's bandwidth; and `FIXED_SECONDS` per iteration
-(the optimizer step and what the model leaves out). Not modelled: scale-out networks (every measured run is one
-8-GPU node), overlap of any kind, FP8 throughput.
+(the optimizer step and what the model leaves out). Under an FP8/FP4 recipe the eligible GEMMs (every linear but
+the router and the output head) run at the GPU's dense FP8/FP4 rate at the same efficiency: uncalibrated, no
+measured low-precision iteration is in the project. Not modelled: scale-out networks (every measured run is one
+8-GPU node), overlap of any kind.
 
 The constants are fitted (`fit`) by least squares on the relative error of the 18 measured iterations of
 symmem/data/megatron_b200.json (six runs at 4, 8 and 32 micro-batches; SimuMax's published measurements), the same
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import sympy
 
@@ -56,6 +59,8 @@ class StepFeatures:
     slots: float  # M + (PP - 1) / v
     moe: bool
     cp_bytes_mb: float = 0.0  # the context-parallel ring: overlapped with the attention, reported, not timed
+    flops_low_mb: float = 0.0  # of flops_mb, the GEMMs an FP8/FP4 recipe runs in low precision
+    low_format: str = "bf16"  # their tensor-core format (fp8, fp4)
 
 
 @dataclass(frozen=True)
@@ -75,32 +80,87 @@ class StepTime:
                     "efficiency": dict(EFFICIENCY), "tp_bandwidth": TP_BANDWIDTH, "fixed_seconds": FIXED_SECONDS}}
 
 
-def _stage_flops(scn, stage, hardware: bool) -> float:
+_FLOPS: dict = {}  # what one micro-batch's FLOPs depend on -> exact FLOPs (the sweep times thousands of alike)
+
+
+def _parts_flops(scn, parts_key, parts, hardware: bool) -> tuple[Fraction, Fraction]:
+    """The `megatron` convention's FLOPs of one micro-batch through `parts` (global sizes, forward and backward,
+    with `hardware` the recomputed forward again), exact, and of those the GEMMs an FP8/FP4 recipe runs in low
+    precision (`symmem.precision.saved.eligible`: every linear but the router and the output head); cached on the
+    model, its dataflow convention, the recomputation, the sizes as allocated, b, s and whether a recipe applies."""
     from symmem.accounting.analysis import values
     from symmem.accounting.evaluate import evaluate
     from symmem.flops import op_flops
+    from symmem.precision.saved import eligible
+
+    low_precision = scn.precision.low_precision is not None
+    key = (scn.model, scn.convention, scn.policy if hardware else None, scn.size_key, scn.b, scn.s, parts_key,
+           hardware, low_precision)
+    if key not in _FLOPS:
+        vals = values(scn)
+        total, low = Fraction(0), Fraction(0)
+        for part, op, _fwd, op_total in op_flops(scn, parts, hardware, "megatron"):
+            value = part.count * evaluate(sympy.sympify(op_total), vals)
+            total += value
+            if low_precision and eligible(op):
+                low += value
+        if len(_FLOPS) > 4096:
+            _FLOPS.clear()
+        _FLOPS[key] = (total, low)
+    return _FLOPS[key]
+
+
+def _stage_flops(scn, stage, hardware: bool) -> tuple[float, float]:
     from symmem.model import stage_parts
 
-    vals = values(scn)
-    total = 0.0
-    for part, _op, _fwd, op_total in op_flops(scn, stage_parts(scn.model, stage, scn.convention), hardware,
-                                              "megatron"):
-        total += part.count * float(evaluate(sympy.sympify(op_total), vals))
-    return total / (scn.parallel.tp * scn.parallel.cp)
+    parts = stage_parts(scn.model, stage, scn.convention)
+    total, low = _parts_flops(scn, ("stage", stage), parts, hardware)
+    n = scn.parallel.tp * scn.parallel.cp
+    return float(total) / n, float(low) / n
+
+
+def model_flops_value(scn, hardware: bool) -> int:
+    """`symmem.flops.model_flops` under the `megatron` convention at the scenario's b, s and sizes: an integer."""
+    from symmem.model import model_parts
+
+    parts = model_parts(scn.model, scn.convention, with_mtp=scn.mtp)
+    value = _parts_flops(scn, ("model", scn.mtp), parts, hardware)[0]
+    if value.denominator != 1:
+        raise AssertionError("a fractional FLOP count")  # a bug of the rules, never input
+    return int(value)
+
+
+_PER_MICROBATCH: dict = {}  # (activation key, sizes, b, s, stages) -> (busiest stage's FLOPs, its bytes by axis)
+
+
+def _per_microbatch(scn) -> tuple[float, dict[str, float]]:
+    """The busiest stage's hardware FLOPs and communication bytes per micro-batch, by axis; the same for every
+    micro-batch count, ZeRO stage and schedule, so cached on what they depend on."""
+    from symmem.comm import stage_comm_bytes
+    from symmem.symbols import b, s
+
+    key = (scn.activation_key, scn.size_key, scn.b, scn.s, scn.stages, scn.precision.low_precision is not None)
+    if key not in _PER_MICROBATCH:
+        flops = {st: _stage_flops(scn, st, True) for st in scn.stages}
+        busiest = max(scn.stages, key=lambda st: flops[st][0])
+        at = {**scn.size_values(), b: scn.b, s: scn.s}
+        comm = {k: float(v.xreplace(at)) for k, v in stage_comm_bytes(scn, busiest).items()}
+        if len(_PER_MICROBATCH) > 512:
+            _PER_MICROBATCH.clear()
+        _PER_MICROBATCH[key] = (flops[busiest], comm)
+    return _PER_MICROBATCH[key]
 
 
 def features(scn) -> StepFeatures:
-    from symmem.comm import dp_bytes, stage_comm_bytes
-    from symmem.symbols import b, s
+    from symmem.comm import dp_bytes
 
-    par = scn.parallel
-    busiest = max(scn.stages, key=lambda st: _stage_flops(scn, st, True))
-    at = {**scn.size_values(), b: scn.b, s: scn.s}
-    comm = {k: float(v.subs(at)) for k, v in stage_comm_bytes(scn, busiest).items()}
-    return StepFeatures(_stage_flops(scn, busiest, True), comm.get("tp", 0.0) + comm.get("etp", 0.0),
-                        comm.get("ep", 0.0), max(dp_bytes(scn, st) for st in scn.stages), comm.get("pp", 0.0),
-                        scn.m + bubble_slots(scn.schedule, par.pp), scn.model.family.routed_experts is not None,
-                        comm.get("cp", 0.0))
+    (flops, low), comm = _per_microbatch(scn)
+    lp = scn.precision.low_precision
+    return StepFeatures(flops, comm.get("tp", 0.0) + comm.get("etp", 0.0), comm.get("ep", 0.0),
+                        max(dp_bytes(scn, st) for st in scn.stages), comm.get("pp", 0.0),
+                        scn.m + bubble_slots(scn.schedule, scn.parallel.pp),
+                        scn.model.family.routed_experts is not None, comm.get("cp", 0.0), low,
+                        lp.gemm if lp is not None else "bf16")
 
 
 def bubble_slots(schedule, pp: int) -> float:
@@ -128,15 +188,15 @@ def seconds(f: StepFeatures, g: GPU, efficiency=None, tp_bandwidth: float | None
             fixed: float | None = None) -> float:
     eff = (efficiency or EFFICIENCY)["moe" if f.moe else "dense"]
     bw = TP_BANDWIDTH if tp_bandwidth is None else tp_bandwidth
-    slot = f.flops_mb / (g.bf16 * eff) + f.tp_bytes_mb / (g.nvlink * bw) + f.ep_bytes_mb / g.nvlink
+    compute = (f.flops_mb - f.flops_low_mb) / (g.bf16 * eff)
+    if f.flops_low_mb:
+        compute += f.flops_low_mb / (g.rate(f.low_format) * eff)
+    slot = compute + f.tp_bytes_mb / (g.nvlink * bw) + f.ep_bytes_mb / g.nvlink
     return f.slots * slot + f.dp_bytes / g.nvlink + (FIXED_SECONDS if fixed is None else fixed)
 
 
 def step_time(scn, gpu_name: str | None = None) -> StepTime:
     """The estimated iteration of the scenario's job on `gpu_name` (or the scenario's GPU)."""
-    from symmem.flops import model_flops
-    from symmem.symbols import b, s
-
     name = gpu_name or scn.gpu_name
     if name is None:
         raise SymmemError("gpu: the step time needs a GPU by name (--gpu H100, H800, H200, B200, A100)")
@@ -144,10 +204,9 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     f = features(scn)
     t = seconds(f, g)
     par = scn.parallel
-    at = {**scn.size_values(), b: scn.b, s: scn.s}
     replicas = scn.m * par.dp
-    fm = int(model_flops(scn.replace(flops_convention="megatron"), False, "megatron")[0].subs(at)) * replicas
-    fh = int(model_flops(scn.replace(flops_convention="megatron"), True, "megatron")[0].subs(at)) * replicas
+    fm = model_flops_value(scn, False) * replicas
+    fh = model_flops_value(scn, True) * replicas
     tokens = scn.b * scn.s * replicas
     comm = {"tp": int(f.tp_bytes_mb * scn.m), "cp": int(f.cp_bytes_mb * scn.m), "ep": int(f.ep_bytes_mb * scn.m),
             "pp": int(f.pp_bytes_mb * scn.m), "dp": int(f.dp_bytes)}

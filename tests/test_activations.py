@@ -44,6 +44,11 @@ def test_full_recomputation_formula(paper):
 
 
 def test_table10_totals_at_b1(paper):
+    # The paper's Table 10 (b = 1, s = 4096), and by hand from its Section 5 formulas above at V3's sizes
+    # (h 7168, d_cq 1536, d_c 512, d_h = d_hr·2 = 128, n_h 128, N 256, N_r 8, h_E 2048):
+    # MLA 293,601,280 + 67,108,864 + 1,073,741,824 + 268,435,456 + 21,474,836,480 = 23,177,723,904;
+    # MoE 587,202,560 + 16,777,216 + 262,144 + 620,756,992 + 268,435,456 = 1,493,434,368; sum 24,671,158,272.
+    # Full recomputation 8bsh + 8bsN_r = 234,881,024 + 262,144 = 235,143,168.
     vals = values(paper)
     assert to_int(stage_activation_expr(paper, paper.stages[1]), vals) == 24_671_158_272
     full = paper.replace(recompute_name="full")
@@ -128,6 +133,8 @@ def test_sequence_sharding_divides_the_moe_block_by_t(paper):
     assert sympy.expand(got[True]["moe"] - (layers * moe_layer(b_ * s_ / t_)).subs(t_, 2)) == 0
     assert sympy.expand(got[True]["mla"] - got[False]["mla"]) == 0
     # in bytes at the paper's sizes (b = 1, s = 4096): the unsharded MoE block, halved at t = 2
+    # 1,493,434,368 is also the paper's Section 5 MoE formula at b = 1, s = 4096 (worked by hand in
+    # test_table10_totals_at_b1), which equals the engine's form here (N = 256, N_s = 1)
     REGRESSION_MOE_STAGE1 = 1_493_434_368  # also README, "The two hypotheses" (paper-megatron is 2,919,366,656)
     assert to_int(got[False]["moe"], values(paper)) == REGRESSION_MOE_STAGE1
     assert to_int(got[True]["moe"], values(sharded)) == REGRESSION_MOE_STAGE1 // 2

@@ -84,7 +84,8 @@ def test_params_and_states_quantities(capsys):
     code, out, _ = check(capsys, "--quantity", "gpu.params.experts", "--json", "132*3*h*h_E")
     assert code == 0 and json.loads(out)["verdict"].startswith("EQUAL")
     code, out, _ = check(capsys, "--quantity", "gpu.states", "--zero", "3", "--json", "0")
-    # the paper's Table 8: ZeRO-3 (os+g+params) per GPU of stages 1-14, 9.66 GiB = 10,374,131,712 bytes
+    # the paper's Table 8: ZeRO-3 (os+g+params) per GPU of stages 1-14, 9.66 GiB = 10,374,131,712 bytes; by hand,
+    # (429,719,552 non-MoE / DP 32 + 5,820,645,376 MoE / EDP 8) x (2 + 4 + 8) bytes = 741,009,408 x 14
     assert code == 1 and json.loads(out)["difference_value"] == 10_374_131_712
 
 

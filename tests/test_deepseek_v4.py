@@ -23,6 +23,8 @@ TOTALS = {  # transformers 5.24, meta device, parameters only, no MTP
     "deepseek-v4-flash": 284_332_230_231,
     "deepseek-v4-pro": 1_572_997_179_491,
 }
+# MTP (not in the meta count above): regression values, symmem's own count at c51ecda, not an independent fact;
+# V3.2's is V3's (itself a regression value, test_params) + one indexer of 13,959,424 (11,610,067,968 + 13,959,424)
 MTP = {"deepseek-v3.2": 11_624_027_392, "deepseek-v4-flash": 6_610_048_635, "deepseek-v4-pro": 25_840_145_595}
 ROUNDED = {"deepseek-v3.2": ("671.9B", "37B"), "deepseek-v4-flash": ("284B", "13B"),
            "deepseek-v4-pro": ("1.6T", "49B")}
@@ -44,7 +46,8 @@ def test_published_rounding():
     assert round(flash.total / 1e9) == 284 and round(flash.activated / 1e9) == 13
     assert round(pro.total / 1e12, 1) == 1.6 and round(pro.activated / 1e9) == 49
     assert round(v32.activated / 1e9) == 37
-    # V3.2 = V3 + 61 indexers of 13,959,424
+    # V3.2 = V3 + 61 indexers of 13,959,424, by hand from the config: wq_b 1536 x 64 x 128 = 12,582,912, wk 7168 x 128 =
+    # 917,504, k_norm weight and bias 2 x 128, weights_proj 7168 x 64 = 458,752
     assert v32.total - model_totals(load_model("deepseek-v3")).total == 61 * 13_959_424
 
 

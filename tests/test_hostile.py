@@ -2,6 +2,8 @@
 exception is one line and exit 3; nothing is half-written.
 
 Hang guards run the CLI in a subprocess with a timeout; everything else runs `symmem.cli.main` in-process.
+The bounds the messages name (1,048,576, 16,777,216, 100,000, 10^18 bytes, ...) are symmem's own limits
+(symmem/_numbers.py and the modules that name them), not facts about models or hardware.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ def test_split_on_v4():
     scn = with_parallel(load_scenario("paper"), tp=1, pp=1, ep=1, dp=1).replace(model=load_model("deepseek-v4-flash"))
     r = stage_states(scn, scn.stages[0])
     # AdamW: embedding + head (lm_head, norm, hc_head) + norms, biases, mHC base/scale, sinks
+    # 284,332,230,231: transformers' meta-device count of V4-Flash (test_deepseek_v4, checked live in validate/);
+    # 529,530,880 = V 129,280 x h 4096, by hand from the config: the embedding and the untied lm_head
     assert r.muon_params + r.adamw_params == 284_332_230_231
     assert 2 * 529_530_880 < r.adamw_params < 2 * 529_530_880 + 10_000_000
     assert r.states.total == 14 * r.muon_params + 18 * r.adamw_params
@@ -35,6 +37,10 @@ def test_classification():
 def test_kv_cache_per_token():
     from derivations.deepseek_generations import MILLION, kv_bytes
 
+    # by hand, BF16 per token: V3 61 layers x (d_c 512 + d_hr 64) x 2 = 70,272; V3.2 adds the indexer key
+    # (d_I 128): 61 x 704 x 2 = 85,888; V4-Pro 30 CSA layers x (512/4 entry + 128/4 indexer key) + 31 HCA layers x
+    # 512/128, x 2 bytes = 9,848 (compression 4 and 128 tokens per entry), plus the 128-token BF16 window.
+    # 0.103: symmem's ratio under the deployed precisions the derivation states; DeepSeek's claim is "10 %"
     assert kv_bytes("deepseek-v3", MILLION, None) == 70_272 * MILLION
     assert kv_bytes("deepseek-v3.2", MILLION, None) == 85_888 * MILLION
     window = 61 * 128 * 512 * 2

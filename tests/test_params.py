@@ -22,6 +22,9 @@ from symmem.units import fmt_gib
 
 # ---- the paper's numbers (Section 3, Table 6), one GPU of stages 1-14
 def test_paper_per_gpu_counts(paper):
+    # the paper's Table 6; by hand at EP 8, TP 2 (experts not TP-split in the paper), four MoE layers: 32 routed +
+    # 1 shared expert of 3·h·h_E = 44,040,192 each: 4 x 33 x 44,040,192 = 5,813,305,344; + the router 4 x 256 x 7168
+    # = 7,340,032: 5,820,645,376; non-MoE 4 x 107,429,888 (below) = 429,719,552
     for stage in paper.stages[1:15]:
         sp = stage_params(paper, stage)
         assert sp.per_gpu["routed_expert"] + sp.per_gpu["shared_expert"] == 5_813_305_344
@@ -35,6 +38,9 @@ def test_paper_per_gpu_counts(paper):
 
 def test_paper_non_moe_per_layer(paper):
     sp = stage_params(paper, paper.stages[1])
+    # by hand, one layer at TP 2 (the paper splits the head-wise matrices only): W_DQ 7168·1536 + W_QR 1536·128·64 +
+    # W_DKV and W_KR 7168·576 = 27,721,728 whole; (W_UQ 1536·128·128 + W_UK, W_UV 512·128·128 each + W_O 128·128·7168)
+    # / 2 = 79,691,776; norms 2·7168 + 1536 + 512 = 16,384: 107,429,888
     assert sp.dense == 4 * 107_429_888
 
 
@@ -68,6 +74,8 @@ def test_megatron_precision_recipe(paper):
 
     scn = paper.replace(precision=recipe("megatron"))
     st = stage_states(scn, stage_params(scn, scn.stages[1]))
+    # 18 bytes per parameter: Megatron-LM's distributed-optimizer table (BF16 weights 2 + FP32 gradients 4 + FP32
+    # main weights 4 + Adam moments 8) with DP 1; 6,250,364,928 parameters: the paper's Table 6
     assert st.total == 6_250_364_928 * 18
 
 
@@ -83,12 +91,15 @@ def test_published_sizes(name, total, activated):
 
 def test_v2_lite_activated_is_2_45_billion():
     # Published as "2.4B"; derived 2,451,435,008 (2.45B): truncated, not rounded. Documented in the README.
+    # 2,451,435,008 itself is a regression value (symmem's count at c51ecda; the independent fact is "2.4B")
     assert model_totals(load_model("deepseek-v2-lite")).activated == 2_451_435_008
 
 
 def test_mtp_is_not_in_total_but_is_counted():
-    # 671B total (DeepSeek-V3 report); the MTP module's 11.6B own parameters is a REGRESSION value of this
-    # engine's count (the report's Hugging Face release lists 685B = 671B + 14B of MTP weights, a different scope)
+    # 671B total (DeepSeek-V3 report; the exact count is numeric_total's recount below). The MTP module's own
+    # parameters, by hand: one MLA layer 187,105,280 + its norms 16,384 + 257 experts x 3·7168·2048 + router
+    # 256·7168 = 11,320,164,352 + enorm, hnorm, shared-head norm 3·7168 + eh_proj 2·7168·7168 = 102,781,952:
+    # 11,610,067,968. (Hugging Face's 685B = 671.0B + this 11.6B + the MTP's own embedding and head, 2·129280·7168.)
     t = model_totals(load_model("deepseek-v3"))
     assert t.total == 671_026_404_352
     assert t.mtp == 11_610_067_968

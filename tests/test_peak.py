@@ -168,3 +168,61 @@ def test_timeline_figure(capsys, tmp_path):
     st = memory(load_scenario("deepseekv2_tp1_ep4_pp2_dp4_l4_mbc4_cef"))[0]
     assert data["peak_allocated"] == st.peak_allocated
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_zb1p_peak_is_the_walk_of_its_real_order():
+    # ZB-H1's stages after the first keep deferred weight-gradient operands from B to W (symmem/accounting/
+    # deferred.py); a count of micro-batches between F and B leaves them out. symmem memory's peak of every stage
+    # is the walk of the real order (symmem timeline's), and walking more micro-batches than 2·PP + 2 changes no
+    # stage's peak (the order repeats one F, B, W step from the (PP + 1)-th micro-batch on)
+    from fractions import Fraction
+
+    from symmem.accounting.analysis import memory, stage_step_series, values
+    from symmem.accounting.timeline import stage_peak
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    def scn(m):
+        return scenario_from_args(build_parser().parse_args(
+            ["memory", "--model", "llama-3-8b", "--profile", "megatron-te", "--pp", "4", "--schedule", "zb1p",
+             "--microbatches", str(m), "-s", "1024"]))
+
+    def walked(sc, i):
+        return sum(stage_peak(stage_step_series(sc, sc.stages[i]), {}, values(sc), Fraction(1)).dynamic.values())
+
+    big = scn(16)
+    mems = memory(big)
+    for i in range(4):
+        assert sum(mems[i].peak.dynamic.values()) == walked(big, i)
+        assert walked(scn(4), i) == walked(scn(10), i) == walked(big, i)
+    # the last stage holds one micro-batch between F and B but three micro-batches' weight-gradient operands
+    assert mems[3].in_flight == 1 and sum(mems[3].peak.dynamic.values()) > sum(mems[0].peak.dynamic.values())
+
+
+def test_dualpipe_holds_its_stage_and_the_mirror_stage():
+    # DualPipe: GPU i runs stage i and stage PP - 1 - i (deepseek-ai/DualPipe); its model states are both stages'
+    # (the first GPU holds the embedding and the head once each), its peak the walk of the real order, which more
+    # micro-batches than 2·PP + 2 do not change
+    from fractions import Fraction
+
+    from symmem.accounting.analysis import memory, stage_params, stage_states, stage_step_series, values
+    from symmem.accounting.timeline import stage_peak
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    def scn(schedule, m):
+        return scenario_from_args(build_parser().parse_args(
+            ["memory", "--model", "llama-3-8b", "--pp", "4", "--schedule", schedule, "--microbatches", str(m),
+             "-s", "1024"]))
+
+    plain = scn("1f1b", 8)
+    one = [stage_states(plain, stage_params(plain, st)) for st in plain.stages]
+    dual = scn("dualpipe", 16)
+    mems = memory(dual)
+    for i, m in enumerate(mems):
+        a, b = one[i], one[3 - i]
+        assert (m.states.weights, m.states.optimizer) == (a.weights + b.weights, a.optimizer + b.optimizer)
+        walked = sum(stage_peak(stage_step_series(dual, dual.stages[i]), {}, values(dual),
+                                Fraction(1)).dynamic.values())
+        assert sum(m.peak.dynamic.values()) == walked
+    assert mems[0].states.weights != 2 * one[0].weights  # not two copies of stage 0: the head is not the embedding

@@ -37,7 +37,8 @@ def test_embedding_keeps_token_ids_and_dropout_mask(paper, changes, ids, mask):
 def test_embedding_bytes_at_the_paper_sizes(paper):
     # b = 1, s = 4096, h = 7168, t = 2: 8·4096 bytes of ids and 4096·7168/2 bytes of mask.
     assert to_int(_part(paper, "embedding"), values(paper)) == 8 * 4096 + 4096 * 7168 // 2 == 14_712_832
-    # the paper's own stage (stage 1, Table 10) holds no embedding and is unchanged
+    # the paper's own stage (stage 1, Table 10: 24,671,158,272, worked by hand in test_activations) holds no
+    # embedding and is unchanged
     assert to_int(sum(t.total for t in stage_terms(paper, paper.stages[1])), values(paper)) == 24_671_158_272
 
 

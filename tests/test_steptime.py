@@ -51,3 +51,46 @@ def test_bubble_of_each_schedule():
     assert bubble_slots(Schedule("zb1p"), 8) == 7 / 3
     assert bubble_slots(Schedule("dualpipe"), 8) == 1.0
     assert bubble_slots(Schedule("1f1b"), 1) == 0
+
+
+def test_step_flops_equal_the_flops_module():
+    # the step's cached FLOP count is symmem.flops.model_flops under the megatron convention at the same sizes,
+    # times the micro-batches and data-parallel replicas of one iteration
+    from symmem import symbols
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.flops import model_flops
+    from symmem.steptime import step_time
+
+    args = build_parser().parse_args(["memory", "--model", "deepseek-v3", "--profile", "megatron-te", "--tp", "2",
+                                      "--pp", "4", "--ep", "8", "--dp", "8", "--microbatches", "8",
+                                      "--recompute", "full", "--gpu", "H800"])
+    scn = scenario_from_args(args)
+    st = step_time(scn)
+    at = {**scn.size_values(), symbols.b: scn.b, symbols.s: scn.s}
+    reps = scn.m * scn.parallel.dp
+    assert st.flops_model == int(model_flops(scn, False, "megatron")[0].subs(at)) * reps
+    assert st.flops_hardware == int(model_flops(scn, True, "megatron")[0].subs(at)) * reps > st.flops_model
+
+
+def test_low_precision_gemms_at_their_tensor_core_rate(capsys):
+    # an FP8 recipe runs its eligible GEMMs (every linear but the router and the output head) at the GPU's dense
+    # FP8 rate, the rest at BF16, both at the fitted efficiency; the time saved is exactly those FLOPs' difference
+    import dataclasses
+
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.steptime import features, seconds
+
+    argv = ["memory", "--model", "deepseek-v3", "--profile", "megatron-te", "--tp", "2", "--pp", "16", "--ep", "8",
+            "--dp", "32", "--microbatches", "16", "--gpu", "B200"]
+    f8 = features(scenario_from_args(build_parser().parse_args([*argv, "--precision", "deepseek-v3-fp8"])))
+    assert f8.low_format == "fp8" and 0 < f8.flops_low_mb < f8.flops_mb
+    as_bf16 = dataclasses.replace(f8, flops_low_mb=0.0, low_format="bf16")
+    g, eff = gpu("B200"), EFFICIENCY["moe"]
+    saved = f8.slots * f8.flops_low_mb * (1 / (g.bf16 * eff) - 1 / (g.fp8 * eff))
+    assert abs(seconds(as_bf16, g) - seconds(f8, g) - saved) < 1e-9
+    # NVFP4 needs FP4 tensor cores: an H100 has none (one line, exit 2)
+    assert main([*argv[:-1], "H100", "--precision", "te-nvfp4"]) == 2
+    err = capsys.readouterr().err
+    assert "no FP4 tensor cores" in err and err.count("\n") == 1

@@ -95,6 +95,8 @@ class Term:
 
 
 def tensor_bytes(tensor: Tensor, axes: AxisSizes, act_bytes: int, e_tok: sympy.Expr) -> sympy.Expr:
+    if tensor.packing is not None:  # a quantized copy: data and scale tensors (symmem.precision)
+        return tensor.packing.nbytes(tensor.dims, axes, e_tok)
     per = tensor.dtype.nbytes if tensor.dtype.nbytes is not None else act_bytes
     return _local_bytes(tensor.dims, per, axes, e_tok)
 

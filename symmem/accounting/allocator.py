@@ -96,7 +96,8 @@ class CachingAllocator:
             self._top += seg
             self.reserved += seg
             self.segments += 1
-            self.peak_reserved = max(self.peak_reserved, self.reserved)
+            if self.reserved > self.peak_reserved:
+                self.peak_reserved = self.reserved
         remaining = block.size - size
         if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
             rest = _Block(block.address + size, remaining, small, prev=block, next=block.next)
@@ -104,11 +105,12 @@ class CachingAllocator:
                 block.next.prev = rest
             block.next = rest
             block.size = size
-            self._insert(rest)
+            bisect.insort(self._free[small], (remaining, rest.address, rest))  # _insert, inlined
         block.allocated = True
         self._live[key] = block
         self.allocated += block.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
 
     def free(self, key: object) -> None:
         try:

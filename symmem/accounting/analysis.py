@@ -30,6 +30,7 @@ from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage
 from symmem.config import ModelConfig
 from symmem.model import model_parts, stage_parts
 from symmem.parallel.layout import Stage
+from symmem.parallel.schedule import WALKED, Schedule
 from symmem.scenario import Scenario
 from symmem.symbols import b, s
 
@@ -121,9 +122,32 @@ def _group_exprs(parts: tuple, axes) -> tuple:
 
 def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
     """Model-state bytes (weights, gradients, optimizer states) of one GPU holding `sp`, under the scenario's
-    precision recipe, ZeRO stage and schedule."""
-    return state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero,
-                       scn.schedule.weight_copies)
+    precision recipe, ZeRO stage and schedule. An FP8/FP4 recipe adds its quantized weight copies and scaling
+    state (`quantized`, derived weight by weight from the stage's GEMMs: symmem.precision.weights) and takes off the
+    working copies it does not keep."""
+    st = state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero,
+                     scn.schedule.weight_copies)
+    if scn.precision.low_precision is None:
+        return st
+    q = stage_quantized(scn, sp.stage)
+    return StateBytes(st.weights - q.dropped_weights, st.gradients, st.optimizer, q.added)
+
+
+def stage_quantized(scn: Scenario, stage: Stage):
+    """The FP8/FP4 weight state of one GPU of `stage` (`symmem.precision.weights.QuantizedStates`)."""
+    from symmem.accounting.states import ZeroStage
+    from symmem.precision.weights import quantized_states
+
+    def shard(by_group: dict[str, int]) -> int:  # the dropped working copies, sharded as the weights are
+        total = 0
+        for group, n in by_group.items():
+            size = scn.parallel.dense_shard if group == "dense" else scn.parallel.expert_dp
+            total += scn.precision.weight_bytes * (-(-n // size) if scn.zero >= ZeroStage.OS_G_P else n)
+        return total
+
+    parts = stage_parts(scn.model, stage, scn.convention)
+    return quantized_states(scn.precision, parts, scn.parallel.axis_sizes(), values(scn), scn.schedule.weight_copies,
+                            shard)
 
 
 # --------------------------------------------------------------------------------------------- activations
@@ -245,13 +269,29 @@ def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
     """The per-GPU memory of one stage: model states plus the saved activations of the micro-batches in flight
     (`allocated`), with fragmentation and communication-buffer ranges; `peak` derives the busiest moment."""
     sp = stage_params(scn, stage)
-    st = stage_states(scn, sp)
+    st = dualpipe_states(scn, stage) if _dualpipe(scn) else stage_states(scn, sp)
     act = stage_activation_bytes(scn, stage)
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
     acts = math.ceil(act * k)
     alloc = st.total + acts
     frag = (math.ceil(alloc * scn.fragmentation[0]), math.ceil(alloc * scn.fragmentation[1]))
     return StageMemory(stage, sp, st, act, k, acts, frag, scn.comm_buffers, scn, scn.fragmentation)
+
+
+def _dualpipe(scn: Scenario) -> bool:
+    return scn.schedule.name == "dualpipe" and scn.parallel.pp > 1
+
+
+def dualpipe_states(scn: Scenario, stage: Stage) -> StateBytes:
+    """DualPipe: GPU i holds the model states of stage i and of stage PP - 1 - i, the second chunk it runs for the
+    micro-batches going the other way (deepseek-ai/DualPipe@3da1bbe dualpipe/dualpipe.py: `modules` is a pair; the
+    DeepSeek-V3 report, section 3.2.1: "two copies of the model parameters"). The first GPU holds the embedding
+    and the head, each once, not the embedding twice."""
+    one = scn.replace(schedule=Schedule("1f1b"))  # the model states of a stage do not depend on the schedule
+    a, b = (stage_states(one, stage_params(one, st))
+            for st in (stage, scn.stages[scn.parallel.pp - 1 - stage.index]))
+    return StateBytes(a.weights + b.weights, a.gradients + b.gradients, a.optimizer + b.optimizer,
+                      a.quantized + b.quantized)
 
 
 def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
@@ -274,8 +314,9 @@ def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back) -> list[E
 
 def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
     """Every event of one training step on one GPU of `stage`, in the schedule's time order (`Schedule.order`:
-    GPipe, 1F1B and interleaved 1F1B as Megatron runs them; ZB-1P and DualPipe in 1F1B's order with their own
-    in-flight count). Under interleaving the stage's layers are its v model chunks, in order."""
+    GPipe, 1F1B and interleaved 1F1B as Megatron runs them, ZB-H1 as its authors do, DualPipe as DeepSeek's
+    repository does). Under interleaving the stage's layers are its v model chunks, in order; under DualPipe the GPU
+    holds two chunks, the stage and stage PP - 1 - i (run by the micro-batches going the other way)."""
     key = _activation_key(scn)
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
     axes = scn.parallel.axis_sizes()
@@ -285,6 +326,9 @@ def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
         stage, layers=stage.layers[c * n:(c + 1) * n], embedding=stage.embedding and c == 0,
         head=stage.head and c == v - 1, mtp=stage.mtp if c == v - 1 else 0), scn.convention, scn.flow_impl)
         for c in range(v)]
+    if scn.schedule.name == "dualpipe":
+        mirror = scn.stages[scn.parallel.pp - 1 - stage.index]
+        chunks.append(stage_parts(scn.model, mirror, scn.convention, scn.flow_impl))
     order = scn.schedule.order(stage.index, scn.parallel.pp, scn.m)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
@@ -300,9 +344,32 @@ def stage_buffers(scn: Scenario, stage: Stage) -> list:
     return scn.profile.buffers(scn, stage, parts, values(scn))
 
 
+QUANTIZED = "quantized weight copies and scaling state"  # the peak's static component of FP8/FP4 recipes
+
+
+def walked_schedule(scn: Scenario) -> bool:
+    """Whether a stage's peak is found by walking the schedule's real order rather than from the in-flight count:
+    ZB-H1 (`zb1p`), whose stages after the first keep deferred weight-gradient operands from B to W, which a count
+    of micro-batches between F and B leaves out (on the last of 4 stages of Llama-3-8B, 2.9 GB against the walk's
+    11.5 GB); DualPipe, whose GPU runs two chunks, its stage and stage PP - 1 - i, not two copies of its stage."""
+    return scn.schedule.name in WALKED and scn.parallel.pp > 1
+
+
+# ZB-H1's per-stage order repeats one F, B, W step from the (PP + 1)-th micro-batch on, and DualPipe's its steady
+# phase from 2·PP on, so every state of what is held and what waits for its W occurs within 2·PP + 2 micro-batches
+# (even, as DualPipe needs): the walk stops there (tests/test_peak.py checks that more micro-batches change no peak)
+def _walk_microbatches(scn: Scenario) -> int:
+    return min(scn.m, 2 * scn.parallel.pp + 2)
+
+
 def stage_peak_of(scn: Scenario, stage: Stage, states: StateBytes, k: Fraction) -> StagePeak:
     static = {"weights": states.weights, "gradients": states.gradients, "optimizer states": states.optimizer}
+    if states.quantized:
+        static[QUANTIZED] = states.quantized
     static.update({buf.name: buf.nbytes for buf in stage_buffers(scn, stage)})
+    if walked_schedule(scn):
+        walk = scn.replace(microbatches=_walk_microbatches(scn))
+        return stage_peak(stage_step_series(walk, stage), static, values(scn), k)
     return stage_peak(stage_timeline_events(scn, stage), static, values(scn), k)
 
 

@@ -9,48 +9,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from symmem._numbers import MAX_STATE_BYTES
 from symmem.errors import SymmemError
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Bytes per parameter for each model state."""
-
-    name: str
-    weight_bytes: int  # the weights the forward pass reads
-    grad_bytes: int  # gradients (accumulated)
-    master_bytes: int  # an FP32 master copy of the weights, kept with the optimizer (0: none)
-    optimizer_bytes: int  # optimizer moments (Adam: two FP32 moments = 8)
-
-    def __post_init__(self) -> None:
-        for f in ("weight_bytes", "grad_bytes", "master_bytes", "optimizer_bytes"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_STATE_BYTES:
-                raise SymmemError(f"precision.{f} = {v!r}: must be an integer number of bytes from 0 to "
-                                  f"{MAX_STATE_BYTES}")
-        if self.weight_bytes == 0:
-            raise SymmemError("precision.weight_bytes = 0: the weights take at least 1 byte per parameter")
-
-    @property
-    def per_parameter(self) -> int:
-        return self.weight_bytes + self.grad_bytes + self.master_bytes + self.optimizer_bytes
-
+from symmem.precision.model_states import Precision
 
 RECIPES = {
     # The paper: BF16 weights, FP32 gradients, Adam's two FP32 moments, no separate master copy.
     "paper": Precision("paper", 2, 4, 0, 8),
     # Megatron mixed precision: BF16 weights, FP32 main gradients, FP32 master weights, Adam moments.
     "megatron": Precision("megatron", 2, 4, 4, 8),
+    # FP32 weights and gradients, Adam's two FP32 moments; the weights are the master copy (Megatron-Core's local
+    # spec run in FP32, symmem measure --framework megatron-core).
+    "fp32": Precision("fp32", 4, 4, 0, 8),
 }
 
 
 def recipe(name: str) -> Precision:
-    """A named precision recipe: `paper` (2 + 4 + 8 bytes per parameter) or `megatron` (2 + 4 + 4 + 8)."""
-    try:
+    """A named precision recipe: `paper` (2 + 4 + 8 bytes per parameter), `megatron` (2 + 4 + 4 + 8), `fp32`
+    (4 + 4 + 8), or an FP8/FP4 recipe of `symmem.precision` (`te-mxfp8`, `deepseek-v3-fp8`, ...)."""
+    if name in RECIPES:
         return RECIPES[name]
+    from symmem.precision.recipes import RECIPES as LOW
+
+    try:
+        return LOW[name]
     except KeyError:
-        raise SymmemError(f"precision = {name!r}: unknown recipe; known: {', '.join(RECIPES)}") from None
+        from symmem.precision import RECIPE_NAMES
+
+        raise SymmemError(f"precision = {name!r}: unknown recipe; known: {', '.join(RECIPE_NAMES)}") from None
 
 
 class ZeroStage(IntEnum):
@@ -83,10 +68,11 @@ class StateBytes:
     weights: int
     gradients: int
     optimizer: int  # master copy + optimizer moments
+    quantized: int = 0  # FP8/FP4 weight copies, their scale tensors and scaling state (symmem.precision.weights)
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer
+        return self.weights + self.gradients + self.optimizer + self.quantized
 
 
 def state_bytes(dense, moe, dp: int, edp: int, precision: Precision, zero: ZeroStage, copies: int = 1) -> StateBytes:

@@ -49,6 +49,7 @@ WORKSPACE = "op workspaces"
 GATHERED = "gathered parameters (ZeRO-3)"
 UNREDUCED = "unreduced gradients (ZeRO-2/3)"
 PIPELINE = "pipeline gradient buffers"
+STASH = "weight-gradient operands (B done, W deferred)"
 
 
 @dataclass(frozen=True)
@@ -320,25 +321,38 @@ def step_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Policy, 
                 backward_extra: tuple[Amount, ...] = ()) -> list[Event]:
     """Every event of one training step on one GPU of a stage, in time order: `order` is the schedule's
     (phase, micro-batch, chunk) sequence (`Schedule.order`), `chunks` the parts of each model chunk the GPU holds
-    (one, except under interleaving). For a figure, and as a check: under 1F1B its largest event is the candidate
-    peak of `stage_events`."""
+    (one, except under interleaving and DualPipe). For a figure, and as a check: under 1F1B its largest event is
+    the candidate peak of `stage_events`. A "B" followed later by a "W" of the same micro-batch and chunk computes
+    input gradients only: from it the micro-batch keeps its weight-gradient operands (`weight_grad_stash`), drawn
+    as their own component, until the W, an event of its own."""
+    from symmem.accounting.deferred import weight_grad_stash
+
     timelines = [[part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts] for parts in chunks]
     per_mb = [sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, tls, strict=True)])
               for parts, tls in zip(chunks, timelines, strict=True)]
+    deferred = {(mb, c) for phase, mb, c in order if phase == "W"}
+    stash = [[weight_grad_stash(p.flow, axes, act_bytes, e_tok) for p in parts] if any(i == c for _, i in deferred)
+             else [sympy.Integer(0)] * len(parts) for c, parts in enumerate(chunks)]
+    stash_mb = [sympy.Add(*[p.count * x for p, x in zip(parts, xs, strict=True)])
+                for parts, xs in zip(chunks, stash, strict=True)]
     held: dict[int, int] = {}  # chunk -> micro-batches whose forward of it is done and backward not yet
+    waiting: dict[int, int] = {}  # chunk -> micro-batches whose B is done and W not yet
     series: list[Event] = []
 
     def other() -> list[Amount]:
-        if len(chunks) == 1:
-            n = held.get(0, 0)
-            return [Amount(SAVED_OTHER, f"{n} x saved per micro-batch", n * per_mb[0])] if n else []
-        return [Amount(SAVED_OTHER, f"{n} x saved per micro-batch of chunk {c}", n * per_mb[c])
-                for c, n in sorted(held.items()) if n]
+        name = (lambda c: "") if len(chunks) == 1 else (lambda c: f" of chunk {c}")
+        return ([Amount(SAVED_OTHER, f"{n} x saved per micro-batch{name(c)}", n * per_mb[c])
+                 for c, n in sorted(held.items()) if n]
+                + [Amount(STASH, f"{n} x weight-gradient operands{name(c)}", n * stash_mb[c])
+                   for c, n in sorted(waiting.items()) if n])
 
     for phase, mb_index, c in order:
         parts, tls = chunks[c], timelines[c]
         mb = f"micro-batch {mb_index}" + (f", chunk {c}" if len(chunks) > 1 else "")
-        if phase == "F":
+        if phase == "W":
+            series.append(Event("weight gradients", mb, "W", tuple(other())))
+            waiting[c] -= 1
+        elif phase == "F":
             base = other()
             earlier = sympy.Integer(0)
             for p, tl in zip(parts, tls, strict=True):
@@ -359,12 +373,15 @@ def step_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Policy, 
             held[c] -= 1
             base = other()
             before = per_mb[c]
-            for p, tl in reversed(list(zip(parts, tls, strict=True))):
+            kept = sympy.Integer(0)  # weight-gradient operands of the copies this B has done, if its W waits
+            for p, tl, x in reversed(list(zip(parts, tls, stash[c], strict=True))):
                 before -= p.count * tl.saved
                 layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights()
                                             if w.shared_with is None])
                 for copy in range(p.count - 1, -1, -1):
                     common = base + [Amount(SAVED_EARLIER, "earlier parts and copies", before + copy * tl.saved)]
+                    if kept != 0:
+                        common.append(Amount(STASH, "weight-gradient operands, this micro-batch", kept))
                     for ev in tl.events:
                         if ev.phase != "backward":
                             continue
@@ -376,5 +393,9 @@ def step_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Policy, 
                             extra.append(Amount(UNREDUCED, "the layer's gradients", grad_bytes * layer_weights))
                         series.append(Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive
                                             + tuple(extra)))
+                    if (mb_index, c) in deferred:
+                        kept += x
+            if (mb_index, c) in deferred:
+                waiting[c] = waiting.get(c, 0) + 1
     series.append(Event("optimizer step", "", "step", ()))
     return series

@@ -65,7 +65,10 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
     g.add_argument("--convention", help="TP split of W_QR: paper (replicated) or megatron (with W_UQ)")
-    g.add_argument("--precision", help="precision recipe: paper (2+4+8 B) or megatron (2+4+4+8 B)")
+    from symmem.precision import RECIPE_NAMES
+
+    g.add_argument("--precision", help="precision recipe: paper (BF16 2+4+8 B), megatron (2+4+4+8 B), or FP8/FP4: "
+                                       + ", ".join(RECIPE_NAMES[2:]) + " (symmem.precision)")
     if not swept:
         g.add_argument("--zero", help="ZeRO stage 0-3")
     _bool_flag(g, "mtp", "place the config's MTP modules on the last stage")
@@ -80,8 +83,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
             g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
             g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
         g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
-        g.add_argument("--profile", help="implementation profile: paper, torch-eager, megatron-te (its rules, "
-                                         "state layout and framework buffers; --precision/--zero override)")
+        g.add_argument("--profile", help="implementation profile: paper, torch-eager, megatron-te, megatron-local "
+                                         "(its rules, state layout and framework buffers; --precision/--zero "
+                                         "override)")
         if not swept:
             g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
             g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")

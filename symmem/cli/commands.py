@@ -217,7 +217,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 
 def memory_rows(scn):
-    from symmem.accounting.analysis import memory, verdict
+    from symmem.accounting.analysis import QUANTIZED, memory, verdict
     from symmem.accounting.reserved import replay_refusal, stage_reserved
 
     mems = memory(scn)
@@ -228,8 +228,10 @@ def memory_rows(scn):
         low, high = m.reserved
         rows.append({"stage": m.stage.index, "params_per_gpu": m.params.total, "weights": m.states.weights,
                      "gradients": m.states.gradients, "optimizer": m.states.optimizer,
+                     # FP8/FP4 recipes: quantized weight copies, their scales and scaling state (0 otherwise)
+                     "quantized_weights": m.states.quantized,
                      "framework_buffers": {k: v for k, v in m.peak.static.items()
-                                           if k not in ("weights", "gradients", "optimizer states")},
+                                           if k not in ("weights", "gradients", "optimizer states", QUANTIZED)},
                      "activations_per_microbatch": m.activation_per_microbatch,
                      **in_flight_fields(m.in_flight),
                      "activations": m.activations,
@@ -269,6 +271,7 @@ def _memory_run(args) -> int:
     print(f"GPU capacity {scn.gpu_memory:,} bytes ({fmt_gb(scn.gpu_memory)} GB, {fmt_gib(scn.gpu_memory)} GiB); "
           f"reserved = peak x (1 + {scn.fragmentation[0]:.0%}..{scn.fragmentation[1]:.0%}) + communication buffers "
           f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")
+    quant = any(r["quantized_weights"] for r in rows)  # an FP8/FP4 recipe's weight copies: a column of their own
     derived = any(r["reserved"] is not None for r in rows)
     refused = [r for r in rows if r["reserved_not_replayed"]]
     if refused:
@@ -277,12 +280,14 @@ def _memory_run(args) -> int:
     if derived:
         print("reserved: PyTorch's caching allocator replayed over the step as the framework allocates "
               "(symmem/accounting/reserved.py); NCCL's buffers are outside it")
-    print(f"{'stage':>5} {'weights':>8} {'grads':>8} {'optim':>8} {'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} "
+    print(f"{'stage':>5} {'weights':>8} " + (f"{'fp8/fp4':>8} " if quant else "") + f"{'grads':>8} {'optim':>8} "
+          f"{'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} "
           + (f"{'reserved':>9} " if derived else "") + f"{'reserved (low-high)':>20}  verdict; peak event")
     for r in rows:
         mark = "  <- peak" if r["peak"] else ""
         ev = r["peak_event"]
-        print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} {fmt_gib(r['gradients']):>8} "
+        print(f"{r['stage']:>5} {fmt_gib(r['weights']):>8} "
+              + (f"{fmt_gib(r['quantized_weights']):>8} " if quant else "") + f"{fmt_gib(r['gradients']):>8} "
               f"{fmt_gib(r['optimizer']):>8} {fmt_gib(r['activations_per_microbatch']):>8} {_in_flight_text(r):>5} "
               f"{fmt_gib(r['allocated']):>8} {fmt_gib(r['peak_allocated']):>8} "
               + (f"{fmt_gib(r['reserved']):>9} " if derived else "")
@@ -290,6 +295,9 @@ def _memory_run(args) -> int:
               f"{r['verdict']}; {ev['phase']} {ev['part']} {ev['op']}{mark}")
     print("(GiB = 2^30 bytes; sum = model states + saved activations in flight, as the paper adds them; peak = "
           "the busiest moment of the step, with framework buffers, transients and activation gradients)")
+    if quant:
+        print("(fp8/fp4 = the recipe's quantized weight copies with their scale tensors and scaling state; "
+              "symmem.precision)")
     if step is not None:
         print(f"step on {step.gpu}: {step.time_s:.3f} s estimated per iteration, {step.tokens_per_s:,.0f} tokens/s, "
               f"MFU {step.mfu:.1%}; {step.flops_model:.3e} model FLOPs per iteration (Megatron's count), "

@@ -10,6 +10,7 @@ import os
 from symmem._config_checks import check_config
 from symmem._numbers import MAX_B, MAX_LAYERS, MAX_S
 from symmem.cli.args import int_arg
+from symmem.cli.hf_checks import check_for_transformers
 from symmem.errors import SymmemError
 from symmem.implementations import DTYPES
 
@@ -27,9 +28,15 @@ def _require_torch() -> None:
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core"),
+    p.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core", "torchao-float8"),
                    help="transformers: one HF decoder layer; megatron-core: one whole Megatron-Core 0.16.1 training "
-                        "iteration per rank on the CPU (needs the megatron extra)")
+                        "iteration per rank on the CPU (needs the megatron extra); torchao-float8: one HF Llama "
+                        "decoder layer under torchao 0.18.0's float8 training (emulate=True)")
+    p.add_argument("--recipe", default=None, help="torchao-float8: tensorwise (default), rowwise or "
+                                                  "rowwise_with_gw_hp (Float8LinearConfig.from_recipe_name)")
+    p.add_argument("--option", action="append", metavar="KEY=BOOL",
+                   help="torchao-float8: a Float8LinearConfig field set on the recipe, repeatable: pad_inner_dim, "
+                        "force_recompute_fp8_weight_in_bwd, round_scales_to_power_of_2")
     p.add_argument("--config", required=True, help="an HF config.json of a DeepSeek-V2/V3 or Llama model (keep it "
                                                    "tiny: the model is built on the CPU); megatron-core: llama, gpt2 "
                                                    "or qwen2_moe")
@@ -57,50 +64,6 @@ def _load(path: str) -> dict:
     from symmem._files import read_json_object
 
     return read_json_object(path, "--config")
-
-
-# Keys transformers reads with a type of its own: a string where a bool is needed ("false") is true in Python.
-_BOOL_KEYS = ("tie_word_embeddings", "norm_topk_prob", "attention_bias", "mlp_bias", "rope_interleave", "use_cache")
-_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
-
-
-def check_for_transformers(raw: dict, name: str) -> None:
-    """What transformers' DeepSeek-V2/V3 code would crash on (or silently misread), refused before it is built."""
-    for key in _BOOL_KEYS:
-        if key in raw and not isinstance(raw[key], bool):
-            raise SymmemError(f"{name}: {key} = {repr(raw[key])[:40]}: must be true or false")
-    rope = raw.get("rope_scaling")
-    if rope is not None:
-        if not isinstance(rope, dict):
-            raise SymmemError(f"{name}: rope_scaling = {str(rope)[:40]!r}: must be null or an object such as "
-                              '{"type": "yarn", "factor": 40, ...}')
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        if kind not in _ROPE_TYPES:
-            raise SymmemError(f"{name}: rope_scaling type = {str(kind)[:40]!r}: must be one of "
-                              f"{', '.join(_ROPE_TYPES)}")
-        for key, value in rope.items():
-            if key not in ("type", "rope_type") and not (value is None or isinstance(value, (int, float, bool, list))):
-                raise SymmemError(f"{name}: rope_scaling {key} = {repr(value)[:40]}: must be a number")
-    rope_dim = raw.get("qk_rope_head_dim")
-    if isinstance(rope_dim, int) and rope_dim % 2:
-        raise SymmemError(f"{name}: qk_rope_head_dim = {rope_dim}: rotary embeddings rotate pairs; must be even")
-    n_experts = raw.get("n_routed_experts")
-    groups, top_groups = raw.get("n_group"), raw.get("topk_group")
-    for key, value in (("n_group", groups), ("topk_group", top_groups)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise SymmemError(f"{name}: {key} = {repr(value)[:40]}: must be a positive integer")
-    if isinstance(groups, int) and isinstance(n_experts, int) and n_experts % groups:
-        raise SymmemError(f"{name}: n_group = {groups}: must divide n_routed_experts = {n_experts}")
-    if isinstance(groups, int) and isinstance(top_groups, int) and top_groups > groups:
-        raise SymmemError(f"{name}: topk_group = {top_groups}: more than n_group = {groups}")
-    k = raw.get("num_experts_per_tok")
-    if all(isinstance(v, int) for v in (groups, top_groups, n_experts, k)) and groups and n_experts % groups == 0:
-        if top_groups * (n_experts // groups) < k:
-            raise SymmemError(f"{name}: topk_group = {top_groups}: its {top_groups} groups of "
-                              f"{n_experts // groups} experts hold fewer than num_experts_per_tok = {k}")
-        if raw.get("model_type") == "deepseek_v3" and n_experts // groups < 2:
-            raise SymmemError(f"{name}: n_group = {groups}: DeepSeek-V3's router scores each group by its top 2 "
-                              f"experts; needs at least 2 experts per group (n_routed_experts = {n_experts})")
 
 
 def available_memory() -> int | None:
@@ -137,6 +100,10 @@ _MEGATRON_FLAGS = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "microbatches": 1, "recom
 
 
 def _run(args) -> int:
+    if args.framework != "torchao-float8":
+        for key in ("recipe", "option"):
+            if getattr(args, key) is not None:
+                raise SymmemError(f"--{key}: only with --framework torchao-float8")
     if args.framework == "megatron-core":
         from symmem.cli import measure_megatron
 
@@ -147,6 +114,10 @@ def _run(args) -> int:
     for key in _MEGATRON_FLAGS:
         if getattr(args, key) is not None:
             raise SymmemError(f"--{key}: only with --framework megatron-core")
+    if args.framework == "torchao-float8":
+        from symmem.cli import measure_torchao
+
+        return measure_torchao.run(args)
     return _run_transformers(args)
 
 

@@ -3,9 +3,10 @@ CPU, per rank, measured (`symmem.validate.megatron_core`) and predicted (`symmem
 
 Compared per rank: `states` (parameters, DDP buffers, optimizer tensors), `saved` (what each transformer layer of
 the rank keeps for backward in one micro-batch; the total is printed, the comparison is layer by layer) and `peak`
-(the most live bytes at any op boundary of the iteration; predicted for the optimizer step, where these runs peak,
-except with MoE layers: there the run is DIFFERENT, exit 1, and says what
-is not modelled).
+(the most live bytes at any op boundary of the iteration; predicted by `symmem.rules.megatron_local_peak` as the
+largest of five events: the optimizer step, the cross-entropy's forward, the first GEMM of the backward, the final
+norm's backward and the last layer's attention backward; not with MoE layers at TP > 1: there the run is DIFFERENT,
+exit 1, and says what is not modelled).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from symmem.errors import SymmemError
 MAX_WORLD = 8  # processes on this machine: each builds the model and runs gloo
 RECOMPUTE = ("none", "selective", "full")
 
-# What cannot run on the CPU, named with the reason and what would make it run.
+# What is refused, with the reason and what would make it work.
 NOT_ON_CPU = {
-    "ep": "--ep = {v}: expert parallelism > 1 does not run on the CPU: the alltoall dispatcher's all_to_all_single "
-          "with split sizes failed under gloo (megatron/core/transformer/moe/token_dispatcher.py; "
-          "shared/frameworks_on_cpu.md); it needs a backend with uneven all-to-all (NCCL on GPUs, or an all-gather "
-          "based stand-in in the bridge)",
+    "ep": "--ep = {v}: expert parallelism > 1 is not predicted: it runs on the CPU (gloo's all-to-all takes uneven "
+          "splits once the bridge hands them over as NumPy; an EP 2 x DP 2 iteration of a tiny MoE completes), but "
+          "the expert-parallel DDP buffer and optimizer, each rank's E/EP experts and its share of the routed "
+          "tokens (data-dependent saved bytes) are not modelled",
 }
 
 
@@ -55,6 +56,7 @@ def check(raw: dict, args, name: str):
 
 def predicted(d, args, rank: dict) -> dict:
     from symmem.rules import megatron_local as ml
+    from symmem.rules import megatron_local_peak as mp
 
     bf16 = args.dtype == "bf16"
     states = ml.states(d, args.tp, args.pp, args.dp, rank["pp_rank"], rank["dp_rank"], bf16)
@@ -64,14 +66,12 @@ def predicted(d, args, rank: dict) -> dict:
         saved, why = None, str(exc)
     else:
         why = None
-    peak = ml.step_peak(d, args.tp, args.pp, args.dp, rank["pp_rank"], rank["dp_rank"], args.b, args.s, bf16,
-                        args.microbatches)
-    peak_why = None if peak is not None else ("peak: not modelled with MoE layers (the dispatcher's leftovers, the "
-                                              "expert optimizer's order)")
-    return {"peak": None if peak is None else peak[0], "peak_at": None if peak is None else
-            f"optimizer step, AdamW update of {peak[1]}", "states": states["total"], "states_by_kind": states,
+    peak, peak_notes = mp.peak(d, args.tp, args.pp, args.dp, rank["pp_rank"], rank["dp_rank"], args.b, args.s, bf16,
+                               args.microbatches, args.recompute)
+    return {"peak": None if peak is None else peak[0], "peak_at": None if peak is None else peak[1],
+            "states": states["total"], "states_by_kind": states,
             "saved": None if saved is None else sum(saved.values()), "saved_per_layer": saved,
-            "not_modelled": [x for x in (peak_why, why) if x]}
+            "not_modelled": [*peak_notes, *([why] if why else [])]}
 
 
 def run(args) -> int:
@@ -108,7 +108,9 @@ def run(args) -> int:
                                    "layer. saved_outside_layers (embedding, output layer, loss, full "
                                    "recomputation's checkpoints) is measured, not yet predicted. peak: every live "
                                    "storage of the process at an op boundary, states and the runner's inputs "
-                                   "included; predicted for the optimizer step (not with MoE)."},
+                                   "included; predicted as the largest of five events (the optimizer "
+                                   "step, the cross-entropy's forward, the output layer's weight gradient, the final "
+                                   "norm's backward and the last layer's attention backward; peak_at names it)."},
                          indent=2, sort_keys=True))
         return 0 if ok else 1
     print(f"{args.config}: Megatron-Core 0.16.1 (local spec, CPU, gloo), TP {args.tp} PP {args.pp} DP {args.dp} "

@@ -175,6 +175,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--rank-by", dest="rank_by", choices=("time", "headroom"),
                    help="time: fastest estimated iteration first (symmem/steptime.py; needs --gpu NAME); headroom: "
                         "most capacity left first (default: time when the GPU is named, else headroom)")
+    o.add_argument("--replay", default="5",
+                   help="derive the reserved memory of the first N listed configurations by replaying PyTorch's "
+                        "caching allocator (profiles that say their allocation order: megatron-te; default 5; "
+                        "0: none)")
     o.add_argument("--marginal", action="store_true",
                    help="list those that fit only at the low end of overheads too")
     o.add_argument("--plot", metavar="PATH", help="write the feasible region (b against TP·PP): .png, .pdf, .svg")
@@ -315,7 +319,7 @@ def _counts(summary) -> dict:
 
 
 def _ranked(summary) -> list[dict]:
-    timed = ("time_s", "tokens_per_s", "mfu")
+    timed = ("time_s", "tokens_per_s", "mfu", "reserved", "reserved_stage")
     return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}, **{k: r[k] for k in timed if k in r}}
             for i, r in enumerate(summary.ranked)]
 
@@ -351,8 +355,10 @@ def _text(summary, top: int, rejected: bool) -> str:
         + ("" if rejected or not summary.rejected else " (--rejected says why)")
         + f"; {summary.fits:,} fit, {summary.marginal:,} fit only at the low end of overheads, "
           f"{summary.does_not_fit:,} do not fit",
-        f"compiled: {summary.cases} structural case(s) derived once ({summary.derive_seconds:.2f} s); "
-        f"sweep {summary.seconds:.2f} s ({summary.valid / max(summary.seconds, 1e-9):,.0f} configurations/s)",
+        ("evaluated one by one as symmem memory does (an FP8/FP4 recipe with quantized copies); "
+         if summary.exact else
+         f"compiled: {summary.cases} structural case(s) derived once ({summary.derive_seconds:.2f} s); ")
+        + f"sweep {summary.seconds:.2f} s ({summary.valid / max(summary.seconds, 1e-9):,.0f} configurations/s)",
     ]
     if summary.ranked:
         what = "fit or fit at the low end" if any(r["verdict"] != "fits" for r in summary.ranked) else "fit"
@@ -365,7 +371,7 @@ def _text(summary, top: int, rejected: bool) -> str:
         head = (f"{'rank':>4} {'TP':>3} {'CP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} "
                 f"{'recompute':<10} "
                 f"{'schedule':<13} {'M':>4} {'ZeRO':>4} {'b':>4} {'s':>7} {'stage':>5} {'binding':<11} "
-                f"{'low-high GiB':>15} {'headroom':>8} {'time s':>7}  peak event")
+                f"{'low-high GiB':>15} {'headroom':>8} {'reserved':>8} {'time s':>7}  peak event")
         lines.append(head)
         for r in _ranked(summary):
             lines.append(
@@ -374,6 +380,7 @@ def _text(summary, top: int, rejected: bool) -> str:
                 f"{r['recompute']:<10} {r['schedule']:<13} {r['microbatches']:>4} {r['zero']:>4} {r['b']:>4} "
                 f"{r['s']:>7} {r['stage']:>5} {r['binding']:<11} "
                 f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f} "
+                f"{(fmt_gib(r['reserved']) if r.get('reserved') is not None else '-'):>8} "
                 f"{(format(r['time_s'], '.3f') if 'time_s' in r else '-'):>7}  {r['event']}")
     else:
         lines.append("no configuration fits")
@@ -399,18 +406,32 @@ def run(args: argparse.Namespace) -> int:
     rank_by = args.rank_by or ("time" if space.base.gpu_name else "headroom")
     if rank_by == "time" and space.base.gpu_name is None:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
+    from symmem.sweep.exact import exact_reason, needs_exact, sweep_exact
+
+    exact = needs_exact(space.base, space.schedule)
+    if exact and args.plot:
+        raise SymmemError(f"--plot: not with {exact_reason(space)}, whose configurations are evaluated one by one "
+                          "(symmem/sweep/exact.py); sweep without --plot")
     try:
         # by time: every configuration that fits is listed by the compiled path, then timed and ranked
-        summary = sweep(space, top=0 if rank_by == "time" else top, marginal=args.marginal, region=bool(args.plot),
-                        chunk=chunk, progress=bar)
+        if exact:  # an FP8/FP4 recipe with quantized copies: one by one, as symmem memory evaluates it
+            summary = sweep_exact(space, top=0 if rank_by == "time" else top, marginal=args.marginal, progress=bar)
+        else:
+            summary = sweep(space, top=0 if rank_by == "time" else top, marginal=args.marginal,
+                            region=bool(args.plot), chunk=chunk, progress=bar, lazy_events=rank_by == "time")
     finally:
         if bar:
             bar.close()
     if rank_by == "time":
+        from symmem.sweep.evaluate import finish_events
         from symmem.sweep.timing import rank_by_time
 
-        summary.ranked = rank_by_time(space, summary.ranked, top)
+        summary.ranked = finish_events(rank_by_time(space, summary.ranked, top))
     summary.rank_by = rank_by
+    from symmem.sweep.replayed import with_reserved
+
+    replay = num.int_text(args.replay, "--replay", 0, 1000)
+    summary.ranked = with_reserved(space, summary.ranked, replay)
     if args.plot:
         write_region(summary, args.plot)
     if args.json:

@@ -11,8 +11,12 @@ from fractions import Fraction
 
 from symmem._numbers import MAX_CHUNKS, MAX_MICROBATCHES
 from symmem.errors import SymmemError
+from symmem.parallel.orders import dualpipe_order, zb_h1_order
 
 SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
+# schedules whose stage peak is walked in their real order, not counted from micro-batches in flight
+# (symmem.accounting.analysis.walked_schedule; the compiled sweep leaves them to symmem.sweep.exact)
+WALKED = ("zb1p", "dualpipe")
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,11 @@ class Schedule:
         if self.name == "dualpipe":
             if pp % 2:
                 raise SymmemError(f"pp = {pp}: DualPipe needs an even number of stages")
-            if m < pp or m % 2:
-                raise SymmemError(f"microbatches = {m}: DualPipe needs an even M >= PP = {pp}")
+            # deepseek-ai/DualPipe@3da1bbe dualpipe/dualpipe.py:333: num_chunks % 2 == 0 and num_chunks >=
+            # num_ranks * 2
+            if m < 2 * pp or m % 2:
+                raise SymmemError(f"microbatches = {m}: DualPipe needs an even M >= 2·PP = {2 * pp} "
+                                  "(deepseek-ai/DualPipe asserts it)")
 
     def in_flight(self, stage: int, pp: int, m: int) -> Fraction:
         """Micro-batches of the whole stage's activations held at stage `stage`'s peak."""
@@ -57,12 +64,15 @@ class Schedule:
             if m == pp:
                 return Fraction(m)
             return Fraction(min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp + 1), v)
-        # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device, which needs
-        # M >= PP + 1 (M even, so PP + 2); with fewer, all M: min(M, PP + 1), i.e. PP at the default M = PP.
-        return Fraction(min(m, pp + 1))
+        # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device (M >= 2·PP)
+        return Fraction(pp + 1)
+
+    def default_microbatches(self, pp: int) -> int:
+        """M when none is given: PP (the paper's case), 2·PP for DualPipe, the least it runs with."""
+        return 2 * pp if self.name == "dualpipe" else pp
 
     def order(self, stage: int, pp: int, m: int) -> list[tuple[str, int, int]]:
-        """The step of pipeline stage `stage` in time order: ("F" or "B", micro-batch, chunk).
+        """The step of pipeline stage `stage` in time order: ("F", "B" or "W", micro-batch, chunk).
 
         * `gpipe`: every forward, then every backward;
         * `1f1b`: PP - stage - 1 warm-up forwards (at most M), then one forward and one backward, then the
@@ -71,8 +81,10 @@ class Schedule:
           interleaving): (PP - stage - 1)·2 + (v - 1)·PP warm-up forwards (all M·v when M = PP), then one forward
           and one backward; the k-th forward runs chunk (k // PP) mod v of micro-batch (k // (PP·v))·PP + k mod PP,
           the k-th backward chunk v - 1 - (k // PP) mod v of the same micro-batch;
-        * `zb1p` and `dualpipe`: drawn in 1F1B's order with their own in-flight count (ZB-1P splits each backward
-          into input and weight gradients, DualPipe runs two directions at once; neither split is modelled here).
+        * `zb1p`: ZB-H1, with "W" events: the weight gradients of a backward whose "B" computed only the input
+          gradients (symmem.parallel.orders);
+        * `dualpipe`: DualPipe as deepseek-ai/DualPipe runs it, chunk 0 the stage's own and chunk 1 stage
+          PP - 1 - stage run the other way, with "W" events (symmem.parallel.orders; needs M >= 2·PP).
         """
         self.check(pp, m)
         if self.name == "gpipe":
@@ -91,7 +103,11 @@ class Schedule:
             for j in range(total - warm):
                 out += [at(warm + j, True), at(j, False)]
             return out + [at(k, False) for k in range(total - warm, total)]
-        warm = math.ceil(self.in_flight(stage, pp, m)) - 1  # 1F1B; ZB-1P and DualPipe with their own count
+        if self.name == "zb1p":
+            return zb_h1_order(stage, pp, m)
+        if self.name == "dualpipe":
+            return dualpipe_order(stage, pp, m)
+        warm = math.ceil(self.in_flight(stage, pp, m)) - 1  # 1F1B
         return ([("F", i, 0) for i in range(warm)]
                 + [x for i in range(m - warm) for x in (("F", warm + i, 0), ("B", i, 0))]
                 + [("B", i, 0) for i in range(m - warm, m)])

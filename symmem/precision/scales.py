@@ -17,6 +17,17 @@ rowwise copy feeds the forward GEMM, the columnwise (transposed) copy the backwa
   (`convert_shape_for_fp4`), scales from tensor/nvfp4_tensor.py:215-247 `get_scale_shape`: rowwise
   (round_up(M, 128), round_up(ceil(K/16), 4)), columnwise (round_up(K, 128), round_up(ceil(M/16), 4)); one FP32
   amax per copy (nvfp4_tensor.py:325); M and K must divide by 16 (the make_empty check, constants.py:93).
+
+The shapes are written once, as `Blocks` (one scale per block, the scale tensor's dimensions padded), in
+`TE_SCALES`; `quantized_bytes` reads them for integer shapes, and the precision recipes (symmem.precision.recipes)
+for the symbolic shapes of the dataflow (a token count b·s), where a ceiling stays a sympy ceiling.
+
+>>> import sympy
+>>> m = sympy.Symbol("m", positive=True, integer=True)
+>>> Blocks(1, 128, 4).nbytes(m, 7168)
+224*m
+>>> Blocks(128, 128, 4).nbytes(300, 200)   # ceil(300/128) = 3 by ceil(200/128) = 2 blocks, FP32
+24
 """
 
 from __future__ import annotations
@@ -24,14 +35,67 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import sympy
+
 from symmem.errors import SymmemError
 
 FORMATS = ("fp8_tensor", "fp8_block_1d", "fp8_block_2d", "mxfp8", "nvfp4")
 BLOCK = {"fp8_block_1d": 128, "fp8_block_2d": 128, "mxfp8": 32, "nvfp4": 16}
 
 
-def _up(n: int, m: int) -> int:
-    return -(-n // m) * m
+def ceil_div(x: sympy.Expr | int, q: int) -> sympy.Expr:
+    """ceil(x / q) for a positive integer x (a sympy ceiling when x is symbolic; exact for numbers)."""
+    x = sympy.Integer(x) if isinstance(x, int) else x
+    if q == 1:
+        return x
+    return sympy.ceiling(x / q)
+
+
+def round_up(x: sympy.Expr | int, q: int) -> sympy.Expr:
+    """x rounded up to a multiple of q (TE's `round_up_to_nearest_multiple`)."""
+    x = sympy.Integer(x) if isinstance(x, int) else x
+    if q == 1:
+        return x
+    return q * ceil_div(x, q)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One scale per `rows` x `cols` block of an M x K tensor, `scale_bytes` bytes each; the scale tensor's two
+    dimensions (blocks along M, blocks along K) rounded up to multiples of `pad_rows` and `pad_cols`. The order in
+    which TE stores the two dimensions does not change the product."""
+
+    rows: int
+    cols: int
+    scale_bytes: int
+    pad_rows: int = 1
+    pad_cols: int = 1
+
+    def shape(self, m: sympy.Expr | int, k: sympy.Expr | int) -> tuple[sympy.Expr, sympy.Expr]:
+        return (round_up(ceil_div(m, self.rows), self.pad_rows), round_up(ceil_div(k, self.cols), self.pad_cols))
+
+    def nbytes(self, m: sympy.Expr | int, k: sympy.Expr | int) -> sympy.Expr:
+        r, c = self.shape(m, k)
+        return self.scale_bytes * r * c
+
+    @property
+    def label(self) -> str:
+        pad = f", padded to {self.pad_rows}x{self.pad_cols}" if (self.pad_rows, self.pad_cols) != (1, 1) else ""
+        return f"{self.rows}x{self.cols} blocks, {self.scale_bytes}-byte scales{pad}"
+
+
+# (format, columnwise) -> the scale tensor of an M x K tensor, as in the module docstring (blocks along M, along K).
+TE_SCALES: dict[tuple[str, bool], Blocks] = {
+    ("fp8_block_2d", False): Blocks(128, 128, 4, 1, 4),  # (ceil(M/128), round_up(ceil(K/128), 4))
+    ("fp8_block_2d", True): Blocks(128, 128, 4, 4, 1),  # (ceil(K/128), round_up(ceil(M/128), 4))
+    ("fp8_block_1d", False): Blocks(1, 128, 4, 4, 1),  # (ceil(K/128), round_up(M, 4))
+    ("fp8_block_1d", True): Blocks(128, 1, 4, 1, 4),  # (ceil(M/128), round_up(K, 4))
+    ("mxfp8", False): Blocks(1, 32, 1, 128, 4),  # (round_up(M, 128), round_up(K/32, 4))
+    ("mxfp8", True): Blocks(32, 1, 1, 4, 128),  # (round_up(M/32, 4), round_up(K, 128))
+    ("nvfp4", False): Blocks(1, 16, 1, 128, 4),  # (round_up(M, 128), round_up(ceil(K/16), 4))
+    ("nvfp4", True): Blocks(16, 1, 1, 4, 128),  # (round_up(K, 128), round_up(ceil(M/16), 4))
+}
+PER_TENSOR = {"fp8_tensor": 4, "nvfp4": 4}  # FP32 scalars per copy: scale_inv; NVFP4's amax
 
 
 @dataclass(frozen=True)
@@ -42,18 +106,6 @@ class QuantizedBytes:
     @property
     def total(self) -> int:
         return self.data + self.scales
-
-
-def _scale_shape(fmt: str, m: int, k: int, columnwise: bool) -> tuple[int, int, int]:
-    """(outer, inner, bytes per scale)."""
-    if fmt == "fp8_block_2d":
-        return ((math.ceil(k / 128), _up(math.ceil(m / 128), 4), 4) if columnwise
-                else (math.ceil(m / 128), _up(math.ceil(k / 128), 4), 4))
-    if fmt == "fp8_block_1d":
-        return (math.ceil(m / 128), _up(k, 4), 4) if columnwise else (math.ceil(k / 128), _up(m, 4), 4)
-    if fmt == "mxfp8":
-        return (_up(m // 32, 4), _up(k, 128), 1) if columnwise else (_up(m, 128), _up(k // 32, 4), 1)
-    return (_up(k, 128), _up(math.ceil(m / 16), 4), 1) if columnwise else (_up(m, 128), _up(math.ceil(k / 16), 4), 1)
 
 
 def quantized_bytes(shape: tuple[int, ...], fmt: str, rowwise: bool = True, columnwise: bool = False
@@ -71,10 +123,7 @@ def quantized_bytes(shape: tuple[int, ...], fmt: str, rowwise: bool = True, colu
     copies = [c for c, on in ((False, rowwise), (True, columnwise)) if on]
     data = scales = 0
     for col in copies:
-        if fmt == "fp8_tensor":
-            data, scales = data + m * k, scales + 4
-            continue
         data += m * k // 2 if fmt == "nvfp4" else m * k
-        outer, inner, per = _scale_shape(fmt, m, k, col)
-        scales += outer * inner * per + (4 if fmt == "nvfp4" else 0)
+        blocks = TE_SCALES.get((fmt, col))
+        scales += (int(blocks.nbytes(m, k)) if blocks else 0) + PER_TENSOR.get(fmt, 0)
     return QuantizedBytes(data, scales)

@@ -15,13 +15,13 @@ __all__ = ["Rule", "RuleSet", "Saved", "as_dtype", "combine", "inputs", "nothing
 
 def _registry() -> dict[str, RuleSet]:
     # imported here: the rule modules build their tables from the helpers above
-    from symmem.rules import megatron_te, paper, torch_eager
+    from symmem.rules import megatron_local_ops, megatron_te, paper, torch_eager
 
-    return {r.RULES.name: r.RULES for r in (paper, torch_eager, megatron_te)}
+    return {r.RULES.name: r.RULES for r in (paper, torch_eager, megatron_te, megatron_local_ops)}
 
 
 def rule_set(name: str) -> RuleSet:
-    """The rule set called `name`: `paper`, `torch-eager` or `megatron-te`.
+    """The rule set called `name`: `paper`, `torch-eager`, `megatron-te` or `megatron-local`.
 
     >>> rule_set("paper").rules["softmax"].__name__
     'rule'

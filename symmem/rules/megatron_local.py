@@ -14,20 +14,25 @@ Model states (`states`):
   [h, n_h d/t] before `linear_qkv` [(n_h + 2 n_g) d/t, h] (`transformer/attention.py:349`, `:1267`),
   `pre_mlp_layernorm` (`transformer_layer.py:334`), `linear_fc1` [2f/t, h] for a gated unit
   (`transformer/mlp.py:108`, `:121`), `linear_fc2` [h, f/t] (`mlp.py:141`); biases after their weight when
-  `add_bias_linear`; the MoE layer's router [E, h] in FP32 (`transformer/moe/router.py:53-55`), its local experts
-  (`moe/moe_layer.py:223`, SequentialMLP: one MLP per expert) and shared expert (`moe_layer.py:232`); the final
+  `add_bias_linear`; the MoE layer's router [E, h], made FP32 and cast to the run's dtype
+  (`transformer/moe/router.py:53-55`, `:72`), its local experts (`moe/moe_layer.py:223`, SequentialMLP: one MLP per
+  expert) and shared expert (`moe_layer.py:232`); the final
   norm (`transformer/transformer_block.py:378`) and the output layer [V/t, h] (`models/gpt/gpt_model.py:241`) on the
   last stage, unless it shares the embedding. Norms are torch's `LayerNorm`/`RMSNorm` built without a dtype
   (`transformer/torch_norm.py:51`): FP32 parameters even when the run's are BF16.
 * DDP groups parameters by (param dtype, grad dtype) and by dense/expert (`distributed/distributed_data_parallel.py:
-  111-125`, `:138-151`); one buffer per group holds the parameters in reverse order, with the distributed
-  optimizer each start padded to 64 elements and the end to lcm(DP, 128) (`distributed/param_and_grad_buffer.py:
-  635-665`, `:701-735`); its parameter buffer exists only with the distributed optimizer (`:797`), the FP32
-  gradient buffer always (`:803`).
+  111-125`, `:138-151`). An expert's linear is expert-parallel (`allreduce` False) only when
+  `expert_model_parallel_size > 1` (`tensor_parallel/layers.py:829`, `:886`, `:1149`, `:1209`): at EP 1 the experts
+  share the dense buffer and the dense optimizer and its parameter groups (`optimizer/__init__.py:165`). One
+  buffer per group holds the parameters in reverse order, with the distributed optimizer each start padded to 64
+  elements and the end to lcm(DP, 128) (`distributed/param_and_grad_buffer.py:635-665`, `:701-735`); its
+  parameter buffer exists only with the distributed optimizer (`:797`), the FP32 gradient buffer always (`:803`).
 * the distributed optimizer gives rank r of DP the r-th 1/DP of each buffer (`optimizer/distrib_optimizer.py:
   112-171`); a parameter with elements in that range gets a shard: a new FP32 main copy when it is 16-bit, a view
   of the parameter when it is FP32 (`distrib_optimizer.py:361-432`); torch's Adam keeps exp_avg and exp_avg_sq
   (FP32, the shard's size) and a 4-byte FP32 `step` per shard (torch/optim/adam.py `_init_group`).
+
+The peak of the iteration is `symmem.rules.megatron_local_peak`.
 """
 
 from __future__ import annotations
@@ -88,12 +93,13 @@ class Dims:
 class Weight:
     name: str
     numel: int
-    fp32: bool  # created FP32 whatever the run's dtype (norms, router)
+    fp32: bool  # FP32 whatever the run's dtype (torch's norms)
     expert: bool = False  # in the expert-parallel DDP buffer
 
 
-def weights(d: Dims, tp: int, pp: int, pp_rank: int) -> list[Weight]:
-    """The parameters of one rank, in Megatron's registration order."""
+def weights(d: Dims, tp: int, pp: int, pp_rank: int, ep: int = 1) -> list[Weight]:
+    """The parameters of one rank, in Megatron's registration order (experts in the expert-parallel buffer only
+    when ep > 1, `tensor_parallel/layers.py:886`)."""
     out: list[Weight] = []
     first, last = pp_rank == 0, pp_rank == pp - 1
     if first:
@@ -129,9 +135,9 @@ def weights(d: Dims, tp: int, pp: int, pp_rank: int) -> list[Weight]:
         linear(f"{p}.self_attention.linear_qkv", (d.heads + 2 * d.groups) * d.head_dim // tp, d.h)
         norm(f"{p}.pre_mlp_layernorm")
         if d.experts:
-            out.append(Weight(f"{p}.mlp.router.weight", d.experts * d.h, True))
+            out.append(Weight(f"{p}.mlp.router.weight", d.experts * d.h, False))
             for e in range(d.experts):
-                mlp(f"{p}.mlp.experts.local_experts.{e}", d.moe_ffn, expert=True)
+                mlp(f"{p}.mlp.experts.local_experts.{e}", d.moe_ffn, expert=ep > 1)
             if d.shared_ffn:
                 mlp(f"{p}.mlp.shared_experts", d.shared_ffn)
         else:
@@ -308,72 +314,3 @@ def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf1
     per = sum(n for _, n in layer_saved(d, tp, b, s, bf16, recompute))
     stage = d.layers // pp
     return {f"layer {i + 1}": per for i in range(pp_rank * stage, (pp_rank + 1) * stage)}
-
-
-# ------------------------------------------------------------------------------------------------ the peak
-# Where these runs peak: in the optimizer step (the activations of a tiny model are far below Adam's moments). At
-# the k-th parameter that torch's single-tensor AdamW updates (torch/optim/adam.py `_single_tensor_adam`: weight
-# decay in place; `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`), the rank holds:
-# * what existed before the iteration: the parameter and FP32 gradient buffers, the 16-bit runs' FP32 main shards,
-#   the rotary inv_freq buffer [d/2] (FP32, `models/common/embeddings/rotary_pos_embedding.py`), the optimizer's
-#   `_scale_one` [1] FP32 and, in FP32 runs, `_dummy_overflow_buf` [1] int32 (`optimizer/optimizer.py:481`, `:485`),
-#   one per optimizer (dense, and expert), one FP32 scalar more made before the iteration (not traced to its line),
-#   and the runner's inputs: M token batches [b, s + 1] int64 and the position ids [s] int64;
-# * what the forward left for the whole process: Megatron's global buffer for the attention scores [b n, s, s] at
-#   the run's dtype (`transformer/dot_product_attention.py:189`, `parallel_state.get_global_memory_buffer`) and the
-#   cached RoPE table [s, 1, 1, d] FP32 (`rotary_pos_embedding.py`, lru_cache);
-# * Adam's exp_avg and exp_avg_sq of every parameter group stepped so far and of the current one (`_init_group`
-#   makes a group's states before updating it) and a 4-byte `step` per shard; groups in Megatron's order: per
-#   optimizer (dense, then expert), weight-decayed parameters first (`optimizer/__init__.py:189`: the group without
-#   overrides sorts first), then biases and norms; within a group, the shard's parameters in buffer order
-#   (`optimizer/distrib_optimizer.py:112-171`);
-# * the transient of the update: sqrt(exp_avg_sq) and its quotient (the parameter's shard size each) beside the
-#   previous parameter's `denom`, still bound.
-# * on a pipeline stage after the first, the last micro-batch's received activation [s, b, h] (the receive
-#   buffer), which the block keeps as `self.input_tensor` (`transformer/transformer_block.py:570-578`) after the
-#   schedule, and its gradient [s, b, h], kept on it by `retain_grad()` (`pipeline_parallel/schedules.py:469`).
-# Not modelled (None): MoE
-# layers, whose dispatcher keeps routing tensors between iterations and whose measured peak (1,851,432 bytes in the
-# tiny MoE run) holds the expert optimizer's moments while the dense optimizer updates: not explained yet.
-
-
-def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
-              microbatches: int) -> tuple[int, str] | None:
-    """The most bytes a rank holds in the optimizer step, and the parameter at it; None where not modelled."""
-    if d.experts:
-        return None
-    e = 2 if bf16 else 4
-    st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16)
-    ws = weights(d, tp, pp, pp_rank)
-    bufs = ddp_buffers(ws, dp, True, bf16)
-    # the rank's shard of each parameter, in buffer order, with its buffer's kind
-    shards: list[tuple[Weight, int, bool]] = []
-    for buf in bufs:
-        lo, hi = dp_rank * buf.numel // dp, (dp_rank + 1) * buf.numel // dp
-        for w, a, c in buf.ranges:
-            n = max(0, min(c, hi) - max(a, lo))
-            if n:
-                shards.append((w, n, buf.fp32_params))
-    main = sum(4 * n for _w, n, fp32 in shards if not fp32)
-    n_opt = 2 if d.experts else 1
-    rope = d.kind != "gpt2"
-    before = (st["params"] + st["grad_buffers"] + main + (d.head_dim // 2 * 4 if rope else 0)
-              + n_opt * (4 if bf16 else 8) + 4 + microbatches * b * (s + 1) * 8 + s * 8)
-    left = b * (d.heads // tp) * s * s * e + (s * d.head_dim * 4 if rope else 0)
-    if pp_rank > 0:
-        left += 2 * s * b * d.h * e
-    held = before + left
-    best, at = 0, ""
-    for expert in (False, True):  # the dense optimizer, then the expert one (optimizer/__init__.py:630, :668)
-        for decayed in (True, False):
-            group = [(w, n) for w, n, _ in shards if w.expert == expert
-                     and (not w.name.endswith(".bias") and not w.name.endswith("norm.weight")) == decayed]
-            if not group:
-                continue
-            held += sum(8 * n + 4 for _w, n in group)
-            prev = 0
-            for w, n in group:
-                if held + 4 * (prev + 2 * n) > best:
-                    best, at = held + 4 * (prev + 2 * n), w.name
-                prev = n
-    return best, at

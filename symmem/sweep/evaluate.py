@@ -29,7 +29,7 @@ import numpy as np
 from symmem.accounting.params import GROUPS, MOE_GROUPS
 from symmem.accounting.states import Precision, zero_stage
 from symmem.errors import SymmemError
-from symmem.parallel.schedule import Schedule
+from symmem.parallel.schedule import WALKED, Schedule
 from symmem.sweep.compile import INT64_SAFE, array_maxima, compile_case
 from symmem.sweep.rules import check_world, make_parallel, pipeline_layout
 
@@ -87,7 +87,10 @@ class Block:
         return (self.par["base"][pi] + self.z_idx[zi] * st[7] + self.m_idx[mi] * st[8] + self.s_idx[si] * st[9]
                 + self.b_idx[bi] * st[10])
 
-    def record(self, flat: int) -> dict:
+    def record(self, flat: int, lazy_event: bool = False) -> dict:
+        """One configuration's record; with `lazy_event` its binding event is left None and `_event` holds the
+        function that finds it (what costs most in a record: a sweep ranked by time finds it for the listed
+        ones only, `finish_events`)."""
         from symmem.accounting.analysis import verdict
 
         pi, zi, mi, si, bi = (int(x) for x in np.unravel_index(flat, self.alloc.shape))
@@ -99,8 +102,8 @@ class Block:
         at = {"t": int(self.par["tp"][pi]), "ep": int(self.par["ep"][pi]), "etp": int(self.par["etp"][pi]),
               "cp": int(self.par["cp"][pi]), "V": int(self.par["V"][pi]), "s": sp.s[self.s_idx[si]],
               "b": sp.b[self.b_idx[bi]]}
-        event = binding_event(self.classes[c], at, zero_stage(sp.zero[self.z_idx[zi]]),
-                              Fraction(int(self.kn[c, mi]), self.kd))
+        cls, zero, k = self.classes[c], zero_stage(sp.zero[self.z_idx[zi]]), Fraction(int(self.kn[c, mi]), self.kd)
+        event = None if lazy_event else binding_event(cls, at, zero, k)
         low, high = (int(self.reserved_at(np.array([flat]), end)[0]) for end in (0, 1))
         cap = sp.capacity
         par = {k: int(self.par[k][pi]) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
@@ -114,7 +117,20 @@ class Block:
             "binding": COMPONENTS[comps.index(max(comps))], "event": event, "peak_allocated": alloc,
             "low": low, "high": high,
             "headroom": cap - high, "verdict": verdict(low, high, cap),
+            **({"_event": lambda: binding_event(cls, at, zero, k)} if lazy_event else {}),
         }
+
+
+def finish_events(records: list[dict]) -> list[dict]:
+    """`records` with each lazily left binding event found (`Block.record(..., lazy_event=True)`)."""
+    out = []
+    for r in records:
+        r = dict(r)
+        find = r.pop("_event", None)
+        if find is not None:
+            r["event"] = find()
+        out.append(r)
+    return out
 
 
 def _value(poly, at: dict) -> Fraction:
@@ -286,9 +302,11 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
         if progress:
             progress(count)
 
+    if any(sch.name in WALKED for sch in space.schedule):  # a caller's error: `needs_exact` routes these
+        raise SymmemError("the compiled sweep does not walk ZB-H1 or DualPipe; evaluate them one by one "
+                          "(symmem.sweep.exact.sweep_exact)")
     for i_pp, pp in enumerate(space.pp):
         layout, groups = _arrangements(space, pp, i_pp, reject)
-        m_values = tuple(pp if m is None else m for m in space.microbatches)
         for g in groups.values():
             par = {k: np.array(v, dtype=np.int64) for k, v in g.items() if k not in ("par", "pars")}
             n_par = len(par["tp"])
@@ -311,6 +329,8 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                     bufs = _buffers(scn, case, g["pars"], space.s)
                     regions.append((s_part, b_part, case, tuple(c.index for c in case.classes), counts, {}, bufs))
                 for i_sch, sched in enumerate(space.schedule):
+                    # M not given: the schedule's default (PP; 2·PP for DualPipe), as Scenario.m resolves it
+                    m_values = tuple(sched.default_microbatches(pp) if m is None else m for m in space.microbatches)
                     valid_m, reasons, _, _ = schedule_table(sched, pp, m_values, regions[0][3])
                     for mi, reason in reasons:
                         reject("schedule", (("pp", pp), ("schedule", sched_label(sched)),

@@ -155,6 +155,7 @@ class Summary:
     seconds: float = 0.0
     region: dict = field(default_factory=dict)  # TP·PP -> (best headroom at high, at low) per b (plot)
     rank_by: str = "headroom"  # how `ranked` is ordered: "headroom" here; the CLI may rank by "time"
+    exact: bool = False  # evaluated one by one (symmem.sweep.exact), not by the compiled path
 
     @property
     def does_not_fit(self) -> int:
@@ -166,10 +167,11 @@ class Summary:
 
 
 def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = False, chunk: int = CHUNK,
-          progress: Callable[[int], None] | None = None) -> Summary:
+          progress: Callable[[int], None] | None = None, lazy_events: bool = False) -> Summary:
     """Evaluate the space by the compiled path, streaming: counts, the `top` configurations that fit (all with
     `top` = 0) ranked by headroom (capacity − high), largest first, ties in sweep order; with `marginal`,
-    those that fit only at the low end of overheads too; with `region`, the best headroom per TP·PP and b."""
+    those that fit only at the low end of overheads too; with `region`, the best headroom per TP·PP and b; with
+    `lazy_events` each record's binding event left to `evaluate.finish_events`."""
     t0 = time.perf_counter()
     cases: dict = {}
     cap = space.capacity
@@ -213,7 +215,7 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
         for i, h, o in zip(idx.tolist(), hv.tolist(), ords.tolist(), strict=True):
             item = (int(h), -o)
             if not top:
-                kept.append((item, blk.record(i)))
+                kept.append((item, blk.record(i, lazy_events)))
             elif len(heap) < top:
                 heapq.heappush(heap, (*item, blk.record(i)))
             elif item > heap[0][:2]:

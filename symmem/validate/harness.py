@@ -367,10 +367,13 @@ def measure_layer(
     attn: str = "eager",
     experts: str = "eager",
     seed: int = 0,
+    convert=None,
 ) -> LayerMeasurement:
     """Bytes saved for backward by one decoder layer's forward and still live when it returns.
 
-    See the module docstring for the method.  Deterministic for fixed arguments.
+    See the module docstring for the method.  Deterministic for fixed arguments. `convert(model)`, when given, is
+    applied to the built model in place before the layer runs (torchao's float8 module swap,
+    `symmem.validate.torchao_float8`).
     """
     torch, _ = _import()
     if b < 1 or s < 1:
@@ -381,6 +384,8 @@ def measure_layer(
     n_layers = len(model.model.layers)
     if not 0 <= layer < n_layers:
         raise SymmemError(f"layer = {layer}: must be in [0, {n_layers})")
+    if convert is not None:
+        convert(model)
     target = model.model.layers[layer]
     layer_kind = "moe" if hasattr(target.mlp, "experts") else "dense"
 

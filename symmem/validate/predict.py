@@ -66,8 +66,11 @@ def kind_note(raw: dict, layer: int, built: str, reference: str) -> str:
             f"{_article(reference)}. Predicted as transformers builds it.")
 
 
-def scenario_for(raw: dict, b: int, s: int, dtype: str, attn: str, experts: str, name: str = "config"):
-    """The one-GPU scenario that predicts a layer measured with these settings."""
+def scenario_for(raw: dict, b: int, s: int, dtype: str, attn: str, experts: str, name: str = "config",
+                 precision: str = "paper"):
+    """The one-GPU scenario that predicts a layer measured with these settings (under precision recipe
+    `precision`, whose rules on saved tensors, if any, apply)."""
+    from symmem.accounting.states import recipe
     from symmem.config import from_dict
     from symmem.parallel.sizes import Parallel
     from symmem.scenario import ACT_DTYPES, Scenario
@@ -82,11 +85,12 @@ def scenario_for(raw: dict, b: int, s: int, dtype: str, attn: str, experts: str,
                           "attention_dropout = 0 (HF's DeepSeek configs)")
     model = from_dict(raw, name)
     return Scenario(name="measure", model=model, parallel=Parallel(), mtp=False, b=b, s=s, rules_name="torch-eager",
-                    act_bytes=ACT_DTYPES[dtype], dataflow="hf", attn_impl=attn, experts_impl=experts)
+                    act_bytes=ACT_DTYPES[dtype], dataflow="hf", attn_impl=attn, experts_impl=experts,
+                    precision=recipe(precision))
 
 
 def predict(raw: dict, layer: int, b: int, s: int, dtype: str = "fp32", attn: str = "eager",
-            experts: str = "eager", name: str = "config") -> Prediction:
+            experts: str = "eager", name: str = "config", precision: str = "paper") -> Prediction:
     """What the torch-eager rule set derives for decoder layer `layer` of the HF model `raw` (a config dict)."""
     from symmem.accounting.analysis import stage_terms, to_int, values
     from symmem.graph import global_size
@@ -95,7 +99,7 @@ def predict(raw: dict, layer: int, b: int, s: int, dtype: str = "fp32", attn: st
 
     reference = scenario_for(raw, b, s, dtype, attn, experts, name).model.layer_kinds()  # checks the config too
     built = as_transformers_builds(raw)
-    scn = scenario_for(built, b, s, dtype, attn, experts, name)
+    scn = scenario_for(built, b, s, dtype, attn, experts, name, precision)
     kinds = scn.model.layer_kinds()
     if not (isinstance(layer, int) and 0 <= layer < len(kinds)):
         raise SymmemError(f"--layer = {layer!r}: must be in [0, {len(kinds)})")

@@ -21,6 +21,11 @@ the dtype or shape of a tensor the tracker measures (paths are in the installed 
   CPU is one stream).
 * `transformer/moe/moe_utils.py:34` imports `te_general_gemm` from TransformerEngine only when it is installed;
   `:1192` then reads an undefined name. Set to None, Megatron's own torch path is taken (`:1195-1197`).
+* the alltoall dispatcher's split sizes: `transformer/moe/token_dispatcher.py:879-887` hands them to
+  `moe_utils.maybe_move_tensor_to_cpu(..., as_numpy=True)`, which makes NumPy arrays of CUDA tensors only
+  (`moe_utils.py:1093-1096`); a CPU tensor stays a tensor, and torch's `all_to_all_single` refuses it as a split-size
+  list (TypeError). Here a CPU tensor asked for as NumPy is returned as `tensor.numpy()`, a view of the same storage
+  (nothing allocated). The split sizes exist only with EP > 1 or TP > 1 (`token_dispatcher.py:525`).
 * the optimizers accept tensors by their CUDA type string (`optimizer/distrib_optimizer.py:361`, `:432`, `:582`,
   `optimizer/clip_grads.py:167`: `torch.cuda.FloatTensor`, ...): while they are built and stepped, `Tensor.type()`
   without arguments answers the CUDA name of the same dtype.
@@ -121,7 +126,7 @@ def cpu_megatron():
     """Run Megatron-Core's local spec on the CPU inside this context (see the module's docstring)."""
     import torch
     from megatron.core.tensor_parallel import random as mrandom
-    from megatron.core.transformer.moe import moe_utils
+    from megatron.core.transformer.moe import moe_utils, token_dispatcher
 
     saved = {
         (torch.cuda, "current_device"): torch.cuda.current_device,
@@ -133,7 +138,9 @@ def cpu_megatron():
         (mrandom.CudaRNGStatesTracker, "fork"): mrandom.CudaRNGStatesTracker.fork,
         (mrandom, "_get_cuda_rng_state"): mrandom._get_cuda_rng_state,
         (mrandom, "_set_cuda_rng_state"): mrandom._set_cuda_rng_state,
+        (token_dispatcher, "maybe_move_tensor_to_cpu"): token_dispatcher.maybe_move_tensor_to_cpu,
     }
+    to_cpu = token_dispatcher.maybe_move_tensor_to_cpu
     had_gemm = hasattr(moe_utils, "te_general_gemm")
 
     @contextlib.contextmanager
@@ -144,6 +151,11 @@ def cpu_megatron():
     def stream(s=None):
         yield s
 
+    def split_sizes(tensor, as_numpy=False, record_stream=False):
+        if as_numpy and torch.is_tensor(tensor) and not tensor.is_cuda:
+            return tensor.numpy()  # a view: the same storage
+        return to_cpu(tensor, as_numpy, record_stream)
+
     torch.cuda.current_device = lambda: "cpu"
     torch.cuda.Stream = _Stream
     torch.cuda.Event = _Event
@@ -153,6 +165,7 @@ def cpu_megatron():
     mrandom.CudaRNGStatesTracker.fork = fork
     mrandom._get_cuda_rng_state = lambda *args, **kwargs: None
     mrandom._set_cuda_rng_state = lambda *args, **kwargs: None
+    token_dispatcher.maybe_move_tensor_to_cpu = split_sizes
     if not had_gemm:
         moe_utils.te_general_gemm = None
     try:

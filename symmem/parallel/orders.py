@@ -1,0 +1,114 @@
+"""The per-rank order of the two schedules that split the backward: ZB-H1 and DualPipe.
+
+Events are (phase, micro-batch, chunk). "F" is a forward; "B" a backward; "W" the weight gradients of a
+backward whose B computed only the input gradients (the micro-batch keeps what its weight gradients read,
+the inputs of its weighted ops and their output gradients, from that B until its W). A "B" with no later "W"
+of the same (micro-batch, chunk) is a whole backward.
+
+* ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, §2.1 and Figure 3, top): 1F1B with
+  the W of stage i delayed by i. On stage i of PP, as the DeepSpeed port runs it with its
+  `enable_zbh1_exact_semantics` option (`ZeroBubbleH1Pipeline.steps`, megatron/core/pipeline_parallel/
+  deepspeed_zbh1_schedule.py: saforem2/Megatron-DeepSpeed at 40e942a; microsoft/Megatron-DeepSpeed at c84829e has
+  the file without the option): PP - i - 1 warm-up forwards; i rounds of F, B; rounds of F, B, W while forwards
+  remain; then B, W while backwards remain; then the last i W. Stage 0 runs whole backwards (its B and W
+  together), which is 1F1B. A stage holds PP - i micro-batches between F and B, and PP between F and W.
+  (Without the option the port runs whole backwards in the steady state and leaves the first i W to the end;
+  sail-sg's zb-h1-quick-start branch, 95212f70, is another variant. Both hold the same counts.)
+* DualPipe (DeepSeek-V3 report, arXiv 2412.19437, §3.2.1; github.com/deepseek-ai/DualPipe at 3da1bbe,
+  dualpipe/dualpipe.py, `DualPipe.step`): rank r holds two chunks, chunk 0 = stage r of the micro-batches fed
+  at rank 0 and chunk 1 = stage PP - 1 - r of those fed at rank PP - 1, M/2 micro-batches each way. Its eight
+  steps, with h = min(r, PP - 1 - r) and phases swapped on the second half of the ranks, are followed as
+  written; an overlapped F&B pair is drawn forward first (the order the repository runs it without an
+  overlapped module); W pops the oldest deferred B (its WeightGradStore is a FIFO).
+"""
+
+from __future__ import annotations
+
+from symmem.errors import SymmemError
+
+Order = list[tuple[str, int, int]]
+
+
+def zb_h1_order(stage: int, pp: int, m: int) -> Order:
+    out: Order = []
+    f = b = w = 0
+    for _ in range(pp - stage - 1):  # warm-up forwards
+        if f < m:
+            out.append(("F", f, 0))
+            f += 1
+    for _ in range(stage):  # F, B: the W waits
+        if f < m:
+            out += [("F", f, 0), ("B", b, 0)]
+            f, b = f + 1, b + 1
+    while f < m:  # F, B, W (stage 0: a whole backward)
+        out += [("F", f, 0), ("B", b, 0)] + ([("W", w, 0)] if stage else [])
+        f, b, w = f + 1, b + 1, w + 1
+    while b < m:  # cool-down
+        out += [("B", b, 0)] + ([("W", w, 0)] if stage else [])
+        b, w = b + 1, w + 1
+    while stage and w < m:
+        out.append(("W", w, 0))
+        w += 1
+    return out
+
+
+def dualpipe_order(rank: int, pp: int, m: int) -> Order:
+    if m < 2 * pp:
+        raise SymmemError(f"microbatches = {m}: DualPipe's schedule (deepseek-ai/DualPipe) runs only with M >= "
+                          f"2·PP = {2 * pp}; symmem memory gives its in-flight count at smaller M, the timeline "
+                          "cannot draw an order that does not exist")
+    half_ranks, half_m = pp // 2, m // 2
+    h = min(rank, pp - 1 - rank)
+    swap = 1 if rank >= half_ranks else 0
+    out: Order = []
+    nf, nb = [0, 0], [0, 0]
+    deferred: list[tuple[int, int]] = []
+
+    def fwd(phase: int) -> None:
+        c = phase ^ swap
+        out.append(("F", nf[c], c))
+        nf[c] += 1
+
+    def bwd(phase: int, zb: bool = False) -> None:
+        c = phase ^ swap
+        out.append(("B", nb[c], c))
+        if zb:
+            deferred.append((nb[c], c))
+        nb[c] += 1
+
+    def weight() -> None:
+        mb, c = deferred.pop(0)
+        out.append(("W", mb, c))
+
+    for _ in range((half_ranks - h - 1) * 2):  # step 1: nF0
+        fwd(0)
+    for _ in range(h + 1):  # step 2: nF0F1
+        fwd(0)
+        fwd(1)
+    for _ in range(half_ranks - h - 1):  # step 3: nB1W1F1
+        bwd(1, zb=True)
+        weight()
+        fwd(1)
+    for _ in range(half_m - pp + h + 1):  # step 4: nF0B1F1B0
+        fwd(0)
+        bwd(1)
+        fwd(1)
+        bwd(0)
+    for _ in range(half_ranks - h - 1):  # step 5: nB1F1B0
+        bwd(1)
+        fwd(1)
+        bwd(0)
+    zb = False
+    for i in range(h + 1):  # step 6: nB1B0, the second half with W deferred
+        if i == (h + 1) // 2 and h % 2 == 1:
+            zb = True
+        bwd(1, zb)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            zb = True
+        bwd(0, zb)
+    for _ in range(half_ranks - h - 1):  # step 7: nWB0
+        weight()
+        bwd(0, zb=True)
+    for _ in range(h + 1):  # step 8: nW
+        weight()
+    return out
