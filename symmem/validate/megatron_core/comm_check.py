@@ -8,10 +8,9 @@ one GPU (`collectives.wire`: all-reduce 2(n-1)/n of the tensor, reduce-scatter (
 all-gather n-1 input shards, a pipeline send its tensor; receives are the peer's sends). Groups of one rank move
 nothing and are left out.
 
-The scenario is the `megatron-te` profile (Megatron's DDP padding, the distributed optimizer as ZeRO-1) with two
-differences that are the harness's configuration, not symmem's rules: the vocabulary is not padded (runner.py
-passes the HF `vocab_size` to GPTModel as is; Megatron-LM's tokenizer padding lives in megatron/training, not in
-megatron-core), and FP32 runs keep FP32 parameters with no main copy (precision 4 + 4 + 0 + 8 bytes).
+The scenario is the `megatron-local` profile (the harness's own: the HF vocabulary unpadded, as runner.py gives it
+to GPTModel; Megatron's DDP padding; the distributed optimizer as ZeRO-1), with the `fp32` precision recipe (FP32
+parameters, no main copy) or, in BF16, `megatron` (BF16 parameters, FP32 gradients and main copy).
 
 Outside the model (measured, named, not predicted): the gradient-norm all-reduce, one FP32 scalar on the
 distributed optimizer's instance group (the whole world here): optimizer/optimizer.py:607 -> :210 ->
@@ -20,7 +19,6 @@ optimizer/clip_grads.py:130, group set at optimizer/__init__.py:459.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import tempfile
@@ -35,30 +33,21 @@ OUTSIDE = {("distopt-instance", "all-reduce", "optimizer step"):
 
 def scenario(st):
     """The symmem Scenario of the measured run `st` (runner.Settings)."""
-    from symmem.accounting.states import Precision
     from symmem.cli.args import scenario_from_args
     from symmem.cli.main import build_parser
-    from symmem.profiles import profile
 
     fd, path = tempfile.mkstemp(suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(st.raw, f)
-        argv = ["memory", "--model", path, "--profile", "megatron-te", "--no-sequence-parallel", "--zero",
-                "1" if st.distributed_optimizer else "0", "--tp", str(st.tp), "--pp", str(st.pp), "--dp", str(st.dp),
-                "--microbatches", str(st.microbatches), "-b", str(st.b), "-s", str(st.s),
+        argv = ["memory", "--model", path, "--profile", "megatron-local", "--no-sequence-parallel",
+                "--precision", "fp32" if st.dtype == "fp32" else "megatron",
+                "--zero", "1" if st.distributed_optimizer else "0", "--tp", str(st.tp), "--pp", str(st.pp),
+                "--dp", str(st.dp), "--microbatches", str(st.microbatches), "-b", str(st.b), "-s", str(st.s),
                 "--activation-dtype", st.dtype, "--recompute", st.recompute]
-        scn = scenario_from_args(build_parser().parse_args(argv))
+        return scenario_from_args(build_parser().parse_args(argv))
     finally:
         os.unlink(path)
-    if st.dtype == "fp32":
-        scn = scn.replace(precision=Precision("fp32", 4, 4, 0, 8))
-    # the harness's GPTModel gets the HF vocabulary unpadded (runner.py); the profile's other rules stay
-    unpadded = dataclasses.replace(profile("megatron-te"), padded_vocabulary=None)
-    scn.__dict__["profile"] = unpadded  # a cached_property, read before any size is derived
-    scn.__dict__.pop("_size_values", None)
-    scn.__dict__.pop("size_key", None)
-    return scn
 
 
 def predicted(st, pp_rank: int) -> dict[str, int]:
