@@ -48,6 +48,8 @@ def ceil_div(x: sympy.Expr | int, q: int) -> sympy.Expr:
     x = sympy.Integer(x) if isinstance(x, int) else x
     if q == 1:
         return x
+    if x.is_Integer:  # a number: integer arithmetic (sympy's ceiling asks its assumptions system first)
+        return sympy.Integer(-(-int(x) // q))
     return sympy.ceiling(x / q)
 
 

@@ -74,6 +74,12 @@ class QuantizedStates:
         return self.copies + self.scaling_state
 
 
+def _number(x: sympy.Expr, values: dict) -> sympy.Expr:
+    """`x` at `values` when that is a whole number (a GEMM dimension), else `x` unchanged."""
+    v = evaluate(x, values)
+    return sympy.Integer(v.numerator) if v.denominator == 1 else x
+
+
 def quantized_states(precision, parts, axes: AxisSizes, values: dict, weight_copies: int = 1,
                      shard=None) -> QuantizedStates:
     """The quantized weight state one GPU holds for `parts` under `precision` (a `Precision` with a
@@ -85,8 +91,9 @@ def quantized_states(precision, parts, axes: AxisSizes, values: dict, weight_cop
     dropped: dict[str, int] = {}
     for g in gemms(parts, axes):
         encs = lp.copies_for(g.group)
-        data = sympy.Add(*[e.data_bytes(g.n, g.k) for e in encs])
-        scale = sympy.Add(*[e.scale_bytes(g.n, g.k) for e in encs])
+        n, k = (_number(x, values) for x in (g.n, g.k))  # the local shape's numbers: the ceilings as integers
+        data = sympy.Add(*[e.data_bytes(n, k) for e in encs])
+        scale = sympy.Add(*[e.scale_bytes(n, k) for e in encs])
         mult = g.count * weight_copies
         copies += mult * ceil_int(evaluate(g.groups * (data + scale), values))
         scales += mult * ceil_int(evaluate(g.groups * scale, values))
