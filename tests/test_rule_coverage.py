@@ -40,3 +40,17 @@ def test_memory_megatron_te_runs_for_every_preset(capsys, name):
     assert code == 0, err
     stages = json.loads(out)["stages"]
     assert stages and all(isinstance(st["peak_allocated"], int) and st["peak_allocated"] > 0 for st in stages)
+
+
+def test_megatron_te_is_the_local_spec_plus_te_changes():
+    # issue 20: the megatron-te rule set is megatron-local's (measured on the CPU) with TransformerEngine's changes
+    # on top; every kind it does not change keeps the local spec's rule, and the PyTorch ops neither spec has a
+    # module for keep eager autograd's (GENERIC_EAGER)
+    from symmem.rules import megatron_local_ops, megatron_te, torch_eager
+
+    te, local = megatron_te.RULES.rules, megatron_local_ops.RULES.rules
+    assert set(te) == set(local) | set(megatron_te.TE_CHANGES)
+    for kind, rule in te.items():
+        assert rule is (megatron_te.TE_CHANGES.get(kind) or local[kind])
+    for kind in megatron_te.GENERIC_EAGER:
+        assert kind not in megatron_te.TE_CHANGES and te[kind] is torch_eager.RULES.rules[kind]
