@@ -41,6 +41,7 @@ PP, DP with the distributed optimizer; tests/validate/test_megatron_comm.py, doc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import sympy
 
@@ -219,17 +220,21 @@ def stage_comm_sources(scn, stage, axis: str) -> tuple[sympy.Expr, dict[sympy.Ex
 def pipeline_bytes(scn, stage) -> sympy.Expr:
     """Per micro-batch: the stage's output activation sent forward (unless last) and its input's gradient sent
     backward (unless first), the residual stream as the stage's last layer emits it (MLM pipeline_parallel/
-    p2p_communication.py: one tensor each way per micro-batch)."""
+    p2p_communication.py: one tensor each way per micro-batch). Under interleaved 1F1B each of the GPU's v model
+    chunks sends its own (MLM schedules.py, forward_backward_pipelining_with_interleaving: a send per chunk), but
+    the first chunk of the first stage receives no gradient to pass on and the last chunk of the last stage sends
+    no activation."""
     model, axes = scn.model, scn.parallel.axis_sizes()
     kinds = model.layer_kinds()
     last = stage.layers[-1] if stage.layers else 0
     t = local_size(model.family.residual_dims(model, kinds[last]), axes) * scn.act_bytes
-    sends = (0 if stage.head else 1) + (0 if stage.embedding else 1)
+    v = scn.schedule.chunks if scn.schedule.name == "interleaved" else 1
+    sends = 2 * v - (1 if stage.head else 0) - (1 if stage.embedding else 0)
     return sends * t
 
 
-def dp_bytes(scn, stage) -> float:
-    """Bytes one GPU sends per iteration for data parallelism: the distributed optimizer's gradient
+def dp_bytes(scn, stage) -> Fraction:
+    """Bytes one GPU sends per iteration for data parallelism, exact: the distributed optimizer's gradient
     reduce-scatter and parameter all-gather (ZeRO 1 and 2; Megatron's DistributedOptimizer,
     distributed/param_and_grad_buffer.py), a plain all-reduce of the gradients without it (ZeRO 0), and under
     ZeRO-3 the parameters gathered again for every micro-batch's forward and backward. Dense parameters over DP,
@@ -240,7 +245,22 @@ def dp_bytes(scn, stage) -> float:
     to lcm(DP, 128) when the distributed optimizer is on (megatron-core 0.16.1 distributed/param_and_grad_buffer.py:
     638-666; the reduce-scatter's input is `bucket.grad_data`, :443-448, the all-gather's output
     `bucket.param_data`, :285-290). Held against Megatron-Core 0.16.1 on the CPU, to the byte
-    (tests/validate/test_megatron_comm.py)."""
+    (tests/validate/test_megatron_comm.py).
+
+    Under DualPipe the GPU holds two stages (`Schedule.held_stages`): both stages' traffic, and the sum of the two
+    copies of each stage's gradients, an all-reduce over the mirror pair of GPUs i and PP - 1 - i, which sends
+    each gradient once (deepseek-ai/DualPipe@3da1bbe examples/example_dualpipe.py:168-174 adds the mirror copy's
+    gradient into each)."""
+    held = scn.schedule.held_stages(stage.index, scn.parallel.pp)
+    total = sum((_dp_one(scn, scn.stages[i]) for i in held), Fraction(0))
+    if len(held) > 1:
+        from symmem.accounting.analysis import stage_params
+
+        total += sum(stage_params(scn, scn.stages[i]).total for i in held) * scn.precision.grad_bytes
+    return total
+
+
+def _dp_one(scn, stage) -> Fraction:
     from symmem.accounting.analysis import stage_params
     from symmem.accounting.params import MOE_GROUPS
 
@@ -252,12 +272,12 @@ def dp_bytes(scn, stage) -> float:
         from symmem.profiles import ddp_padding
 
         pads = ddp_padding(scn, stage_parts(scn.model, stage, scn.convention), scn.size_values())
-    total = 0.0
+    total = Fraction(0)
     for groups, n, pad in ((("dense",), par.dense_shard, pads["dense"]), (MOE_GROUPS, par.expert_dp, pads["expert"])):
-        params = sum(float(sp.per_gpu[g]) for g in groups if g in sp.per_gpu)
+        params = sum(int(sp.per_gpu[g]) for g in groups if g in sp.per_gpu)
         if n <= 1 or params == 0:
             continue
-        ring = (n - 1) / n
+        ring = Fraction(n - 1, n)
         params += pad
         if z == 0:
             total += 2 * params * p.grad_bytes * ring

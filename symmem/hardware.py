@@ -31,6 +31,7 @@ class GPU:
     hbm: float  # bytes/s
     nvlink: float  # bytes/s per direction, per GPU
     fp4: float | None = None  # dense FP4 FLOP/s (None: no FP4 tensor cores)
+    compute_capability: tuple[int, int] = (9, 0)  # CUDA's: A100 8.0, Hopper 9.0, B200 10.0
 
     def rate(self, fmt: str) -> float:
         """Dense tensor-core FLOP/s in `fmt` (bf16, fp8, fp4); a format the part lacks is one line."""
@@ -42,11 +43,11 @@ class GPU:
 
 
 GPUS = {g.name: g for g in (
-    GPU("A100", 80 * GB, 312 * T, None, 2039 * GB, 300 * GB),
+    GPU("A100", 80 * GB, 312 * T, None, 2039 * GB, 300 * GB, None, (8, 0)),
     GPU("H100", 80 * GB, 989 * T, 1979 * T, 3350 * GB, 450 * GB),
     GPU("H800", 80 * GB, 989 * T, 1979 * T, 3350 * GB, 200 * GB),
     GPU("H200", 141 * GB, 989 * T, 1979 * T, 4800 * GB, 450 * GB),
-    GPU("B200", 192 * GB, 2250 * T, 4500 * T, 8000 * GB, 900 * GB, 9000 * T),
+    GPU("B200", 192 * GB, 2250 * T, 4500 * T, 8000 * GB, 900 * GB, 9000 * T, (10, 0)),
 )}
 
 

@@ -156,8 +156,10 @@ def features(scn) -> StepFeatures:
 
     (flops, low), comm = _per_microbatch(scn)
     lp = scn.precision.low_precision
+    if lp is not None:
+        low = low * lp.low_passes[0] / lp.low_passes[1]  # e.g. torchao's rowwise_with_gw_hp: wgrad in BF16
     return StepFeatures(flops, comm.get("tp", 0.0) + comm.get("etp", 0.0), comm.get("ep", 0.0),
-                        max(dp_bytes(scn, st) for st in scn.stages), comm.get("pp", 0.0),
+                        float(max(dp_bytes(scn, st) for st in scn.stages)), comm.get("pp", 0.0),
                         scn.m + bubble_slots(scn.schedule, scn.parallel.pp),
                         scn.model.family.routed_experts is not None, comm.get("cp", 0.0), low,
                         lp.gemm if lp is not None else "bf16")
@@ -171,8 +173,9 @@ def bubble_slots(schedule, pp: int) -> float:
     * interleaved 1F1B with v chunks a GPU: (PP - 1) / v (Narayanan et al. 2021, section 2.2.2);
     * ZB-1P (ZB-H1): (PP - 1)(F + B - 2W) in the DeepSeek-V3 report's notation (arXiv 2412.19437, Table 2; Qi et
       al. 2023, arXiv 2401.10241) with B the whole backward: (PP - 1)(1/3 + 2/3 - 2/3) = (PP - 1) / 3;
-    * DualPipe: (PP/2 - 1)(F&B + B - 3W) (the same Table 2), per chunk of half a stage (F = 1/6, B = 1/3,
-      W = 1/6 slot) and with no credit for the overlap inside F&B (F&B = F + B = 1/2): (PP/2 - 1) / 3."""
+    * DualPipe: (PP/2 - 1)(F&B + B - 3W) (the same Table 2; B the whole backward), each chunk a whole stage
+      (GPU i runs stage i and stage PP - 1 - i, `Schedule.held_stages`: F = 1/3, B = 2/3, W = 1/3 slot), with no
+      credit for the overlap inside F&B (F&B = F + B = 1): (PP/2 - 1)(1 + 2/3 - 1) = 2(PP/2 - 1)/3."""
     if pp <= 1:
         return 0.0
     if schedule.name == "interleaved":
@@ -180,8 +183,18 @@ def bubble_slots(schedule, pp: int) -> float:
     if schedule.name == "zb1p":
         return (pp - 1) / 3
     if schedule.name == "dualpipe":
-        return max(pp / 2 - 1, 0) / 3
+        return 2 * max(pp / 2 - 1, 0) / 3
     return float(pp - 1)
+
+
+def check_gpu(scn, g: GPU) -> None:
+    """A recipe's formats need a GPU generation (CUDA compute capability): one line when `g` lacks it."""
+    lp = scn.precision.low_precision
+    if lp is not None and g.compute_capability < lp.min_compute_capability:
+        need = ".".join(map(str, lp.min_compute_capability))
+        have = ".".join(map(str, g.compute_capability))
+        raise SymmemError(f"gpu = {g.name}: compute capability {have}; precision {scn.precision.name} needs {need} "
+                          "or higher (TransformerEngine's support checks)")
 
 
 def seconds(f: StepFeatures, g: GPU, efficiency=None, tp_bandwidth: float | None = None,
@@ -201,6 +214,7 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     if name is None:
         raise SymmemError("gpu: the step time needs a GPU by name (--gpu H100, H800, H200, B200, A100)")
     g = gpu(name)
+    check_gpu(scn, g)
     f = features(scn)
     t = seconds(f, g)
     par = scn.parallel

@@ -179,7 +179,9 @@ def test_schedule_multipliers():
     assert [Schedule("interleaved", 2).in_flight(i, 4, 8) for i in range(4)] == [
         Fraction(11, 2), Fraction(9, 2), Fraction(7, 2), Fraction(5, 2)]
     assert [Schedule("dualpipe").in_flight(i, 4, 8) for i in range(4)] == [5] * 4
-    assert Schedule("dualpipe").weight_copies == 2
+    # DualPipe: GPU i holds stage i and stage PP - 1 - i (deepseek-ai/DualPipe's example builds both)
+    assert [Schedule("dualpipe").held_stages(i, 4) for i in range(4)] == [(0, 3), (1, 2), (2, 1), (3, 0)]
+    assert Schedule("1f1b").held_stages(1, 4) == (1,)
 
 
 def test_interleaved_with_m_equal_pp_runs_every_forward_first():

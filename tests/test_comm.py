@@ -92,3 +92,14 @@ def test_check_a_hand_formula_of_the_tp_volume(capsys):
             "-s", "8192", "--stage", "1", "--quantity", "stage.comm.tp"]
     assert main([*argv, "10*10*(7/8)*2*b*s*h"]) == 0 and "verdict: EQUAL" in capsys.readouterr().out
     assert main([*argv, "8*10*(7/8)*2*b*s*h"]) == 1 and "DIFFERENT" in capsys.readouterr().out
+
+
+def test_interleaved_pipeline_sends_per_chunk():
+    # interleaved 1F1B: each of a GPU's v chunks sends an activation and a gradient per micro-batch, but for the
+    # first chunk of the first stage (no gradient to send back) and the last chunk of the last (no activation on)
+    base = ["--model", "llama-3-8b", "--pp", "4", "--dp", "1", "-s", "4096", "--microbatches", "8"]
+    plain, inter = _scn(*base), _scn(*base, "--schedule", "interleaved", "--chunks", "2")
+    unit = 2 * 4096 * 4096  # one [b, s, h] BF16 tensor, no sequence parallelism at TP 1
+    assert _at(plain, stage_comm_bytes(plain, plain.stages[1])["pp"]) == 2 * unit
+    assert [_at(inter, stage_comm_bytes(inter, st)["pp"]) for st in inter.stages] == [3 * unit, 4 * unit,
+                                                                                       4 * unit, 3 * unit]

@@ -41,15 +41,16 @@ def test_memory_json_step(capsys):
 
 def test_bubble_of_each_schedule():
     # the bubbles in slots (F = B_input = W = 1/3 of a slot), from the formulas the function's docstring cites:
-    # 1F1B PP - 1; interleaved (PP - 1)/v; ZB-1P (PP - 1)(F + B - 2W) = (PP - 1)/3; DualPipe, per half-stage
-    # chunk, (PP/2 - 1)(F&B + B - 3W) = (PP/2 - 1)(1/2 + 1/3 - 1/2) = (PP/2 - 1)/3
+    # 1F1B PP - 1; interleaved (PP - 1)/v; ZB-1P (PP - 1)(F + B - 2W) = (PP - 1)/3 with B the whole backward
+    # (2/3); DualPipe, each chunk a whole stage (deepseek-ai/DualPipe's example builds full_modules[rank] and
+    # full_modules[pp - 1 - rank]), (PP/2 - 1)(F&B + B - 3W) = (PP/2 - 1)(1 + 2/3 - 1) = 2(PP/2 - 1)/3
     from symmem.parallel.schedule import Schedule
     from symmem.steptime import bubble_slots
 
     assert bubble_slots(Schedule("1f1b"), 8) == 7 and bubble_slots(Schedule("gpipe"), 8) == 7
     assert bubble_slots(Schedule("interleaved", 2), 8) == 3.5
     assert bubble_slots(Schedule("zb1p"), 8) == 7 / 3
-    assert bubble_slots(Schedule("dualpipe"), 8) == 1.0
+    assert bubble_slots(Schedule("dualpipe"), 8) == 2.0
     assert bubble_slots(Schedule("1f1b"), 1) == 0
 
 
@@ -90,7 +91,15 @@ def test_low_precision_gemms_at_their_tensor_core_rate(capsys):
     g, eff = gpu("B200"), EFFICIENCY["moe"]
     saved = f8.slots * f8.flops_low_mb * (1 / (g.bf16 * eff) - 1 / (g.fp8 * eff))
     assert abs(seconds(as_bf16, g) - seconds(f8, g) - saved) < 1e-9
-    # NVFP4 needs FP4 tensor cores: an H100 has none (one line, exit 2)
-    assert main([*argv[:-1], "H100", "--precision", "te-nvfp4"]) == 2
-    err = capsys.readouterr().err
-    assert "no FP4 tensor cores" in err and err.count("\n") == 1
+    # NVFP4 and MXFP8 need Blackwell (TE's check_nvfp4_support / check_mxfp8_support: compute capability 10.0),
+    # an H100 is 9.0; FP8 on an A100 (8.0; TE check_fp8_support needs 8.9) is refused too (one line, exit 2)
+    for name, recipe, words in (("H100", "te-nvfp4", "needs 10.0"), ("H100", "te-mxfp8", "needs 10.0"),
+                                ("A100", "deepseek-v3-fp8", "needs 8.9")):
+        assert main([*argv[:-1], name, "--precision", recipe]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
+    # torchao's rowwise_with_gw_hp keeps the weight gradient's GEMM in BF16: two of the three passes run in FP8
+    base = ["memory", "--model", "llama-3-8b", "--gpu", "H100", "--precision"]
+    rowwise = features(scenario_from_args(build_parser().parse_args([*base, "torchao-float8-rowwise"])))
+    gw_hp = features(scenario_from_args(build_parser().parse_args([*base, "torchao-float8-rowwise-gw-hp"])))
+    assert gw_hp.flops_low_mb * 3 == rowwise.flops_low_mb * 2 and gw_hp.flops_mb == rowwise.flops_mb

@@ -124,9 +124,10 @@ def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
     """Model-state bytes (weights, gradients, optimizer states) of one GPU holding `sp`, under the scenario's
     precision recipe, ZeRO stage and schedule. An FP8/FP4 recipe adds its quantized weight copies and scaling
     state (`quantized`, derived weight by weight from the stage's GEMMs: symmem.precision.weights) and takes off the
-    working copies it does not keep."""
-    st = state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero,
-                     scn.schedule.weight_copies)
+    working copies it does not keep. Under DualPipe the GPU holds a second stage's states too (`dualpipe_states`)."""
+    if _dualpipe(scn):
+        return dualpipe_states(scn, sp.stage)
+    st = state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero)
     if scn.precision.low_precision is None:
         return st
     q = stage_quantized(scn, sp.stage)
@@ -146,7 +147,7 @@ def stage_quantized(scn: Scenario, stage: Stage):
         return total
 
     parts = stage_parts(scn.model, stage, scn.convention)
-    return quantized_states(scn.precision, parts, scn.parallel.axis_sizes(), values(scn), scn.schedule.weight_copies,
+    return quantized_states(scn.precision, parts, scn.parallel.axis_sizes(), values(scn), 1,
                             shard)
 
 
@@ -269,7 +270,7 @@ def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
     """The per-GPU memory of one stage: model states plus the saved activations of the micro-batches in flight
     (`allocated`), with fragmentation and communication-buffer ranges; `peak` derives the busiest moment."""
     sp = stage_params(scn, stage)
-    st = dualpipe_states(scn, stage) if _dualpipe(scn) else stage_states(scn, sp)
+    st = stage_states(scn, sp)
     act = stage_activation_bytes(scn, stage)
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
     acts = math.ceil(act * k)
@@ -285,11 +286,11 @@ def _dualpipe(scn: Scenario) -> bool:
 def dualpipe_states(scn: Scenario, stage: Stage) -> StateBytes:
     """DualPipe: GPU i holds the model states of stage i and of stage PP - 1 - i, the second chunk it runs for the
     micro-batches going the other way (deepseek-ai/DualPipe@3da1bbe dualpipe/dualpipe.py: `modules` is a pair; the
-    DeepSeek-V3 report, section 3.2.1: "two copies of the model parameters"). The first GPU holds the embedding
-    and the head, each once, not the embedding twice."""
+    DeepSeek-V3 report, section 3.2.1: "two copies of the model parameters"; `Schedule.held_stages`). The first
+    GPU holds the embedding and the head, each once, not the embedding twice."""
     one = scn.replace(schedule=Schedule("1f1b"))  # the model states of a stage do not depend on the schedule
-    a, b = (stage_states(one, stage_params(one, st))
-            for st in (stage, scn.stages[scn.parallel.pp - 1 - stage.index]))
+    a, b = (stage_states(one, stage_params(one, scn.stages[i]))
+            for i in scn.schedule.held_stages(stage.index, scn.parallel.pp))
     return StateBytes(a.weights + b.weights, a.gradients + b.gradients, a.optimizer + b.optimizer,
                       a.quantized + b.quantized)
 
@@ -350,8 +351,9 @@ QUANTIZED = "quantized weight copies and scaling state"  # the peak's static com
 def walked_schedule(scn: Scenario) -> bool:
     """Whether a stage's peak is found by walking the schedule's real order rather than from the in-flight count:
     ZB-H1 (`zb1p`), whose stages after the first keep deferred weight-gradient operands from B to W, which a count
-    of micro-batches between F and B leaves out (on the last of 4 stages of Llama-3-8B, 2.9 GB against the walk's
-    11.5 GB); DualPipe, whose GPU runs two chunks, its stage and stage PP - 1 - i, not two copies of its stage."""
+    of micro-batches between F and B leaves out (on the last of 4 stages of Llama-3-8B under megatron-te at s = 2048,
+    2.9 GB against the walk's 11.5 GB); DualPipe, whose GPU runs two chunks, its stage and stage PP - 1 - i, not
+    two copies of its stage."""
     return scn.schedule.name in WALKED and scn.parallel.pp > 1
 
 

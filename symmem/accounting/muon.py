@@ -48,7 +48,18 @@ def is_muon(part_kind: str, op_kind: str, weight) -> bool:
 
 
 def stage_states(scn, stage) -> SplitStates:
-    """Model-state bytes on one GPU of `stage` under the muon recipe (the scenario's ZeRO stage and schedule)."""
+    """Model-state bytes on one GPU of `stage` under the muon recipe (the scenario's ZeRO stage); under DualPipe
+    those of both stages the GPU holds (`Schedule.held_stages`)."""
+    held = scn.schedule.held_stages(stage.index, scn.parallel.pp)
+    if len(held) > 1:
+        one = [_one_stage_states(scn, scn.stages[i]) for i in held]
+        return SplitStates(sum(x.muon_params for x in one), sum(x.adamw_params for x in one),
+                           StateBytes(*(sum(getattr(x.states, f) for x in one)
+                                        for f in ("weights", "gradients", "optimizer"))))
+    return _one_stage_states(scn, stage)
+
+
+def _one_stage_states(scn, stage) -> SplitStates:
     parts = stage_parts(scn.model, stage, scn.convention)
     axes = scn.parallel.axis_sizes()
     subs = scn.model.substitutions()
@@ -59,9 +70,9 @@ def stage_states(scn, stage) -> SplitStates:
         n = u.count * to_int(local_size(u.weight.dims, axes), subs)
         group = "dense" if u.weight.group == "dense" else "moe"
         counts[(is_muon(kinds[u.part], op_kinds.get((u.part, u.op), ""), u.weight), group)] += n
-    dp, edp, zero, copies = scn.parallel.dp, scn.parallel.expert_dp, scn.zero, scn.schedule.weight_copies
-    a = state_bytes(counts[(True, "dense")], counts[(True, "moe")], dp, edp, MUON_MATRIX, zero, copies)
-    b = state_bytes(counts[(False, "dense")], counts[(False, "moe")], dp, edp, ADAMW, zero, copies)
+    dp, edp, zero = scn.parallel.dp, scn.parallel.expert_dp, scn.zero
+    a = state_bytes(counts[(True, "dense")], counts[(True, "moe")], dp, edp, MUON_MATRIX, zero)
+    b = state_bytes(counts[(False, "dense")], counts[(False, "moe")], dp, edp, ADAMW, zero)
     states = StateBytes(a.weights + b.weights, a.gradients + b.gradients, a.optimizer + b.optimizer)
     return SplitStates(counts[(True, "dense")] + counts[(True, "moe")],
                        counts[(False, "dense")] + counts[(False, "moe")], states)

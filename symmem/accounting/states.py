@@ -75,8 +75,9 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer + self.quantized
 
 
-def state_bytes(dense, moe, dp: int, edp: int, precision: Precision, zero: ZeroStage, copies: int = 1) -> StateBytes:
-    """Bytes of model states on one GPU that holds `dense` and `moe` parameters (`copies` times: DualPipe).
+def state_bytes(dense, moe, dp: int, edp: int, precision: Precision, zero: ZeroStage) -> StateBytes:
+    """Bytes of model states on one GPU that holds `dense` and `moe` parameters (DualPipe's two stages: the caller
+    adds both, `analysis.dualpipe_states`).
 
     Integers: a shard that does not divide evenly is the ceiling (memory is planned for the fullest rank).
     Sympy expressions (`symmem check --quantity gpu.states`): the same formula with exact division.
@@ -88,7 +89,7 @@ def state_bytes(dense, moe, dp: int, edp: int, precision: Precision, zero: ZeroS
         return -(-n // group) if isinstance(n, int) else n / group
 
     def part(nbytes: int, sharded: bool):
-        return copies * nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
+        return nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
 
     return StateBytes(
         weights=part(precision.weight_bytes, zero >= ZeroStage.OS_G_P),

@@ -88,12 +88,15 @@ def _states(scn: Scenario, stage: int, layer: int | None):
     """Model-state bytes per GPU: `states.state_bytes` over the per-GPU parameter expressions (exact shards)."""
     from symmem.accounting.states import state_bytes
 
-    sp = stage_params(scn, scn.stages[stage])
-    dense = sp.per_gpu_expr["dense"]
-    moe = sum((sp.per_gpu_expr[g] for g in MOE_GROUPS), sympy.Integer(0))
     p, z = scn.precision, scn.zero
-    sb = state_bytes(dense, moe, scn.parallel.dense_shard, scn.parallel.expert_dp, p, z, scn.schedule.weight_copies)
-    expr = sympy.expand(sb.weights + sb.gradients + sb.optimizer)
+    expr = sympy.Integer(0)
+    for held in scn.schedule.held_stages(stage, scn.parallel.pp):  # DualPipe: the mirror stage's states too
+        sp = stage_params(scn, scn.stages[held])
+        dense = sp.per_gpu_expr["dense"]
+        moe = sum((sp.per_gpu_expr[g] for g in MOE_GROUPS), sympy.Integer(0))
+        sb = state_bytes(dense, moe, scn.parallel.dense_shard, scn.parallel.expert_dp, p, z)
+        expr += sb.weights + sb.gradients + sb.optimizer
+    expr = sympy.expand(expr)
     sources = {m: [f"model states ({p.name} recipe, ZeRO {int(z)})"] for m in monomials(expr)}
     return expr, sources
 

@@ -107,6 +107,8 @@ def _states_run(args) -> int:
                "embedding": st.embedding, "head": st.head, "mtp": st.mtp,
                "params_per_gpu": {"dense": sp.dense, "moe": sp.moe, "total": sp.total, **sp.per_gpu},
                "params_whole_stage": sp.whole_total,
+               # DualPipe: the GPU holds a second stage, whose states bytes_per_gpu includes
+               "held_stages": list(scn.schedule.held_stages(st.index, scn.parallel.pp)),
                "bytes_per_gpu": {"weights": sb.weights, "gradients": sb.gradients, "optimizer": sb.optimizer,
                                  "total": sb.total}}
         if args.symbolic:
@@ -217,7 +219,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 
 def memory_rows(scn):
-    from symmem.accounting.analysis import QUANTIZED, memory, verdict
+    from symmem.accounting.analysis import QUANTIZED, memory, stage_params, verdict
     from symmem.accounting.reserved import replay_refusal, stage_reserved
 
     mems = memory(scn)
@@ -226,7 +228,10 @@ def memory_rows(scn):
     for m in mems:
         ev = m.peak.event
         low, high = m.reserved
-        rows.append({"stage": m.stage.index, "params_per_gpu": m.params.total, "weights": m.states.weights,
+        held = scn.schedule.held_stages(m.stage.index, scn.parallel.pp)  # DualPipe: two stages' parameters
+        params = sum(stage_params(scn, scn.stages[i]).total for i in held)
+        rows.append({"stage": m.stage.index, "params_per_gpu": params, "held_stages": list(held),
+                     "weights": m.states.weights,
                      "gradients": m.states.gradients, "optimizer": m.states.optimizer,
                      # FP8/FP4 recipes: quantized weight copies, their scales and scaling state (0 otherwise)
                      "quantized_weights": m.states.quantized,

@@ -338,6 +338,8 @@ def _csv(rows: list[dict], columns: tuple[str, ...]) -> str:
 
 
 def _text(summary, top: int, rejected: bool) -> str:
+    from symmem.sweep.exact import exact_reason
+
     sp = summary.space
     base = sp.base
     par = base.parallel
@@ -355,7 +357,7 @@ def _text(summary, top: int, rejected: bool) -> str:
         + ("" if rejected or not summary.rejected else " (--rejected says why)")
         + f"; {summary.fits:,} fit, {summary.marginal:,} fit only at the low end of overheads, "
           f"{summary.does_not_fit:,} do not fit",
-        ("evaluated one by one as symmem memory does (an FP8/FP4 recipe with quantized copies); "
+        (f"evaluated one by one as symmem memory does ({exact_reason(sp)}); "
          if summary.exact else
          f"compiled: {summary.cases} structural case(s) derived once ({summary.derive_seconds:.2f} s); ")
         + f"sweep {summary.seconds:.2f} s ({summary.valid / max(summary.seconds, 1e-9):,.0f} configurations/s)",
@@ -408,6 +410,8 @@ def run(args: argparse.Namespace) -> int:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
     from symmem.sweep.exact import exact_reason, needs_exact, sweep_exact
 
+    replay = num.int_text(args.replay, "--replay", 0, 1000)  # checked before any work
+
     exact = needs_exact(space.base, space.schedule)
     if exact and args.plot:
         raise SymmemError(f"--plot: not with {exact_reason(space)}, whose configurations are evaluated one by one "
@@ -430,7 +434,6 @@ def run(args: argparse.Namespace) -> int:
     summary.rank_by = rank_by
     from symmem.sweep.replayed import with_reserved
 
-    replay = num.int_text(args.replay, "--replay", 0, 1000)
     summary.ranked = with_reserved(space, summary.ranked, replay)
     if args.plot:
         write_region(summary, args.plot)

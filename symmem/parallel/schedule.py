@@ -112,12 +112,12 @@ class Schedule:
                 + [x for i in range(m - warm) for x in (("F", warm + i, 0), ("B", i, 0))]
                 + [("B", i, 0) for i in range(m - warm, m)])
 
-    @property
-    def weight_copies(self) -> int:
-        """Copies of a stage's model states a GPU holds. DualPipe keeps two copies of the parameters: GPU i holds
-        stage i and stage PP - 1 - i, each with its gradients and optimizer states; counted as two copies of
-        stage i's (exact where the two stages are alike; the first and last differ by embedding and head)."""
-        return 2 if self.name == "dualpipe" else 1
+    def held_stages(self, stage: int, pp: int) -> tuple[int, ...]:
+        """The pipeline stages whose model states GPU `stage` holds: its own, and under DualPipe also stage
+        PP - 1 - i, the chunk it runs for the micro-batches going the other way (deepseek-ai/DualPipe@3da1bbe
+        examples/example_dualpipe.py builds `full_modules[rank]` and `full_modules[pp - 1 - rank]`; the DeepSeek-V3
+        report, section 3.2.1: two copies of the model parameters)."""
+        return (stage, pp - 1 - stage) if self.name == "dualpipe" and pp > 1 else (stage,)
 
     def check_layout(self, layers_per_stage: tuple[int, ...]) -> None:
         """Interleaving splits each GPU's layers into v chunks: every stage's layer count must divide by v."""

@@ -42,6 +42,10 @@ class LowPrecision:
     drops_hp_weight: bool = False  # eligible weights keep no high-precision working copy (their FP8 copy is it)
     amax_history: int = 0  # TE delayed scaling: amax history length per GEMM tensor (0: no scaling state)
     gemm: str = "fp8"  # the tensor-core format its eligible GEMMs run in (the step-time model's throughput)
+    # of an eligible GEMM's forward, input-gradient and weight-gradient products, the share run in `gemm`
+    low_passes: tuple[int, int] = (3, 3)
+    # TE c188b533 pytorch/quantization.py:48-58 check_fp8_support: 8.9 (Ada) or higher; MX and NV formats 10.0
+    min_compute_capability: tuple[int, int] = (8, 9)
     notes: tuple[str, ...] = field(default=())  # sources and assumptions, one line each
 
     @property
@@ -159,11 +163,13 @@ _add("te-blockwise", Precision("te-blockwise", *_MEGATRON), LowPrecision(
      "TransformerEngine FP8 blockwise (1x128 activations, 128x128 weights; DeepSeek-V3's tiling)")
 _add("te-mxfp8", Precision("te-mxfp8", *_MEGATRON), LowPrecision(
     "te-mxfp8", gemm_input=_MX_COL, weight_copies=(("*", (_MX_ROW, _MX_COL)),),
+    min_compute_capability=(10, 0),  # TE c188b533 pytorch/quantization.py:62-68 check_mxfp8_support
     notes=(_TE_SAVED, _TE_WEIGHTS, "MXFP8BlockScaling: 32-element blocks, E8M0 scales padded to 128x4",
            _TE_STATES, _EXCLUDED)),
      "TransformerEngine MXFP8 (Blackwell: 32-element blocks, E8M0 scales)")
 _add("te-nvfp4", Precision("te-nvfp4", *_MEGATRON), LowPrecision(
     "te-nvfp4", gemm_input=_NV_COL, weight_copies=(("*", (_NV_ROW, _NV_COL)),), gemm="fp4",
+    min_compute_capability=(10, 0),  # TE c188b533 pytorch/quantization.py:72-76 check_nvfp4_support
     notes=(_TE_SAVED, _TE_WEIGHTS, "NVFP4BlockScaling: FP4 E2M1 data, 16-element blocks with E4M3 scales padded "
            "to 128x4, one FP32 amax per copy", _TE_STATES, _EXCLUDED,
            "all eligible GEMMs in NVFP4 (runs that keep some layers in BF16 or MXFP8 are not modelled)")),
@@ -201,6 +207,7 @@ _add("torchao-float8-rowwise", Precision("torchao-float8-rowwise", 4, 4, 0, 8),
                                                     "power-of-two scales)",) + _AO_NOTES),
      "torchao float8 training, rowwise scaling (keeps high-precision inputs for backward)")
 _add("torchao-float8-rowwise-gw-hp", Precision("torchao-float8-rowwise-gw-hp", 4, 4, 0, 8),
-     LowPrecision("torchao-float8-rowwise-gw-hp", notes=(f"{AO}/config.py:353-378: rowwise with the weight "
-                                                         "gradient in high precision",) + _AO_NOTES),
+     LowPrecision("torchao-float8-rowwise-gw-hp", low_passes=(2, 3),  # the weight gradient's GEMM stays BF16
+                  notes=(f"{AO}/config.py:353-378: rowwise with the weight gradient in high precision",)
+                  + _AO_NOTES),
      "torchao float8 training, rowwise with a high-precision weight gradient")

@@ -181,7 +181,9 @@ GENERIC_EAGER = ("sigmoid", "div", "affine", "clamp", "cast", "sum", "gather", "
 # symmem/rules/megatron_local_ops.py, measured to the byte on the CPU): every op kind not named here keeps what the
 # local spec keeps (the linears' and the lookup's inputs, nothing for layout ops and residual adds, and eager
 # autograd's saves for the PyTorch ops neither spec has a module for: GENERIC_EAGER). Each entry cites its source
-# in the module docstring above.
+# in the module docstring above. Op kinds only Hugging Face's dataflows have (sdpa_flash, grouped_mm, rotary_emb,
+# masked_fill, index, softplus, ...: `--dataflow hf`, not megatron-te's default) keep the local spec's or eager
+# autograd's rule here: not checked against TransformerEngine.
 TE_CHANGES = {
     "rmsnorm": _norm,  # TE LayerNormLinear / RMSNorm: input and FP32 rstdev (torch's norm: FP32 copies)
     "layernorm": _layernorm,  # TE LayerNormLinear with LayerNorm: input, FP32 mean and rstdev

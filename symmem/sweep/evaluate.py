@@ -216,14 +216,14 @@ def _layout_reason(sched: Schedule, scn) -> str | None:
 
 
 def state_arrays(dense: np.ndarray, moe: np.ndarray, dp: np.ndarray, edp: np.ndarray, precision: Precision,
-                 zero: int, copies: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`states.state_bytes` (with DualPipe's copies of every state) over arrays of arrangements."""
+                 zero: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`states.state_bytes` over arrays of arrangements (one stage per GPU: DualPipe is not compiled)."""
 
     def share(n, group, sharded):
         return -((-n) // group) if sharded else n
 
     def part(nbytes, sharded):
-        return copies * nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
+        return nbytes * (share(dense, dp, sharded) + share(moe, edp, sharded))
 
     z = zero_stage(zero)
     return (part(precision.weight_bytes, z >= 3), part(precision.grad_bytes, z >= 2),
@@ -349,7 +349,7 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                         valid, _, kn, kd = schedule_table(sched, pp, m_values, reps)
                         if not valid.size:
                             continue
-                        states = _states(space, counts, par, sched.weight_copies)
+                        states = _states(space, counts, par)  # one stage per GPU: DualPipe is not compiled
                         sizes = (n_par, len(space.zero), int(valid.size), s_part.stop - s_part.start,
                                  b_part.stop - b_part.start)
                         for p_sl, z_sl, m_sl, s_sl, b_sl in tiles(sizes, chunk):
@@ -442,7 +442,7 @@ def sched_label(s: Schedule) -> str:
     return f"interleaved:{s.chunks}" if s.name == "interleaved" else s.name
 
 
-def _states(space, counts, par, copies: int) -> np.ndarray:
+def _states(space, counts, par) -> np.ndarray:
     """(classes, arrangements, ZeRO, 3) bytes; Python integers if int64 could overflow (it cannot, for any real
     model, but the bound is checked rather than assumed)."""
     prec = space.base.precision
@@ -452,7 +452,7 @@ def _states(space, counts, par, copies: int) -> np.ndarray:
     for c, (dense, moe) in enumerate(counts):
         for zi, z in enumerate(space.zero):  # dense states shard over DP·CP (Parallel.dense_shard)
             for j, arr in enumerate(state_arrays(dense.astype(dt), moe.astype(dt), (par["dp"] * par["cp"]).astype(dt),
-                                                 par["edp"].astype(dt), prec, z, copies)):
+                                                 par["edp"].astype(dt), prec, z)):
                 out[c, :, zi, j] = arr
     return out
 

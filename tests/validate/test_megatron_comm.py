@@ -107,9 +107,11 @@ def test_dp2_bf16_norms_fp32_outside(measure):
     """A named difference, outside symmem.comm's model: the local spec's torch norms are built without a dtype
     (transformer/torch_norm.py:51) and stay FP32, and Megatron's DDP keeps one buffer per (param, grad) dtype
     (distributed/distributed_data_parallel.py:138-151, :198). So the 5 norms' 320 FP32 elements have their own
-    bucket, padded to 384, and are all-gathered in FP32; the other 77,824 parameters are a BF16 bucket. symmem
-    (megatron-te: TE's norms take the BF16 params_dtype) all-gathers one BF16 bucket of 78,208. Gradients are FP32
-    in both buckets: the reduce-scatter is equal."""
+    bucket, padded to 384, and are all-gathered in FP32; the other 77,824 parameters are a BF16 bucket. symmem's
+    dp_bytes (the megatron-local profile here) all-gathers one BF16 bucket of 78,208: a known miss of its model,
+    which does not bucket the parameters by dtype (TE's norms, as megatron-te models them, take the BF16
+    params_dtype, so the miss is the local spec's). Gradients are FP32 in both buckets: the reduce-scatter is
+    equal."""
     from symmem.validate.megatron_core.comm_check import measured, predicted
 
     st, ranks = measure(dp=2, dtype="bf16")

@@ -174,7 +174,10 @@ def wire(kind: str, nbytes: int, n: int) -> Fraction:
         return Fraction(2 * nbytes * (n - 1), n)
     if kind == "send":
         return Fraction(nbytes)
-    return Fraction(0)  # receives are the peer's sends
+    if kind == "recv":
+        return Fraction(0)  # receives are the peer's sends
+    # broadcast, all-to-all, anything else: symmem.comm has no convention for it here; it must not count as 0
+    raise ValueError(f"collective kind {kind!r}: no byte convention (list it as outside the model)")
 
 
 def totals(records: list[dict], key=("group", "kind", "phase")) -> dict[tuple, int]:

@@ -63,7 +63,7 @@ def predicted(st, pp_rank: int) -> dict[str, int]:
     out = {}
     for axis, expr in stage_comm_bytes(scn, stage).items():
         out[axis] = Fraction(str(sympy.nsimplify(sympy.sympify(expr).subs(at)))) * scn.m
-    dp = Fraction(dp_bytes(scn, stage)).limit_denominator(1000)
+    dp = dp_bytes(scn, stage)  # exact
     if dp:
         out["dp"] = dp
     return {k: _int(v, k) for k, v in out.items() if v}
@@ -79,7 +79,7 @@ def measured(records: list[dict]) -> tuple[dict[str, int], dict[str, int], list[
         if r["size"] <= 1 or r["kind"] == "recv":
             continue
         axis = GROUPS.get(r["group"])
-        if axis is None:
+        if axis is None or r["kind"] not in ("all-gather", "reduce-scatter", "all-reduce", "send"):
             other.append({**r, "why": OUTSIDE.get((r["group"], r["kind"], r["phase"]), "not named")})
             continue
         w = wire(r["kind"], r["nbytes"], r["size"])
