@@ -3,8 +3,8 @@
 `run(settings)` spawns TP x PP x DP processes (`torch.multiprocessing`, gloo), each builds the model from an HF
 config, wraps it in Megatron's `DistributedDataParallel` (FP32 gradient buffers) and builds Megatron's optimizer
 (Adam through torch's AdamW; the distributed optimizer, also at DP 1), then runs `get_forward_backward_func()`
-(1F1B when PP > 1) over M micro-batches and `optimizer.step()`, inside `bridge.cpu_megatron()` and a
-`StorageTracker`. Each rank returns:
+(1F1B when PP > 1, interleaved over `vpp` model chunks per rank when vpp > 1) over M micro-batches and
+`optimizer.step()`, inside `bridge.cpu_megatron()` and a `StorageTracker`. Each rank returns:
 
 * `peak`: the most bytes of live storages at any op boundary of the iteration (forward, backward, gradient
   reduction and optimizer step), with the op and phase at it; everything alive in the process counts, the model's
@@ -12,7 +12,7 @@ config, wraps it in Megatron's `DistributedDataParallel` (FP32 gradient buffers)
 * `states`: bytes of the distinct storages of the parameters, the DDP parameter and gradient buffers, the
   optimizer's main parameters and its moments, after the step;
 * `saved`: per transformer layer of the rank (global layer number), bytes saved for backward in the first
-  micro-batch (`tracker.SavedPerLayer`).
+  micro-batch (of each model chunk) (`tracker.SavedPerLayer`).
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def transformer_config(st: Settings):
     dtype = torch.bfloat16 if st.dtype == "bf16" else torch.float32
     common = dict(tensor_model_parallel_size=st.tp, pipeline_model_parallel_size=st.pp,
                   expert_model_parallel_size=st.ep,
-                  virtual_pipeline_model_parallel_size=st.vpp if st.vpp > 1 else None, use_cpu_initialization=True, params_dtype=dtype,
+                  virtual_pipeline_model_parallel_size=st.vpp if st.vpp > 1 else None, use_cpu_initialization=True,
+                  params_dtype=dtype,
                   pipeline_dtype=dtype, bf16=st.dtype == "bf16", hidden_dropout=0.0, attention_dropout=0.0,
                   perform_initialization=True, gradient_accumulation_fusion=False, bias_dropout_fusion=False,
                   apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
