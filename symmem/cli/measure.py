@@ -43,6 +43,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     for flag, what in (("--tp", "tensor"), ("--pp", "pipeline"), ("--dp", "data"), ("--ep", "expert")):
         p.add_argument(flag, type=int_arg(1, 64), default=None,
                        help=f"{what}-parallel size (megatron-core; default 1)")
+    p.add_argument("--chunks", type=int_arg(1, 64), default=None,
+                   help="virtual stages per pipeline rank, Megatron's interleaved 1F1B (megatron-core; default 1)")
     p.add_argument("--microbatches", type=int_arg(1, 64), default=None,
                    help="micro-batches of the iteration (megatron-core; default 1)")
     p.add_argument("--recompute", default=None, choices=("none", "selective", "full"),
@@ -96,7 +98,7 @@ def estimate_bytes(raw: dict, pred, b: int, s: int, dtype: str, name: str) -> in
     return params + 2 * (pred.layer_bytes + pred.shared_bytes) + 8 * hidden + (64 << 20)
 
 
-_MEGATRON_FLAGS = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "microbatches": 1, "recompute": "none"}
+_MEGATRON_FLAGS = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "chunks": 1, "microbatches": 1, "recompute": "none"}
 
 
 def _run(args) -> int:

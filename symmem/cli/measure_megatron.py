@@ -44,6 +44,16 @@ def check(raw: dict, args, name: str):
         if value % div:
             flag = "--pp" if label == "the layer count" else "--tp"
             raise SymmemError(f"{name}: {label} = {value}: must divide by {flag} = {div}")
+    if args.chunks > 1:
+        if args.pp == 1:
+            raise SymmemError(f"--chunks = {args.chunks}: virtual pipeline stages need --pp > 1")
+        if d.layers % (args.pp * args.chunks):
+            raise SymmemError(f"{name}: the layer count = {d.layers}: must divide by --pp x --chunks = "
+                              f"{args.pp * args.chunks}")
+        # the interleaved schedule takes M in groups of PP (model_parallel_config.py:447-448, schedules.py:995-1014)
+        if args.microbatches % args.pp:
+            raise SymmemError(f"--microbatches = {args.microbatches}: with --chunks > 1 must be a multiple of "
+                              f"--pp = {args.pp} (Megatron's interleaved schedule)")
     if d.experts and (d.moe_ffn % args.tp or d.shared_ffn % args.tp):
         raise SymmemError(f"{name}: the expert widths must divide by --tp = {args.tp}")
     if d.positions and args.s > d.positions:
@@ -59,15 +69,16 @@ def predicted(d, args, rank: dict) -> dict:
     from symmem.rules import megatron_local_peak as mp
 
     bf16 = args.dtype == "bf16"
-    states = ml.states(d, args.tp, args.pp, args.dp, rank["pp_rank"], rank["dp_rank"], bf16)
+    states = ml.states(d, args.tp, args.pp, args.dp, rank["pp_rank"], rank["dp_rank"], bf16, vpp=args.chunks)
     try:
-        saved = ml.saved_per_layer(d, args.tp, args.pp, rank["pp_rank"], args.b, args.s, bf16, args.recompute)
+        saved = ml.saved_per_layer(d, args.tp, args.pp, rank["pp_rank"], args.b, args.s, bf16, args.recompute,
+                                   vpp=args.chunks)
     except SymmemError as exc:
         saved, why = None, str(exc)
     else:
         why = None
     peak, peak_notes = mp.peak(d, args.tp, args.pp, args.dp, rank["pp_rank"], rank["dp_rank"], args.b, args.s, bf16,
-                               args.microbatches, args.recompute)
+                               args.microbatches, args.recompute, vpp=args.chunks)
     return {"peak": None if peak is None else peak[0], "peak_at": None if peak is None else peak[1],
             "states": states["total"], "states_by_kind": states,
             "saved": None if saved is None else sum(saved.values()), "saved_per_layer": saved,
@@ -84,7 +95,8 @@ def run(args) -> int:
         raise SymmemError(f"--dtype = {args.dtype!r}: megatron-core runs take fp32 or bf16")
     d = check(raw, args, args.config)
     require()
-    st = Settings(raw=raw, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, microbatches=args.microbatches,
+    st = Settings(raw=raw, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, vpp=args.chunks,
+                  microbatches=args.microbatches,
                   recompute=args.recompute, b=args.b, s=args.s, dtype=args.dtype, seed=args.seed)
     ranks = []
     for m in run_ranks(st):
@@ -101,7 +113,7 @@ def run(args) -> int:
     ok = all(all(r["match"].values()) for r in ranks)
     if args.json:
         print(json.dumps({"framework": "megatron-core", "version": "0.16.1", "config": args.config,
-                          "tp": args.tp, "pp": args.pp, "dp": args.dp, "ep": args.ep,
+                          "tp": args.tp, "pp": args.pp, "dp": args.dp, "ep": args.ep, "chunks": args.chunks,
                           "microbatches": args.microbatches, "recompute": args.recompute, "b": args.b, "s": args.s,
                           "dtype": args.dtype, "unit": "bytes", "ranks": ranks, "match": ok,
                           "notes": "saved: per transformer layer of the rank, first micro-batch; compared layer by "
@@ -114,7 +126,8 @@ def run(args) -> int:
                          indent=2, sort_keys=True))
         return 0 if ok else 1
     print(f"{args.config}: Megatron-Core 0.16.1 (local spec, CPU, gloo), TP {args.tp} PP {args.pp} DP {args.dp} "
-          f"EP {args.ep}, M = {args.microbatches}, recompute {args.recompute}, b = {args.b}, s = {args.s}, "
+          f"EP {args.ep}" + (f", {args.chunks} chunks per stage" if args.chunks > 1 else "")
+          + f", M = {args.microbatches}, recompute {args.recompute}, b = {args.b}, s = {args.s}, "
           f"{args.dtype}")
     for r in ranks:
         m, p = r["measured"], r["predicted"]

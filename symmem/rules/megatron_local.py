@@ -97,16 +97,26 @@ class Weight:
     expert: bool = False  # in the expert-parallel DDP buffer
 
 
-def weights(d: Dims, tp: int, pp: int, pp_rank: int, ep: int = 1) -> list[Weight]:
-    """The parameters of one rank, in Megatron's registration order (experts in the expert-parallel buffer only
-    when ep > 1, `tensor_parallel/layers.py:886`)."""
+def chunk_layers(d: Dims, pp: int, pp_rank: int, vpp: int = 1, chunk: int = 0) -> range:
+    """The 0-based global indices of the layers of one model chunk of a rank: L/(PP V) of them from
+    chunk·L/V + pp_rank·L/(PP V) (`transformer/transformer_block.py:184-196`, `transformer/transformer_layer.py:
+    169-176`; V = 1 without interleaving: the stage's L/PP)."""
+    n = d.layers // (pp * vpp)
+    start = chunk * (d.layers // vpp) + pp_rank * n
+    return range(start, start + n)
+
+
+def weights(d: Dims, tp: int, pp: int, pp_rank: int, ep: int = 1, vpp: int = 1, chunk: int = 0) -> list[Weight]:
+    """The parameters of one model chunk of a rank (the rank's only one when vpp = 1), in Megatron's registration
+    order (experts in the expert-parallel buffer only when ep > 1, `tensor_parallel/layers.py:886`). The embedding
+    is built by the first chunk of the first stage, the final norm and output layer by the last chunk of the last
+    (`parallel_state.py:1622-1639`, pre_process and post_process of each chunk)."""
     out: list[Weight] = []
-    first, last = pp_rank == 0, pp_rank == pp - 1
+    first, last = pp_rank == 0 and chunk == 0, pp_rank == pp - 1 and chunk == vpp - 1
     if first:
         out.append(Weight("embedding.word_embeddings.weight", d.vocab // tp * d.h, False))
         if d.positions:
             out.append(Weight("embedding.position_embeddings.weight", d.positions * d.h, False))
-    per_stage = d.layers // pp
 
     def norm(name):
         out.append(Weight(f"{name}.weight", d.h, True))
@@ -126,7 +136,7 @@ def weights(d: Dims, tp: int, pp: int, pp_rank: int, ep: int = 1) -> list[Weight
         else:
             out.append(Weight(f"{name}.linear_fc2.weight", d.h * (f // tp), False, expert))
 
-    for i in range(pp_rank * per_stage, (pp_rank + 1) * per_stage):
+    for i in chunk_layers(d, pp, pp_rank, vpp, chunk):
         p = f"decoder.layers.{i}"
         norm(f"{p}.input_layernorm")
         out.append(Weight(f"{p}.self_attention.linear_proj.weight", d.h * (d.heads * d.head_dim // tp), False))
@@ -179,12 +189,21 @@ def ddp_buffers(ws: list[Weight], dp: int, distributed: bool, bf16: bool) -> lis
     return out
 
 
+def rank_buffers(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, distributed: bool, bf16: bool,
+                 vpp: int = 1) -> list[Buffer]:
+    """The DDP buffers of a rank: each model chunk has its own DistributedDataParallel and buffers, in chunk order,
+    the order in which the distributed optimizer takes them (`optimizer/__init__.py`, `get_megatron_optimizer`
+    over `model_chunks`; `optimizer/distrib_optimizer.py:290-297`)."""
+    return [buf for c in range(vpp) for buf in ddp_buffers(weights(d, tp, pp, pp_rank, vpp=vpp, chunk=c), dp,
+                                                               distributed, bf16)]
+
+
 def states(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, bf16: bool,
-           distributed: bool = True) -> dict[str, int]:
-    """Bytes of one rank's parameters, gradient buffers and optimizer tensors (EP 1: every rank holds all experts)."""
-    ws = weights(d, tp, pp, pp_rank)
+           distributed: bool = True, vpp: int = 1) -> dict[str, int]:
+    """Bytes of one rank's parameters, gradient buffers and optimizer tensors (EP 1: every rank holds all experts;
+    vpp model chunks, each with its own buffers, each buffer sharded over DP)."""
     out = {"params": 0, "grad_buffers": 0, "optimizer": 0}
-    for buf in ddp_buffers(ws, dp, distributed, bf16):
+    for buf in rank_buffers(d, tp, pp, dp, pp_rank, distributed, bf16, vpp):
         pbytes = 4 if buf.fp32_params else 2
         out["params"] += buf.numel * pbytes if distributed else sum(w.numel for w, _, _ in buf.ranges) * pbytes
         out["grad_buffers"] += 4 * buf.numel
@@ -308,9 +327,8 @@ def _moe_saved(d: Dims, tokens: int, e: int) -> list[tuple[str, int]]:
 
 
 def saved_per_layer(d: Dims, tp: int, pp: int, pp_rank: int, b: int, s: int, bf16: bool,
-                    recompute: str = "none") -> dict[str, int]:
+                    recompute: str = "none", vpp: int = 1) -> dict[str, int]:
     """Bytes kept for backward by each transformer layer of a rank in one micro-batch ("layer N", 1-based as
-    Megatron numbers them)."""
+    Megatron numbers them; with vpp chunks, every chunk's layers)."""
     per = sum(n for _, n in layer_saved(d, tp, b, s, bf16, recompute))
-    stage = d.layers // pp
-    return {f"layer {i + 1}": per for i in range(pp_rank * stage, (pp_rank + 1) * stage)}
+    return {f"layer {i + 1}": per for c in range(vpp) for i in chunk_layers(d, pp, pp_rank, vpp, c)}

@@ -22,7 +22,15 @@ prediction is lower and the command says DIFFERENT. Paths are in the installed p
 
 from __future__ import annotations
 
-from symmem.rules.megatron_local import Dims, Weight, ddp_buffers, layer_saved, saved_per_layer, states, weights
+from symmem.rules.megatron_local import (
+    Dims,
+    Weight,
+    layer_saved,
+    rank_buffers,
+    saved_per_layer,
+    states,
+    weights,
+)
 
 # The optimizer step (`step_peak`). At the k-th parameter that torch's single-tensor AdamW updates
 # (torch/optim/adam.py `_single_tensor_adam`: weight decay in place; `denom = (exp_avg_sq.sqrt() /
@@ -51,6 +59,9 @@ from symmem.rules.megatron_local import Dims, Weight, ddp_buffers, layer_saved, 
 # * on a pipeline stage after the first, the last micro-batch's received activation [s, b, h] (the receive
 #   buffer), which the block keeps as `self.input_tensor` (`transformer/transformer_block.py:570-578`) after the
 #   schedule, and its gradient [s, b, h], kept on it by `retain_grad()` (`pipeline_parallel/schedules.py:469`);
+#   with V model chunks (the interleaved schedule), each chunk's block keeps its own: V of each pair on a later
+#   stage, V - 1 on the first (its first chunk is fed by the embedding); each chunk also has its own
+#   RotaryEmbedding (`models/gpt/gpt_model.py:160`): its inv_freq and its cached table;
 # * with MoE layers (EP 1, TP 1; `moe_leftovers`), what each layer's router and alltoall dispatcher keep from the
 #   last micro-batch until their next forward (T = b s tokens, E experts, top-k): the routing probabilities
 #   [T, E] at the router's dtype, the run's (`transformer/moe/moe_utils.py:744`), and the routing map [T, E] bool
@@ -65,12 +76,12 @@ from symmem.rules.megatron_local import Dims, Weight, ddp_buffers, layer_saved, 
 
 
 def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
-              microbatches: int) -> tuple[int, str] | None:
+              microbatches: int, vpp: int = 1) -> tuple[int, str] | None:
     """The most bytes a rank holds in the optimizer step, and the parameter at it; None where not modelled."""
     if d.experts and tp > 1:
         return None
     e = 2 if bf16 else 4
-    bufs = ddp_buffers(weights(d, tp, pp, pp_rank), dp, True, bf16)
+    bufs = rank_buffers(d, tp, pp, dp, pp_rank, True, bf16, vpp)
     # the rank's shard of each parameter, in buffer order, with its buffer's kind
     shards: list[tuple[Weight, int, bool]] = []
     for buf in bufs:
@@ -79,12 +90,12 @@ def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b:
             n = max(0, min(c, hi) - max(a, lo))
             if n:
                 shards.append((w, n, buf.fp32_params))
-    left = _forward_left(d, tp, b, s, e)
-    if pp_rank > 0:
-        left += 2 * s * b * d.h * e
+    left = _forward_left(d, tp, b, s, e) + (vpp - 1) * _rope_table(d, s)  # a cached table per chunk
+    receiving = vpp - (pp_rank == 0)  # chunks fed by a previous stage: all but the first stage's first
+    left += receiving * 2 * s * b * d.h * e
     if d.experts:
         left += moe_leftovers(d, pp, b, s, e)
-    held = _before(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches) + left
+    held = _before(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, vpp) + left
     best, at = 0, ""
     for expert in (False, True):  # the dense optimizer, then the expert one (optimizer/__init__.py:630, :668)
         for decayed in (True, False):
@@ -109,19 +120,20 @@ def moe_leftovers(d: Dims, pp: int, b: int, s: int, e: int) -> int:
 
 
 def _before(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
-            microbatches: int) -> int:
+            microbatches: int, vpp: int = 1) -> int:
     """What a rank holds before the iteration (see the notes above): states without Adam's tensors, the scalars,
     the buffers and the runner's inputs."""
-    st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16)
+    st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16, vpp=vpp)
     ws = weights(d, tp, pp, pp_rank)
     main = 0
-    for buf in ddp_buffers(ws, dp, True, bf16):
+    for buf in rank_buffers(d, tp, pp, dp, pp_rank, True, bf16, vpp):
         if not buf.fp32_params:
             lo, hi = dp_rank * buf.numel // dp, (dp_rank + 1) * buf.numel // dp
             main += sum(4 * max(0, min(c, hi) - max(a, lo)) for _w, a, c in buf.ranges)
     n_opt = 2 if any(w.expert for w in ws) else 1
     rope = d.kind != "gpt2"
-    out = (st["params"] + st["grad_buffers"] + main + (d.head_dim // 2 * 4 if rope else 0)
+    # each model chunk builds its own RotaryEmbedding (models/gpt/gpt_model.py:160), with its inv_freq
+    out = (st["params"] + st["grad_buffers"] + main + vpp * (d.head_dim // 2 * 4 if rope else 0)
            + n_opt * (4 if bf16 else 8) + 4 + microbatches * b * (s + 1) * 8 + s * 8)
     if d.experts:
         out += d.layers // pp * d.experts * 8  # the dispatchers' chunk indices
@@ -130,7 +142,13 @@ def _before(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: i
 
 def _forward_left(d: Dims, tp: int, b: int, s: int, e: int) -> int:
     """What the first forward leaves for the process: the attention-score buffer and the cached RoPE table."""
-    return b * (d.heads // tp) * s * s * e + (s * d.head_dim * 4 if d.kind != "gpt2" else 0)
+    return b * (d.heads // tp) * s * s * e + _rope_table(d, s)
+
+
+def _rope_table(d: Dims, s: int) -> int:
+    """The RoPE table [s, 1, 1, d] FP32 a RotaryEmbedding caches (`rotary_pos_embedding.py`, lru_cache on the
+    module's forward, `:177`: one per model chunk)."""
+    return s * d.head_dim * 4 if d.kind != "gpt2" else 0
 
 
 # The first GEMM of the backward (`head_peak`; PP 1, FP32, Llama-like: RMSNorm, RoPE, untied
@@ -247,9 +265,9 @@ def attention_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: in
 
 
 def peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
-         microbatches: int, recompute: str = "none") -> tuple[tuple[int, str] | None, list[str]]:
+         microbatches: int, recompute: str = "none", vpp: int = 1) -> tuple[tuple[int, str] | None, list[str]]:
     """The larger of the modelled events (None when the optimizer step is not modelled), and what is not."""
-    step = step_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches)
+    step = step_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, vpp)
     events = [e for e in (head_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),
                           loss_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),
                           norm_peak(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, recompute),

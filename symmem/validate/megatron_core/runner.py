@@ -3,8 +3,8 @@
 `run(settings)` spawns TP x PP x DP processes (`torch.multiprocessing`, gloo), each builds the model from an HF
 config, wraps it in Megatron's `DistributedDataParallel` (FP32 gradient buffers) and builds Megatron's optimizer
 (Adam through torch's AdamW; the distributed optimizer, also at DP 1), then runs `get_forward_backward_func()`
-(1F1B when PP > 1) over M micro-batches and `optimizer.step()`, inside `bridge.cpu_megatron()` and a
-`StorageTracker`. Each rank returns:
+(1F1B when PP > 1, interleaved over `vpp` model chunks per rank when vpp > 1) over M micro-batches and
+`optimizer.step()`, inside `bridge.cpu_megatron()` and a `StorageTracker`. Each rank returns:
 
 * `peak`: the most bytes of live storages at any op boundary of the iteration (forward, backward, gradient
   reduction and optimizer step), with the op and phase at it; everything alive in the process counts, the model's
@@ -12,7 +12,7 @@ config, wraps it in Megatron's `DistributedDataParallel` (FP32 gradient buffers)
 * `states`: bytes of the distinct storages of the parameters, the DDP parameter and gradient buffers, the
   optimizer's main parameters and its moments, after the step;
 * `saved`: per transformer layer of the rank (global layer number), bytes saved for backward in the first
-  micro-batch (`tracker.SavedPerLayer`).
+  micro-batch (of each model chunk) (`tracker.SavedPerLayer`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Settings:
     pp: int = 1
     dp: int = 1
     ep: int = 1
+    vpp: int = 1  # virtual pipeline stages per rank (model chunks; > 1: the interleaved schedule)
     microbatches: int = 1
     recompute: str = "none"  # none | selective | full
     b: int = 1
@@ -66,7 +67,9 @@ def transformer_config(st: Settings):
     kind = raw.get("model_type")
     dtype = torch.bfloat16 if st.dtype == "bf16" else torch.float32
     common = dict(tensor_model_parallel_size=st.tp, pipeline_model_parallel_size=st.pp,
-                  expert_model_parallel_size=st.ep, use_cpu_initialization=True, params_dtype=dtype,
+                  expert_model_parallel_size=st.ep,
+                  virtual_pipeline_model_parallel_size=st.vpp if st.vpp > 1 else None, use_cpu_initialization=True,
+                  params_dtype=dtype,
                   pipeline_dtype=dtype, bf16=st.dtype == "bf16", hidden_dropout=0.0, attention_dropout=0.0,
                   perform_initialization=True, gradient_accumulation_fusion=False, bias_dropout_fusion=False,
                   apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
@@ -141,8 +144,9 @@ def _iteration(rank: int, st: Settings) -> dict:
     from symmem.validate.megatron_core.bridge import cuda_type_names
     from symmem.validate.megatron_core.tracker import SavedPerLayer, tracker_class
 
+    vpp = st.vpp if st.vpp > 1 else None
     ps.initialize_model_parallel(tensor_model_parallel_size=st.tp, pipeline_model_parallel_size=st.pp,
-                                 expert_model_parallel_size=st.ep)
+                                 expert_model_parallel_size=st.ep, virtual_pipeline_model_parallel_size=vpp)
     torch.manual_seed(st.seed)
     config = transformer_config(st)
     gpt2 = st.raw.get("model_type") == "gpt2"
@@ -150,25 +154,34 @@ def _iteration(rank: int, st: Settings) -> dict:
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts if moe else None, moe_grouped_gemm=False,
                                     normalization=config.normalization)
     vocab = st.raw["vocab_size"]
-    model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=vocab,
-                     max_sequence_length=st.raw.get("n_positions", st.raw.get("max_position_embeddings", st.s)),
-                     pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
-                     position_embedding_type="learned_absolute" if gpt2 else "rope",
-                     share_embeddings_and_output_weights=bool(st.raw.get("tie_word_embeddings", gpt2)))
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                                                use_distributed_optimizer=st.distributed_optimizer)
-    model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    # one model chunk per virtual stage, as Megatron-LM's get_model builds them (megatron/training/training.py):
+    # pre/post_process of the chunk (parallel_state.py:1622, :1632, vp_stage given), vp_stage to GPTModel (its
+    # layers' offset, transformer/transformer_layer.py:169-176), DDP per chunk, bucketing off after the first
+    model = []
+    for i in range(st.vpp):
+        stage = i if vpp else None
+        chunk = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=vocab,
+                         max_sequence_length=st.raw.get("n_positions", st.raw.get("max_position_embeddings", st.s)),
+                         pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
+                         post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
+                         position_embedding_type="learned_absolute" if gpt2 else "rope",
+                         share_embeddings_and_output_weights=bool(st.raw.get("tie_word_embeddings", gpt2)),
+                         vp_stage=stage)
+        model.append(DistributedDataParallel(config=config, ddp_config=ddp_config, module=chunk,
+                                             disable_bucketing=i > 0))
     config.finalize_model_grads_func = finalize_model_grads
     opt_config = OptimizerConfig(optimizer="adam", lr=1e-4, bf16=st.dtype == "bf16",
                                  params_dtype=config.params_dtype,
                                  use_distributed_optimizer=st.distributed_optimizer)
     with cuda_type_names():
-        optimizer = get_megatron_optimizer(opt_config, [model])
+        optimizer = get_megatron_optimizer(opt_config, model)
 
     # the first micro-batch's saved tensors, per layer
-    state_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    state_ptrs = {p.untyped_storage().data_ptr() for c in model for p in c.parameters()}
     saved = SavedPerLayer(state_ptrs)
-    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    layers = [m for c in model for m in c.modules() if isinstance(m, TransformerLayer)]
 
     def enter(mod, args, number):
         saved.layer = f"layer {number}"
@@ -180,19 +193,24 @@ def _iteration(rank: int, st: Settings) -> dict:
     g = torch.Generator().manual_seed(st.seed + 1)
     batches = [torch.randint(0, vocab, (st.b, st.s + 1), generator=g) for _ in range(st.microbatches)]
     position_ids = torch.arange(st.s).unsqueeze(0).expand(st.b, -1)
-    count = {"n": 0}
+    seen: set[int] = set()  # the chunks that ran a micro-batch already
 
     def forward_step(data_iterator, model):
         tokens = next(data_iterator)
-        first = count["n"] == 0
-        count["n"] += 1
+        first = id(model) not in seen
+        if first and seen:  # a later chunk's first micro-batch: addresses released since may be reused
+            gc.collect()
+            saved.forget_released()
+        seen.add(id(model))
         saved.active = first
         out = model(tokens[:, :-1].contiguous(), position_ids, None, labels=tokens[:, 1:].contiguous())
         saved.active = False
-        if first:
+        if first:  # this chunk's layers (and, once, what is kept outside the layers)
             gc.collect()
-            saved_layers.update(saved.result())
-            saved_detail.update(saved.detail())
+            mine = {f"layer {m.layer_number}" for m in model.modules() if isinstance(m, TransformerLayer)}
+            mine |= {"outside layers"} - set(saved_layers)
+            saved_layers.update({k: v for k, v in saved.result().items() if k in mine})
+            saved_detail.update({k: v for k, v in saved.detail().items() if k in mine})
 
         def loss_func(output):
             loss = output.float().mean()
@@ -211,7 +229,9 @@ def _iteration(rank: int, st: Settings) -> dict:
         start = tracker.current
         tracker.phase = "forward-backward"
         with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
-            get_forward_backward_func()(forward_step_func=forward_step, data_iterator=iter(batches), model=[model],
+            get_forward_backward_func()(forward_step_func=forward_step,
+                                        data_iterator=[iter(batches) for _ in model] if vpp else iter(batches),
+                                        model=model,
                                         num_microbatches=st.microbatches, seq_length=st.s,
                                         micro_batch_size=st.b, forward_only=False)
         # Garbage in reference cycles (a 4-byte scalar, once in a few runs) is freed whenever Python's collector
@@ -261,9 +281,9 @@ def _state_bytes(model, optimizer) -> dict:
                 seen.add(st.data_ptr())
                 out[kind] += st.nbytes()
 
-    for p in model.parameters():
+    for p in (p for chunk in model for p in chunk.parameters()):
         add("params", p)
-    for buf in [*model.buffers, *model.expert_parallel_buffers]:
+    for buf in [b for chunk in model for b in [*chunk.buffers, *chunk.expert_parallel_buffers]]:
         if buf.param_data is not None:
             add("params", buf.param_data)
         add("grad_buffers", buf.grad_data)

@@ -113,6 +113,11 @@ class SavedPerLayer:
                 self.shapes[ptr] = (tuple(t.shape), str(t.dtype).replace("torch.", ""))
         return t
 
+    def forget_released(self) -> None:
+        """Drop the storages already released, so that a later one at the same address counts (model chunks)."""
+        for ptr in [p for p, (ref, _n) in self.refs.items() if ref() is None]:
+            del self.owner[ptr], self.refs[ptr], self.shapes[ptr]
+
     @staticmethod
     def unpack(t):
         return t
