@@ -123,24 +123,17 @@ def tables() -> list[Table]:
 
 def figure(formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:
     """Measured, symmem and peer per run and stage, side by side: {format: bytes}."""
-    from symmem.render.plots import _figure, save
+    from symmem.render.plots import grouped_bars
 
     rows = comparison()
-    fig = _figure(figsize=(7.6, 4.0))
-    ax = fig.add_subplot()
-    width = 0.27
-    xs = range(len(rows))
-    for i, (key, label) in enumerate((("measured", "measured"), ("symmem", "symmem (megatron-te)"),
-                                      ("peer", "peer simulator (SimuMax)"))):
-        ax.bar([x + (i - 1) * width for x in xs], [r[key] for r in rows], width, label=label)
-    ax.set_xticks(list(xs), [f"{r['case'].split('_mbc')[0]}\n{r['stage']}" for r in rows], fontsize=5.5,
-                  rotation=30, ha="right")
-    ax.set_ylabel("max allocated per GPU (GiB)")
-    ax.set_title("Six Megatron-LM runs on B200: measured peak against symmem and the peer simulator", fontsize=9)
-    ax.legend(fontsize=7)
-    # fixed margins instead of tight_layout, which draws the whole figure once more to measure it
-    fig.subplots_adjust(left=0.11, right=0.99, bottom=0.22, top=0.92)
-    return save(fig, formats)
+    return grouped_bars(
+        [([r[key] for r in rows], label) for key, label in (("measured", "measured"),
+                                                            ("symmem", "symmem (megatron-te)"),
+                                                            ("peer", "peer simulator (SimuMax)"))],
+        [f"{r['case'].split('_mbc')[0]}\n{r['stage']}" for r in rows], width=0.27, figsize=(7.6, 4.0),
+        ylabel="max allocated per GPU (GiB)",
+        title="Six Megatron-LM runs on B200: measured peak against symmem and the peer simulator", tick_size=5.5,
+        rotation=30, margins=(0.11, 0.22), formats=formats)
 
 
 if __name__ == "__main__":

@@ -55,23 +55,16 @@ def tables() -> list[Table]:
 
 def figure(formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:
     """Each measured iteration against symmem's estimate and the peer's, as the error in percent: {format: bytes}."""
-    from symmem.render.plots import _figure, save
+    from symmem.render.plots import grouped_bars
 
     rs = rows()
-    fig = _figure(figsize=(7.6, 3.8))
-    ax = fig.add_subplot()
-    width = 0.38
-    xs = range(len(rs))
-    ax.bar([x - width / 2 for x in xs], [r["error"] for r in rs], width, label="symmem (fitted, in sample)")
-    ax.bar([x + width / 2 for x in xs], [r["peer_error"] for r in rs], width, label="peer simulator (SimuMax)")
-    ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xticks(list(xs), [f"{r['case'].split('_mbc')[0]}\nM={r['microbatches']}" for r in rs], fontsize=5,
-                  rotation=40, ha="right")
-    ax.set_ylabel("estimated - measured (% of measured)")
-    ax.set_title("Iteration time of six Megatron-LM runs on 8x B200 at 4, 8 and 32 micro-batches", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.subplots_adjust(left=0.1, right=0.99, bottom=0.27, top=0.92)
-    return save(fig, formats)
+    return grouped_bars(
+        [([r["error"] for r in rs], "symmem (fitted, in sample)"),
+         ([r["peer_error"] for r in rs], "peer simulator (SimuMax)")],
+        [f"{r['case'].split('_mbc')[0]}\nM={r['microbatches']}" for r in rs], width=0.38, figsize=(7.6, 3.8),
+        ylabel="estimated - measured (% of measured)",
+        title="Iteration time of six Megatron-LM runs on 8x B200 at 4, 8 and 32 micro-batches", tick_size=5,
+        rotation=40, margins=(0.1, 0.27), zero_line=True, formats=formats)
 
 
 if __name__ == "__main__":

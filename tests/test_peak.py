@@ -170,15 +170,19 @@ def test_timeline_figure(capsys, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _walked(scn, i: int) -> int:
+    """Stage i's dynamic bytes at the largest event of the step walked in the schedule's real order, by component
+    as symmem memory's peak breakdown adds them."""
+    from symmem.accounting.timeline import stage_peak
+
+    return sum(stage_peak(stage_step_series(scn, scn.stages[i]), {}, values(scn), Fraction(1)).dynamic.values())
+
+
 def test_zb1p_peak_is_the_walk_of_its_real_order():
     # ZB-H1's stages after the first keep deferred weight-gradient operands from B to W (symmem/accounting/
     # deferred.py); a count of micro-batches between F and B leaves them out. symmem memory's peak of every stage
     # is the walk of the real order (symmem timeline's), and walking more micro-batches than 2·PP + 2 changes no
     # stage's peak (the order repeats one F, B, W step from the (PP + 1)-th micro-batch on)
-    from fractions import Fraction
-
-    from symmem.accounting.analysis import memory, stage_step_series, values
-    from symmem.accounting.timeline import stage_peak
     from symmem.cli.args import scenario_from_args
     from symmem.cli.main import build_parser
 
@@ -187,9 +191,7 @@ def test_zb1p_peak_is_the_walk_of_its_real_order():
             ["memory", "--model", "llama-3-8b", "--profile", "megatron-te", "--pp", "4", "--schedule", "zb1p",
              "--microbatches", str(m), "-s", "1024"]))
 
-    def walked(sc, i):
-        return sum(stage_peak(stage_step_series(sc, sc.stages[i]), {}, values(sc), Fraction(1)).dynamic.values())
-
+    walked = _walked
     big = scn(16)
     mems = memory(big)
     for i in range(4):
@@ -203,10 +205,7 @@ def test_dualpipe_holds_its_stage_and_the_mirror_stage():
     # DualPipe: GPU i runs stage i and stage PP - 1 - i (deepseek-ai/DualPipe); its model states are both stages'
     # (the first GPU holds the embedding and the head once each), its peak the walk of the real order, which more
     # micro-batches than 2·PP + 2 do not change
-    from fractions import Fraction
-
-    from symmem.accounting.analysis import memory, stage_params, stage_states, stage_step_series, values
-    from symmem.accounting.timeline import stage_peak
+    from symmem.accounting.analysis import stage_params, stage_states
     from symmem.cli.args import scenario_from_args
     from symmem.cli.main import build_parser
 
@@ -222,10 +221,8 @@ def test_dualpipe_holds_its_stage_and_the_mirror_stage():
     for i, m in enumerate(mems):
         a, b = one[i], one[3 - i]
         assert (m.states.weights, m.states.optimizer) == (a.weights + b.weights, a.optimizer + b.optimizer)
-        walked = sum(stage_peak(stage_step_series(dual, dual.stages[i]), {}, values(dual),
-                                Fraction(1)).dynamic.values())
+        walked = _walked(dual, i)
         assert sum(m.peak.dynamic.values()) == walked  # wiring: memory's DualPipe peak is the walk
-        small = scn("dualpipe", 8)  # the least M DualPipe runs: more micro-batches change no peak
-        assert sum(stage_peak(stage_step_series(small, small.stages[i]), {}, values(small),
-                              Fraction(1)).dynamic.values()) == walked
+        # the least M DualPipe runs: more micro-batches change no peak
+        assert _walked(scn("dualpipe", 8), i) == walked
     assert mems[0].states.weights != 2 * one[0].weights  # not two copies of stage 0: the head is not the embedding

@@ -141,18 +141,12 @@ def test_timeline_refuses_a_dualpipe_order_that_does_not_exist(capsys, tmp_path)
 
 # ---- the walk of the whole step against the engine's candidate peak
 def _walk(scn, stage) -> int:
+    """The largest event of the step walked in the schedule's real order (dynamic bytes), by the engine's own peak
+    picker over the walk's events."""
     from symmem.accounting.analysis import stage_step_series, values
-    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.accounting.timeline import stage_peak
 
-    vals, known, best = values(scn), {}, 0
-    for ev in stage_step_series(scn, stage):
-        total = Fraction(0)
-        for a in ev.amounts:
-            if a.nbytes not in known:
-                known[a.nbytes] = evaluate(a.nbytes, vals)
-            total += known[a.nbytes]
-        best = max(best, ceil_int(total))
-    return best
+    return stage_peak(stage_step_series(scn, stage), {}, values(scn), Fraction(1)).peak_allocated
 
 
 def test_zb_h1_walk_finds_the_deferred_weight_gradients_the_candidate_omits():

@@ -215,6 +215,27 @@ def figure_params_by_block(model):
     return fig, data
 
 
+def grouped_bars(series: list[tuple[list[float], str]], ticks: list[str], *, width: float, figsize: tuple,
+                 ylabel: str, title: str, tick_size: float, rotation: float, margins: tuple[float, float],
+                 zero_line: bool = False, formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:
+    """One group of bars per row, one bar per series (values, label) centred on the row: the measured-run figures
+    of derivations/ (measured against symmem and the peer). `margins`: the left and bottom figure fractions (fixed
+    margins instead of tight_layout, which draws the whole figure once more to measure it)."""
+    fig = _figure(figsize=figsize)
+    ax = fig.add_subplot()
+    xs = range(len(ticks))
+    for i, (values, label) in enumerate(series):
+        ax.bar([x + (i - (len(series) - 1) / 2) * width for x in xs], values, width, label=label)
+    if zero_line:
+        ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xticks(list(xs), ticks, fontsize=tick_size, rotation=rotation, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.subplots_adjust(left=margins[0], right=0.99, bottom=margins[1], top=0.92)
+    return save(fig, formats)
+
+
 def save(fig, formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:
     """The figure's bytes in each format (PNG, PDF), free of timestamps and version strings. Each format draws
     the whole figure once more: ask only for what is needed."""
