@@ -159,6 +159,10 @@ class Scenario:
     def rules(self) -> RuleSet:
         """The rule set, under the precision recipe's rules on saved tensors when it has any (FP8, FP4)."""
         base = rule_set(self.profile.rules if self.profile_name is not None else self.rules_name)
+        if base.name == "megatron-te" and self.parallel.cp > 1 and self.parallel.cp_comm_type == "a2a":
+            from symmem.rules.megatron_te import RULES_CP_A2A
+
+            base = RULES_CP_A2A  # TE's all-to-all CP keeps one more attention output per layer
         if self.precision.low_precision is None:
             return base
         from symmem.precision.apply import with_precision

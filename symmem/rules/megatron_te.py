@@ -38,8 +38,14 @@ c188b533 (TE, the 2.11.0 build); file:line at those revisions.
   indexer) keep nothing.
 * Under context parallelism (ring exchange, `--cp-comm-type p2p`) the attention backward also holds TE's two
   K/V communication buffers with their gradients and one step's dq_, dk_, dv_ (context_parallel.py:2205-2210,
-  2392-2403 at c188b533); the all-to-all variant (a2a) is charged the same (its buffers, q, k, v and their
-  gradients exchanged, are of the same order; not read line by line).
+  2392-2403 at c188b533).
+* Under all-to-all context parallelism (`--cp-comm-type a2a`, TE AttnFuncWithCPAndQKVOA2A) TE >= 2.8 saves the
+  attention's output *before* the post-attention all-to-all (`out_part = out_`, context_parallel.py:3485/3517,
+  saved at :3569-3582 of TE v2.11), while the all-to-all returns a new tensor (:3520-3530) that the output
+  projection keeps as its input: one more BF16 tensor of the output's local size, [b, s/CP, heads/TP, d_v], per
+  layer (`RULES_CP_A2A`; TE 2.7 saved the post-all-to-all output, the same storage as the projection's input,
+  context_parallel.py:3400-3453 at v2.7). Its backward exchanges the output gradient (:3691) and dq, dk, dv
+  (:3810) by all-to-all into new tensors: transients of the attention backward.
 * The embedding's backward computes the dense [V/TP, h] weight gradient (F.embedding, MLM
   megatron/core/tensor_parallel/layers.py:281), which DDP's hook adds into main_grad and frees
   (distributed_data_parallel.py:503-524): a transient of the embedding's backward.
@@ -161,6 +167,38 @@ def _cp_ring_buffers(q: Tensor, k: Tensor, v: Tensor) -> list[Saved]:
         Saved(Tensor(f"{t.name}.cp_step_grad", t.dims), "CP step's dq_, dk_, dv_ (TE P2P backward)") for t in (q, k, v)]
 
 
+def _attention_a2a(op: Op, flow: Dataflow) -> list[Saved]:
+    """Fused attention under all-to-all CP (TE >= 2.8): the output saved before the post-attention all-to-all is
+    a storage of its own (context_parallel.py:3485/3517, 3569-3582 at TE v2.11), the size of the local output."""
+    saved = _attention(op, flow)
+    if op.name.endswith("pv"):
+        out = flow.tensors[op.outputs[0]]
+        saved.append(Saved(Tensor(f"{out.name}.pre_post_a2a", out.dims),
+                           "attention output before the post-all-to-all (TE >= 2.8 CP a2a)"))
+    return saved
+
+
+def _matmul_cp_a2a(op: Op, flow: Dataflow) -> list[Saved]:
+    if "core_attention" in op.tags:
+        return _attention_a2a(op, flow)
+    return inputs(0, 1)(op, flow)
+
+
+def _attention_workspace_a2a(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
+    """The attention backward under all-to-all CP: cuDNN's accumulators (as without CP), the output gradient
+    exchanged into a new tensor (context_parallel.py:3691 at TE v2.11) and dq, dk, dv exchanged back into new
+    tensors (:3810) while the kernel's own are alive; no ring buffers."""
+    if phase != "backward" or "core_attention" not in op.tags or not op.name.endswith("qk"):
+        return []
+    q, k = flow.tensors[op.inputs[0]], flow.tensors[op.inputs[1]]
+    pv = next(o for o in flow.ops if "core_attention" in o.tags and o.name.endswith("pv") and o.block == op.block)
+    v, out = flow.tensors[pv.inputs[1]], flow.tensors[pv.outputs[0]]
+    kv = (_root_of_expand(op.inputs[1], flow), _root_of_expand(pv.inputs[1], flow))
+    return [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)] + [
+        Saved(Tensor(f"{out.name}.grad_a2a", out.dims), "output gradient after the all-to-all (TE CP a2a)")] + [
+        Saved(Tensor(f"{t.name}.grad_a2a", t.dims), "dq/dk/dv after the all-to-all (TE CP a2a)") for t in (q, *kv)]
+
+
 def _embedding_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
     """The lookup's backward: F.embedding (MLM megatron/core/tensor_parallel/layers.py:281) has a dense weight
     gradient, the whole [V/TP, h] table in the weight's dtype, which DDP's hook adds into the FP32 main_grad and
@@ -211,4 +249,16 @@ RULES = RuleSet(
     workspaces={"linear": _linear_workspace, "matmul": _attention_workspace, "embedding": _embedding_workspace},
     grad_in_place=frozenset({"cross_entropy"}),
     fused_tags=("core_attention", "swiglu"),
+)
+
+# All-to-all context parallelism (`--cp-comm-type a2a`): the same table with the attention's saves and backward
+# workspace of TE's AttnFuncWithCPAndQKVOA2A (above); `Scenario.rules` chooses it when CP > 1 and the comm type is
+# a2a.
+RULES_CP_A2A = RuleSet(
+    "megatron-te+cp-a2a",
+    RULES.description + "; all-to-all context parallelism (TE >= 2.8 keeps the pre-all-to-all attention output)",
+    {**RULES.rules, "matmul": _matmul_cp_a2a},
+    workspaces={**RULES.workspaces, "matmul": _attention_workspace_a2a},
+    grad_in_place=RULES.grad_in_place,
+    fused_tags=RULES.fused_tags,
 )
