@@ -28,6 +28,10 @@ data must move. The rules (Megatron-Core with TransformerEngine's modules, Megat
 * **context-parallel ring**: the attention core's keys and values travel the ring: CP-1 steps of this rank's
   chunk forward, and in the backward the chunks again plus their gradients (TE attention/dot_product_attention/
   context_parallel.py, AttnFuncWithCPAndKVP2P: forward send/recv of kv, backward of kv and dkv).
+* **context-parallel all-to-all** (`--cp-comm-type a2a`, TE AttnFuncWithCPAndQKVOA2A): q, k and v (k and v at
+  the key/value heads) are exchanged before the attention and its output after it, (CP-1)/CP of each local tensor
+  (context_parallel.py:3421 and :3520 at TE v2.11); in the backward the output's gradient before (:3691) and dq, dk,
+  dv after (:3810).
 
 A ring all-gather or reduce-scatter over n GPUs sends (n-1)/n of the whole tensor per GPU, an all-reduce twice
 that. Recomputed ops (--recompute) send their forward collectives again. Per iteration: pipeline sends (the
@@ -76,9 +80,9 @@ def _ring(n: sympy.Expr) -> sympy.Expr:
 
 
 def op_collectives(op: Op, flow: Dataflow, axes: AxisSizes, act_bytes: int,
-                   gathered: set[tuple[str, str]]) -> list[Collective]:
+                   gathered: set[tuple[str, str]], cp_a2a: bool = False) -> list[Collective]:
     """The collectives `op` implies (forward and backward, one micro-batch); `gathered` (tensor, axis) pairs
-    already all-gathered in this flow (updated)."""
+    already all-gathered in this flow (updated); `cp_a2a`: context parallelism by all-to-all, not the ring."""
     out: list[Collective] = []
     outs = [flow.tensors[t] for t in op.outputs]
     out_axes = set().union(*(_axes_of(t) for t in outs)) if outs else set()
@@ -93,7 +97,16 @@ def op_collectives(op: Op, flow: Dataflow, axes: AxisSizes, act_bytes: int,
                 out.append(Collective("ep", "all-to-all", phase, rows_in.name, op.name, vol))
         return out
 
-    if op.kind == "matmul" and "core_attention" in op.tags and axes.of("cp") != 1:
+    if op.kind == "matmul" and "core_attention" in op.tags and axes.of("cp") != 1 and cp_a2a:
+        n = axes.of("cp")
+        names = ([op.inputs[0], _before_repeat(op.inputs[1], flow).name] if op.name.endswith("qk")
+                 else [_before_repeat(op.inputs[1], flow).name, op.outputs[0]])  # q, k / v, the output
+        for name in names:
+            t = flow.tensors[name]
+            vol = local_size(t.dims, axes) * _bytes(t, act_bytes) * _ring(n)
+            for phase in ("forward", "backward"):
+                out.append(Collective("cp", "all-to-all", phase, name, op.name, vol))
+    elif op.kind == "matmul" and "core_attention" in op.tags and axes.of("cp") != 1:
         n = axes.of("cp")
         kv = flow.tensors[op.inputs[1]]
         producer = flow.producer(kv.name)
@@ -158,14 +171,24 @@ def op_collectives(op: Op, flow: Dataflow, axes: AxisSizes, act_bytes: int,
     return out
 
 
-def flow_collectives(flow: Dataflow, axes: AxisSizes, act_bytes: int, recomputed=lambda op: False
-                     ) -> list[Collective]:
+def _before_repeat(name: str, flow: Dataflow) -> Tensor:
+    """The tensor before a GQA repeat (and views): what the attention's exchanges move."""
+    t = flow.tensors[name]
+    producer = flow.producer(name)
+    while producer is not None and producer.kind in ("expand", "view", "reshape"):
+        t = flow.tensors[producer.inputs[0]]
+        producer = flow.producer(t.name)
+    return t
+
+
+def flow_collectives(flow: Dataflow, axes: AxisSizes, act_bytes: int, recomputed=lambda op: False,
+                     cp_a2a: bool = False) -> list[Collective]:
     """Every collective of one pass of `flow` (one micro-batch, forward and backward); a recomputed op's forward
     collectives once more (phase `recompute`)."""
     gathered: set[tuple[str, str]] = set()
     out: list[Collective] = []
     for op in flow.ops:
-        cs = op_collectives(op, flow, axes, act_bytes, gathered)
+        cs = op_collectives(op, flow, axes, act_bytes, gathered, cp_a2a)
         out += cs
         if recomputed(op):
             out += [Collective(c.axis, c.kind, "recompute", c.tensor, c.op, c.nbytes) for c in cs
@@ -181,7 +204,8 @@ def stage_collectives(scn, stage) -> list[tuple[object, Collective]]:
     out = []
     for part in stage_parts(scn.model, stage, scn.convention):
         rec = scn.policy.recomputed if part.is_layers else (lambda op: False)
-        out += [(part, c) for c in flow_collectives(part.flow, axes, scn.act_bytes, rec)]
+        out += [(part, c) for c in flow_collectives(part.flow, axes, scn.act_bytes, rec,
+                                                    scn.parallel.cp_comm_type == "a2a")]
     return out
 
 

@@ -10,6 +10,12 @@ from the vendor's datasheet (the SXM parts; dense, i.e. without 2:4 sparsity; ba
 * B200 (HGX B200): NVIDIA HGX B200 datasheet: FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense), FP8 9 (4.5 dense),
   FP4 18 (9 dense; the only part here with FP4 tensor cores), HBM3e 8 TB/s, fifth-generation NVLink 1.8 TB/s
   bidirectional per GPU; 192 GB as symmem's capacity table has it (`symmem.units.GPUS`).
+
+Between nodes (a group that spans more than one node's 8 GPUs) each GPU has its own network adapter: 400 Gb/s
+(50 GB/s per direction) in the DGX H100 and DGX B200 datasheets (eight ConnectX-7 400 Gb/s InfiniBand ports), the
+H800 clusters of the DeepSeek-V3 report (arXiv 2412.19437, section 3.2.2: "InfiniBand (IB) at 50 GB/s") and HGX
+H200 systems built alike; 200 Gb/s (25 GB/s) in the DGX A100 datasheet (ConnectX-6). No measured run in this
+project spans nodes: the network figures are the datasheets', uncalibrated.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class GPU:
     nvlink: float  # bytes/s per direction, per GPU
     fp4: float | None = None  # dense FP4 FLOP/s (None: no FP4 tensor cores)
     compute_capability: tuple[int, int] = (9, 0)  # CUDA's: A100 8.0, Hopper 9.0, B200 10.0
+    network: float = 50 * GB  # bytes/s per direction, per GPU, between nodes (one 400 Gb/s adapter a GPU)
+    sms: int = 132  # streaming multiprocessors: H100/H800/H200 SXM 132, A100 108, B200 148 (the datasheets)
 
     def rate(self, fmt: str) -> float:
         """Dense tensor-core FLOP/s in `fmt` (bf16, fp8, fp4); a format the part lacks is one line."""
@@ -43,11 +51,11 @@ class GPU:
 
 
 GPUS = {g.name: g for g in (
-    GPU("A100", 80 * GB, 312 * T, None, 2039 * GB, 300 * GB, None, (8, 0)),
+    GPU("A100", 80 * GB, 312 * T, None, 2039 * GB, 300 * GB, None, (8, 0), 25 * GB, 108),
     GPU("H100", 80 * GB, 989 * T, 1979 * T, 3350 * GB, 450 * GB),
     GPU("H800", 80 * GB, 989 * T, 1979 * T, 3350 * GB, 200 * GB),
     GPU("H200", 141 * GB, 989 * T, 1979 * T, 4800 * GB, 450 * GB),
-    GPU("B200", 192 * GB, 2250 * T, 4500 * T, 8000 * GB, 900 * GB, 9000 * T, (10, 0)),
+    GPU("B200", 192 * GB, 2250 * T, 4500 * T, 8000 * GB, 900 * GB, 9000 * T, (10, 0), sms=148),
 )}
 
 

@@ -1,26 +1,43 @@
-"""The step-time model (symmem/steptime.py) against the 18 measured iterations (SimuMax's published B200 runs)."""
+"""The step-time model (symmem/steptime/) against the 22 measured iterations of ten runs (SimuMax's published
+B200 runs), in sample and with each run left out of the fit; its pieces worked by hand."""
 
 import json
+import math
 
-from derivations.measured_step_times import rows
+import pytest
+
+from derivations.measured_step_times import by_run, fitted, rows, summary
 from symmem.cli.main import main
 from symmem.hardware import GPUS, gpu
-from symmem.steptime import EFFICIENCY, FIXED_SECONDS, TP_BANDWIDTH, fit
+from symmem.steptime import CONSTANTS
 from symmem.units import GPUS as CAPACITIES
 
 
-def test_measured_iterations_within_five_percent_on_average_ten_at_worst():
-    # issue 19: mean absolute error at most 5 %, worst at most 10 % (an in-sample fit: see the module's docstring)
-    rs = rows()
-    assert len(rs) == 18
-    errors = [abs(r["error"]) for r in rs]
-    assert sum(errors) / len(errors) <= 5 and max(errors) <= 10, errors
+def test_measured_iterations_out_of_sample():
+    # issue 27: each run predicted by the constants fitted without it, mean absolute error at most 3.5 %, worst at
+    # most 8 %; and ahead of the peer simulator's published estimates on both (measured numbers: SimuMax's)
+    assert len(rows()) == 22 and len(by_run()) == 10
+    st = summary()
+    assert st["loro_mean"] <= 3.5 and st["loro_worst"] <= 8, st
+    assert st["loro_mean"] < st["peer_mean"] and st["loro_worst"] < st["peer_worst"], st
+    assert st["in_mean"] <= st["loro_mean"]  # in sample can only look better
 
 
 def test_constants_are_the_fit():
-    eff, bw, fixed = fit([(r["features"], gpu("B200"), r["measured"] / 1000) for r in rows()])
-    assert round(eff["dense"], 4) == EFFICIENCY["dense"] and round(eff["moe"], 4) == EFFICIENCY["moe"]
-    assert round(bw, 4) == TP_BANDWIDTH and round(fixed, 5) == FIXED_SECONDS
+    k = fitted()
+    for name, value in CONSTANTS.as_dict().items():
+        assert float(f"{getattr(k, name):.4g}") == value, name
+    # no rate beyond the datasheet's
+    assert 0 < k.gemm_efficiency <= 1 and 0 < k.attention_efficiency <= 1 and 0 < k.link_efficiency <= 1
+
+
+def test_a_left_out_run_is_not_in_its_fit():
+    from symmem.steptime import fit, leave_one_run_out
+
+    runs = {k: [(f, g, m) for f, g, m, _r in rs] for k, rs in by_run().items()}
+    out = leave_one_run_out(runs)
+    case = "llama3_70b_l12_tp8_pp1_dp1_mbc4_cef"
+    assert out[case][0] == fit([r for k, rs in runs.items() if k != case for r in rs]) != fitted()
 
 
 def test_presets_agree_with_the_capacity_table():
@@ -34,6 +51,7 @@ def test_memory_json_step(capsys):
     assert step["gpu"] == "H100" and step["time_s"] > 0 and 0 < step["mfu"] < 1
     assert step["flops_hardware"] >= step["flops_model"] > 0
     assert set(step["comm_bytes"]) == {"tp", "cp", "ep", "dp", "pp"}
+    assert step["tokens_per_s_per_gpu"] > 0 and abs(sum(step["seconds_by_part"].values()) - step["time_s"]) < 1e-9
     # without a GPU by name there is no time to give
     assert main(["memory", "--model", "llama-3-8b", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step"] is None
@@ -86,11 +104,11 @@ def test_low_precision_gemms_at_their_tensor_core_rate(capsys):
     argv = ["memory", "--model", "deepseek-v3", "--profile", "megatron-te", "--tp", "2", "--pp", "16", "--ep", "8",
             "--dp", "32", "--microbatches", "16", "--gpu", "B200"]
     f8 = features(scenario_from_args(build_parser().parse_args([*argv, "--precision", "deepseek-v3-fp8"])))
-    assert f8.low_format == "fp8" and 0 < f8.flops_low_mb < f8.flops_mb
-    as_bf16 = dataclasses.replace(f8, flops_low_mb=0.0, low_format="bf16")
-    g, eff = gpu("B200"), EFFICIENCY["moe"]
-    saved = f8.slots * f8.flops_low_mb * (1 / (g.bf16 * eff) - 1 / (g.fp8 * eff))
-    assert abs(seconds(as_bf16, g) - seconds(f8, g) - saved) < 1e-9
+    assert f8.low_format == "fp8" and 0 < f8.gemm_low_flops < f8.gemm_flops
+    as_bf16 = dataclasses.replace(f8, gemm_low_flops=0.0, low_format="bf16")
+    g, eff = gpu("B200"), CONSTANTS.gemm_efficiency
+    saved = f8.slots * f8.gemm_low_flops * (1 / (g.bf16 * eff) - 1 / (g.fp8 * eff))
+    assert abs(seconds(as_bf16, g, CONSTANTS) - seconds(f8, g, CONSTANTS) - saved) < 1e-9
     # NVFP4 and MXFP8 need Blackwell (TE's check_nvfp4_support / check_mxfp8_support: compute capability 10.0),
     # an H100 is 9.0; FP8 on an A100 (8.0; TE check_fp8_support needs 8.9) is refused too (one line, exit 2)
     for name, recipe, words in (("H100", "te-nvfp4", "needs 10.0"), ("H100", "te-mxfp8", "needs 10.0"),
@@ -102,4 +120,78 @@ def test_low_precision_gemms_at_their_tensor_core_rate(capsys):
     base = ["memory", "--model", "llama-3-8b", "--gpu", "H100", "--precision"]
     rowwise = features(scenario_from_args(build_parser().parse_args([*base, "torchao-float8-rowwise"])))
     gw_hp = features(scenario_from_args(build_parser().parse_args([*base, "torchao-float8-rowwise-gw-hp"])))
-    assert gw_hp.flops_low_mb * 3 == rowwise.flops_low_mb * 2 and gw_hp.flops_mb == rowwise.flops_mb
+    assert gw_hp.gemm_low_flops * 3 == pytest.approx(rowwise.gemm_low_flops * 2) and \
+        gw_hp.gemm_flops == rowwise.gemm_flops
+
+
+def test_wave_flops_by_hand():
+    # a 154-row expert GEMM (DeepSeek-V2's capacity at s = 4096: 4096 x 6 / 160 = 153.6 -> 154) on a 5120 x 3072
+    # weight, 20 local experts, 148 SMs, 128 x 256 tiles: forward 2 x 12 = 24 tiles an expert, 480 in all, 4 waves
+    # (592 tile slots); data gradient (154 x 5120 output) 2 x 20 = 40 an expert, 800, 6 waves (888); weight
+    # gradient (5120 x 3072) 40 x 12 = 480 an expert, 9,600, 65 waves (9,620)
+    from symmem.steptime.costs import wave_flops
+
+    tile = 128 * 256
+    expected = 2 * tile * (5120 * 592 + 3072 * 888 + 154 * 9620)
+    assert wave_flops(154, 5120, 3072, 20, 148) == expected
+    useful = 3 * 2 * 154 * 5120 * 3072 * 20
+    assert expected > useful  # the tiles' and waves' waste, never less than the product
+
+
+def test_gemm_shapes_from_the_shardings():
+    # Llama-3-70B at TP 8 with sequence parallelism, b 1, s 4096: linear_fc1 is one GEMM of the gathered 4096 rows
+    # by 8192 by 2 x 28672 / 8 = 7168 (gate and up fused, column-parallel); linear_fc2 4096 x 3584 x 8192
+    from symmem.accounting.analysis import values
+    from symmem.accounting.evaluate import evaluate
+    from symmem.model import stage_parts
+    from symmem.scenario import load_scenario
+    from symmem.steptime.costs import gemm_shapes
+
+    scn = load_scenario("llama3_70b_l12_tp8_pp1_dp1_mbc4_cef")
+    vals = values(scn)
+    layers = next(p for p in stage_parts(scn.model, scn.stages[0], scn.convention) if p.is_layers)
+    shapes = {m: (round(a), round(k), round(n), e) for m, a, k, n, e, _ops in
+              gemm_shapes(layers.flow, scn.parallel.axis_sizes(), lambda x: float(evaluate(x, vals)))}
+    assert shapes["module:mlp.linear_fc1"] == (4096, 8192, 7168, 1)
+    assert shapes["mlp.down_proj"] == (4096, 3584, 8192, 1)
+    assert shapes["module:linear_qkv"] == (4096, 8192, (64 + 2 * 8) * 128 // 8, 1)
+
+
+def test_all_to_all_cp_is_timed_and_the_ring_overlapped():
+    # issue 27: under --cp-comm-type a2a the exchanges are on the critical path (a `cp` collective in the slot);
+    # the ring (p2p) is timed only where it exceeds the attention it overlaps
+    import dataclasses
+
+    from symmem.scenario import load_scenario, with_parallel
+    from symmem.steptime import features
+    from symmem.steptime.model import breakdown
+
+    g = gpu("B200")
+    a2a = load_scenario("llama3_70b_l12_tp2_cp4_pp1_dp1_seq32768_mbc4_cef")
+    f = features(a2a, g)
+    # by hand, per micro-batch: 12 layers x (q, out at 64 heads; k, v at 8) x b s d / (TP CP) x 2 bytes x 3/4,
+    # forward and backward
+    per = 2 * 32768 * 128 // 8 * 2 * 3 // 4
+    assert f.comm_bytes("cp") == 12 * 2 * (2 * 64 + 2 * 8) * per // 2
+    assert breakdown(f, g, CONSTANTS)["comm_cp"] > 0
+    ring = features(with_parallel(a2a, cp_comm_type="p2p"), g)
+    assert ring.comm_bytes("cp") == 0 and ring.cp_ring_bytes > 0
+    parts = breakdown(ring, g, CONSTANTS)
+    exposed = ring.cp_ring_bytes / (g.nvlink * CONSTANTS.link_efficiency)
+    attention = ring.attention_flops / (g.bf16 * CONSTANTS.attention_efficiency)
+    assert parts["comm_cp_ring_exposed"] == pytest.approx(ring.slots * max(0.0, exposed - attention))
+    slow = dataclasses.replace(ring, cp_ring_bytes=ring.cp_ring_bytes * 1e4)
+    assert breakdown(slow, g, CONSTANTS)["comm_cp_ring_exposed"] > 0
+
+
+def test_groups_that_span_nodes_use_the_network():
+    # Megatron's rank order tp-cp-ep-dp-pp: on 64 GPUs at TP 8 the DP group spans 8 nodes, the TP group one
+    from symmem.scenario import load_scenario, with_parallel
+    from symmem.steptime import features
+    from symmem.steptime.costs import span
+
+    scn = with_parallel(load_scenario("llama3_70b_l12_tp8_pp1_dp1_mbc4_cef"), dp=8)
+    assert span(scn, "dp") and not span(scn, "tp")
+    f = features(scn, gpu("H100"))
+    assert f.dp_network and not any(net for _a, _b, _c, net in f.comm)
+    assert gpu("H100").network == 50 * 10**9 and gpu("A100").network == 25 * 10**9

@@ -1,0 +1,224 @@
+"""How long one training iteration takes, derived from the dataflows: every GEMM with its shape, the fused
+attention, the memory-bound ops, every collective with its group's link and message size, the pipeline's bubble,
+the data-parallel traffic and the optimizer step (`symmem.steptime.costs`), turned into seconds by a model with
+five named constants (`symmem.steptime.model`: its form and each term's reason).
+
+The constants (`CONSTANTS`) are fitted on the measured iterations of symmem/data/megatron_b200.json (ten runs of
+Megatron-LM on 8x B200, SimuMax's published measurements: 22 iterations) and judged out of sample: each run's
+iterations predicted by the constants fitted on the other nine (`leave_one_run_out`;
+derivations/measured_step_times.py writes both figures beside the peer simulator's). Not modelled: overlap of
+communication with computation other than TE's CP ring (the measured runs overlap nothing else), contention
+between groups sharing a link, the network's own latency (the fitted latency is NVLink's), stragglers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import sympy
+
+from symmem.errors import SymmemError
+from symmem.hardware import GPU, gpu
+from symmem.steptime.model import Constants, StepFeatures, breakdown, fit, leave_one_run_out, seconds
+
+__all__ = ["CONSTANTS", "NEUTRAL", "Constants", "StepFeatures", "StepTime", "breakdown", "bubble_slots", "check_gpu",
+           "features", "fit", "leave_one_run_out", "model_flops_value", "seconds", "step_time"]
+
+# fitted by `fit` on the 22 measured iterations (derivations/measured_step_times.py shows the fit and each run's
+# leave-one-run-out figure; a test checks these are its result to the digits shown)
+CONSTANTS = Constants(gemm_efficiency=0.4873, attention_efficiency=0.2553, link_efficiency=1.0, latency_s=1.076e-05,
+                      fixed_s=0.02531)
+# what chooses the slowest stage while fitting (the fit must not depend on its own result): round figures
+NEUTRAL = Constants(gemm_efficiency=0.5, attention_efficiency=0.5, link_efficiency=1.0, latency_s=1e-05, fixed_s=0.0)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    gpu: str
+    flops_model: int  # one iteration of the whole job, as Megatron's function counts it
+    flops_hardware: int  # with recomputation's extra forward
+    time_s: float
+    tokens_per_s: float
+    mfu: float
+    comm_bytes: dict = field(default_factory=dict)  # per GPU per iteration, by axis
+    seconds_by_part: dict = field(default_factory=dict)  # the iteration by component (model.breakdown)
+    world_size: int = 1
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.world_size
+
+    def as_dict(self) -> dict:
+        return {"gpu": self.gpu, "flops_model": self.flops_model, "flops_hardware": self.flops_hardware,
+                "time_s": self.time_s, "tokens_per_s": self.tokens_per_s,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
+                "comm_bytes": dict(self.comm_bytes), "seconds_by_part": dict(self.seconds_by_part),
+                "constants": CONSTANTS.as_dict()}
+
+
+_FLOPS: dict = {}  # what one micro-batch's FLOPs depend on -> exact FLOPs (the sweep times thousands of alike)
+
+
+def _parts_flops(scn, parts_key, parts, hardware: bool) -> tuple[Fraction, Fraction]:
+    """The `megatron` convention's FLOPs of one micro-batch through `parts` (global sizes, forward and backward,
+    with `hardware` the recomputed forward again), exact, and of those the GEMMs an FP8/FP4 recipe runs in low
+    precision (`symmem.precision.saved.eligible`: every linear but the router and the output head); cached on the
+    model, its dataflow convention, the recomputation, the sizes as allocated, b, s and whether a recipe applies."""
+    from symmem.accounting.analysis import values
+    from symmem.accounting.evaluate import evaluate
+    from symmem.flops import op_flops
+    from symmem.precision.saved import eligible
+
+    low_precision = scn.precision.low_precision is not None
+    key = (scn.model, scn.convention, scn.policy if hardware else None, scn.size_key, scn.b, scn.s, parts_key,
+           hardware, low_precision)
+    if key not in _FLOPS:
+        vals = values(scn)
+        total, low = Fraction(0), Fraction(0)
+        for part, op, _fwd, op_total in op_flops(scn, parts, hardware, "megatron"):
+            value = part.count * evaluate(sympy.sympify(op_total), vals)
+            total += value
+            if low_precision and eligible(op):
+                low += value
+        if len(_FLOPS) > 4096:
+            _FLOPS.clear()
+        _FLOPS[key] = (total, low)
+    return _FLOPS[key]
+
+
+def _stage_flops(scn, stage, hardware: bool) -> tuple[float, float]:
+    from symmem.model import stage_parts
+
+    parts = stage_parts(scn.model, stage, scn.convention)
+    total, low = _parts_flops(scn, ("stage", stage), parts, hardware)
+    n = scn.parallel.tp * scn.parallel.cp
+    return float(total) / n, float(low) / n
+
+
+def model_flops_value(scn, hardware: bool) -> int:
+    """`symmem.flops.model_flops` under the `megatron` convention at the scenario's b, s and sizes: an integer."""
+    from symmem.model import model_parts
+
+    parts = model_parts(scn.model, scn.convention, with_mtp=scn.mtp)
+    value = _parts_flops(scn, ("model", scn.mtp), parts, hardware)[0]
+    if value.denominator != 1:
+        raise AssertionError("a fractional FLOP count")  # a bug of the rules, never input
+    return int(value)
+
+
+_COSTS: dict = {}  # what a stage's per-micro-batch costs depend on -> StageCosts of every stage
+
+
+def _stage_costs(scn) -> dict:
+    from symmem.steptime.costs import stage_costs
+
+    key = (scn.activation_key, scn.size_key, scn.b, scn.s, scn.stages, scn.precision.low_precision is not None)
+    if key not in _COSTS:
+        if len(_COSTS) > 512:
+            _COSTS.clear()
+        _COSTS[key] = {st: stage_costs(scn, st) for st in scn.stages}
+    return _COSTS[key]
+
+
+def features(scn, g: GPU | None = None, constants: Constants | None = None) -> StepFeatures:
+    """The model's reading of `scn` on `g` (B200 by default): M slots of the slowest stage (under `constants`,
+    CONSTANTS by default), the bubble's slots at the other stages' mean, and the iteration's once-only costs (the
+    data-parallel traffic and the optimizer step of the stage with the most)."""
+    import dataclasses
+
+    from symmem.steptime.costs import dp_cost, optimizer_bytes, tiled_flops
+
+    g = g or gpu("B200")
+    k = constants or CONSTANTS
+    lp = scn.precision.low_precision
+    per_stage = []
+    for st, c in _stage_costs(scn).items():
+        flops, low = tiled_flops(c.gemms, g.sms)
+        if lp is not None:
+            low = low * lp.low_passes[0] / lp.low_passes[1]  # e.g. torchao's rowwise_with_gw_hp: wgrad in BF16
+        dp, calls, net = dp_cost(scn, st)
+        per_stage.append(StepFeatures(
+            flops, low, lp.gemm if lp is not None else "bf16", c.gemm_bytes, c.attention_flops, c.memory_bytes,
+            tuple((a, v[0], v[1], v[2]) for a, v in sorted(c.comm.items())), c.cp_ring_bytes, 1.0, dp, calls, net,
+            optimizer_bytes(scn, st), scn.model.family.routed_experts is not None, c.kernels))
+    slot = [seconds(dataclasses.replace(f, dp_bytes=0.0, dp_calls=0, optimizer_bytes=0.0), g, k) for f in per_stage]
+    i = max(range(len(per_stage)), key=slot.__getitem__)
+    once = max(per_stage, key=lambda f: f.dp_bytes + f.optimizer_bytes)
+    bubble = bubble_slots(scn.schedule, scn.parallel.pp)
+    others = [f for j, f in enumerate(per_stage) if j != i] or [per_stage[i]]
+    mean = _mean(others, bubble) if bubble else None
+    return dataclasses.replace(per_stage[i], slots=float(scn.m), dp_bytes=once.dp_bytes, dp_calls=once.dp_calls,
+                               dp_network=once.dp_network, optimizer_bytes=once.optimizer_bytes, bubble=mean)
+
+
+def _mean(fs: list[StepFeatures], slots: float) -> StepFeatures:
+    """The stages' mean slot, taken `slots` times, with no once-only costs."""
+    n = len(fs)
+    comm: dict = {}
+    for f in fs:
+        for a, nb, calls, net in f.comm:
+            e = comm.setdefault(a, [0.0, 0.0, net])
+            e[0] += nb / n
+            e[1] += calls / n
+    avg = {name: sum(getattr(f, name) for f in fs) / n for name in
+           ("gemm_flops", "gemm_low_flops", "gemm_bytes", "attention_flops", "memory_bytes", "cp_ring_bytes",
+            "kernels")}
+    return StepFeatures(avg["gemm_flops"], avg["gemm_low_flops"], fs[0].low_format, avg["gemm_bytes"],
+                        avg["attention_flops"], avg["memory_bytes"],
+                        tuple((a, v[0], v[1], v[2]) for a, v in sorted(comm.items())), avg["cp_ring_bytes"], slots,
+                        0.0, 0, False, 0.0, fs[0].moe, avg["kernels"])
+
+
+def bubble_slots(schedule, pp: int) -> float:
+    """The pipeline bubble in slots (one slot: a micro-batch's forward and backward through the stage), taking a
+    backward as twice a forward, its input and weight halves equal (F = B_input = W = 1/3 slot):
+
+    * GPipe and 1F1B: PP - 1 (Huang et al. 2019; Narayanan et al. 2021, arXiv 2104.04473, section 2.2);
+    * interleaved 1F1B with v chunks a GPU: (PP - 1) / v (Narayanan et al. 2021, section 2.2.2);
+    * ZB-1P (ZB-H1): (PP - 1)(F + B - 2W) in the DeepSeek-V3 report's notation (arXiv 2412.19437, Table 2; Qi et
+      al. 2023, arXiv 2401.10241) with B the whole backward: (PP - 1)(1/3 + 2/3 - 2/3) = (PP - 1) / 3;
+    * DualPipe: (PP/2 - 1)(F&B + B - 3W) (the same Table 2; B the whole backward), each chunk a whole stage
+      (GPU i runs stage i and stage PP - 1 - i, `Schedule.held_stages`: F = 1/3, B = 2/3, W = 1/3 slot), with no
+      credit for the overlap inside F&B (F&B = F + B = 1): (PP/2 - 1)(1 + 2/3 - 1) = 2(PP/2 - 1)/3."""
+    if pp <= 1:
+        return 0.0
+    if schedule.name == "interleaved":
+        return (pp - 1) / schedule.chunks
+    if schedule.name == "zb1p":
+        return (pp - 1) / 3
+    if schedule.name == "dualpipe":
+        return 2 * max(pp / 2 - 1, 0) / 3
+    return float(pp - 1)
+
+
+def check_gpu(scn, g: GPU) -> None:
+    """A recipe's formats need a GPU generation (CUDA compute capability): one line when `g` lacks it."""
+    lp = scn.precision.low_precision
+    if lp is not None and g.compute_capability < lp.min_compute_capability:
+        need = ".".join(map(str, lp.min_compute_capability))
+        have = ".".join(map(str, g.compute_capability))
+        raise SymmemError(f"gpu = {g.name}: compute capability {have}; precision {scn.precision.name} needs {need} "
+                          "or higher (TransformerEngine's support checks)")
+
+
+def step_time(scn, gpu_name: str | None = None) -> StepTime:
+    """The estimated iteration of the scenario's job on `gpu_name` (or the scenario's GPU)."""
+    name = gpu_name or scn.gpu_name
+    if name is None:
+        raise SymmemError("gpu: the step time needs a GPU by name (--gpu H100, H800, H200, B200, A100)")
+    g = gpu(name)
+    check_gpu(scn, g)
+    f = features(scn, g)
+    parts = breakdown(f, g, CONSTANTS)
+    t = sum(parts.values())
+    par = scn.parallel
+    replicas = scn.m * par.dp
+    fm = model_flops_value(scn, False) * replicas
+    fh = model_flops_value(scn, True) * replicas
+    tokens = scn.b * scn.s * replicas
+    comm = {a: int(f.comm_bytes(a) * scn.m) for a in ("tp", "cp", "ep", "pp")}
+    comm["cp"] += int(f.cp_ring_bytes * scn.m)
+    comm["tp"] += int(f.comm_bytes("etp") * scn.m)
+    comm["dp"] = int(f.dp_bytes)
+    return StepTime(g.name, fm, fh, t, tokens / t, fm / (par.world_size * g.bf16 * t), comm, parts, par.world_size)

@@ -1,0 +1,255 @@
+"""What one micro-batch costs one GPU of a stage, read off the dataflows: every GEMM with its local shape, the fused
+attention's FLOPs, the bytes the memory-bound ops move, every collective with its group, bytes and calls; and
+what one iteration costs beside the micro-batches (the data-parallel traffic, the optimizer step). Numbers, not
+yet seconds: `symmem.steptime.model` turns them into time with its named constants.
+
+* **GEMMs** (`linear` ops): the local shape (m, k, n) of each from its input, weight and output tensors as the
+  shardings leave them on one GPU (the sequence-parallel all-gather undone: a linear multiplies the gathered
+  rows); the linears of one Megatron module (tag `module:NAME`, e.g. linear_qkv, linear_fc1) are one GEMM, n
+  summed; routed experts are one GEMM per local expert (TE's grouped GEMM). FLOPs 2·m·k·n forward, twice that
+  backward (data and weight gradients); the bytes a GEMM must move through HBM at least, its operands and
+  result once, 2·(m·k + k·n + m·n) in BF16, each pass.
+* **Attention** (the `core_attention` products): the `megatron` convention's FLOPs (causal: half the s x s
+  products, Megatron-LM training.py's `seq_length / 2`), forward and twice that backward, on this GPU's heads and
+  sequence chunk.
+* **Memory-bound ops** (norms, RoPE, SwiGLU, residual adds, the router, the permutes, the cross-entropy): the
+  bytes of their inputs and outputs as the framework runs them (a fused kernel, tags of `RuleSet.fused_tags`,
+  reads its group's outside inputs and writes its last output only), forward once and backward twice (it reads
+  the saved input and the output gradient and writes the input gradient).
+* **Collectives**: `symmem.comm.stage_collectives` (each one's rule and source there), bytes and calls per
+  group; each group's span (`span`): whether its GPUs sit in one node, from Megatron's rank order (tp-cp-ep-dp-pp,
+  parallel_state.py RankGenerator: TP varies fastest) and the node size.
+* **Recomputation**: a recomputed op's forward once more (its FLOPs, bytes and forward collectives).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from symmem.graph import Dataflow, Dim, Op, Tensor, local_size
+
+SEQ_AXES = ("sp", "sp_moe")
+# op kinds that only relabel or view a tensor, or mark a region: no kernel of their own
+NO_KERNEL = frozenset({"region", "view", "reshape", "expand", "transpose", "split", "slice", "no_grad", "dropout"})
+GPUS_PER_NODE = 8  # the scale-up domain of an HGX/DGX H100, H200, H800 or B200 node (NVLink within, a NIC each)
+
+
+@dataclass
+class StageCosts:
+    """One micro-batch through one GPU of a stage (forward, backward and any recomputation)."""
+
+    gemm_flops: float = 0.0
+    gemm_low_flops: float = 0.0  # of gemm_flops, the GEMMs an FP8/FP4 recipe runs in low precision
+    gemm_bytes: float = 0.0  # HBM bytes the GEMMs move at least
+    attention_flops: float = 0.0
+    memory_bytes: float = 0.0  # HBM bytes of the memory-bound ops
+    comm: dict = field(default_factory=dict)  # group -> [bytes, calls, crosses nodes]
+    kernels: float = 0.0  # kernels launched (forward, backward, recomputation): GEMMs (one per local expert) and
+    # memory-bound kernels (a fused group one), three per op over forward and backward
+    cp_ring_bytes: float = 0.0  # the CP ring (p2p): overlapped with the attention, timed as what it exceeds
+    gemms: list = field(default_factory=list)  # (m, k, n, experts, copies, recomputed, low precision)
+
+
+def _full_rows(t: Tensor) -> tuple[Dim, ...]:
+    return tuple(Dim(d.size, tuple(a for a in d.axes if a not in SEQ_AXES)) for d in t.dims)
+
+
+def _module(op: Op) -> str:
+    return next((t for t in op.tags if t.startswith("module:")), op.name)
+
+
+def _experts(op: Op, axes, ev) -> int:
+    """Local experts of a routed expert's weight (its first dimension split over EP), else 1."""
+    w = op.weights[0]
+    if len(w.dims) == 3 and any(a == "ep" for a in w.dims[0].axes):
+        return int(ev(local_size(w.dims[:1], axes)))
+    return 1
+
+
+def gemm_shapes(flow: Dataflow, axes, ev) -> list[tuple[str, float, float, float, int, tuple[Op, ...]]]:
+    """(module, m, k, n, local experts, ops) of every GEMM of one pass of `flow` on one GPU: a module's linears
+    fused (one input, n summed); m·k is the gathered input, k·n one expert's weight, m·n the output."""
+    modules: dict[str, list] = {}
+    for op in flow.ops:
+        if op.kind != "linear" or not op.weights:
+            continue
+        x, y, w = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]], op.weights[0]
+        e = _experts(op, axes, ev)
+        xs, ws, ys = (ev(local_size(_full_rows(t) if i != 1 else t.dims, axes)) for i, t in enumerate((x, w, y)))
+        k = math.sqrt(xs * ws / ys / e) if ys else 0.0
+        m = xs / e / k if k else 0.0
+        n = ys / e / m if m else 0.0
+        key = _module(op)
+        if key in modules:
+            modules[key][3] += n
+            modules[key][5] += (op,)
+        else:
+            modules[key] = [key, m, k, n, e, (op,)]
+    return [tuple(v) for v in modules.values()]
+
+
+def _kernel_bytes(flow: Dataflow, axes, ev, act_bytes: int, fused_tags) -> list[tuple[Op, float]]:
+    """(first op, bytes in and out) of every memory-bound kernel of one forward pass: fused groups as one."""
+    def nbytes(name: str) -> float:
+        t = flow.tensors[name]
+        return ev(local_size(t.dims, axes)) * (t.dtype.nbytes or act_bytes)
+
+    out: list[tuple[Op, float]] = []
+    ops = [op for op in flow.ops if op.kind not in NO_KERNEL and op.kind != "linear"
+           and not (op.kind == "matmul" and "core_attention" in op.tags)]
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        tag = next((t for t in fused_tags if t in op.tags), None)
+        if tag == "core_attention":  # its softmax and dropout are inside the fused attention
+            i += 1
+            continue
+        group = [op]
+        while tag and i + 1 < len(ops) and tag in ops[i + 1].tags:
+            i += 1
+            group.append(ops[i])
+        made = {t for g in group for t in g.outputs}
+        reads = {t for g in group for t in g.inputs if t not in made}
+        total = sum(nbytes(t) for t in reads if flow.tensors[t].dims) + sum(
+            nbytes(t) for t in group[-1].outputs if flow.tensors[t].dims)
+        out.append((op, total))
+        i += 1
+    return out
+
+
+def span(scn, axis: str) -> bool:
+    """Whether a group of `axis` spans nodes: its stride in Megatron's rank order (tp-cp-ep-dp-pp for the dense
+    layers; the expert layers' ETP then EP) times its size exceeds the node (GPUS_PER_NODE)."""
+    par = scn.parallel
+    stride, size = {"tp": (1, par.tp), "etp": (1, par.etp), "cp": (par.tp, par.cp), "ep": (par.etp, par.ep),
+                    "dp": (par.tp, par.dense_shard),  # the distributed optimizer's DP x CP group
+                    "pp": (par.tp * par.cp * par.dp, par.pp)}[axis]
+    return size > 1 and stride * size > GPUS_PER_NODE
+
+
+def group_size(scn, axis: str) -> int:
+    par = scn.parallel
+    return {"tp": par.tp, "etp": par.etp, "cp": par.cp, "ep": par.ep, "dp": par.dense_shard, "pp": 2}[axis]
+
+
+def stage_costs(scn, stage) -> StageCosts:
+    """`StageCosts` of one micro-batch through one GPU of `stage`."""
+    from symmem.accounting.analysis import values
+    from symmem.accounting.evaluate import evaluate
+    from symmem.comm import stage_collectives
+    from symmem.flops import op_flops
+    from symmem.model import stage_parts
+    from symmem.precision.saved import eligible
+    from symmem.symbols import b, s
+
+    from symmem.accounting.analysis import _tokens_per_expert
+    from symmem.symbols import E_tok
+
+    vals = dict(values(scn))
+    vals[E_tok] = evaluate(_tokens_per_expert(scn.activation_key, scn.parallel.axis_sizes()), vals)
+    cache: dict = {}
+
+    def ev(expr) -> float:
+        if expr not in cache:
+            cache[expr] = float(evaluate(expr, vals))
+        return cache[expr]
+
+    par = scn.parallel
+    axes = par.axis_sizes()
+    rules, policy = scn.rules, scn.policy
+    low = scn.precision.low_precision is not None
+    c = StageCosts()
+    parts = stage_parts(scn.model, stage, scn.convention)
+    for part in parts:
+        again = (lambda op: part.is_layers and policy.recomputed(op))
+        for module, m, k, n, e, ops in gemm_shapes(part.flow, axes, ev):
+            passes = 3 + (1 if again(ops[0]) else 0)
+            flops = 2 * m * k * n * e * passes * part.count
+            c.gemm_flops += flops
+            if low and all(eligible(op) for op in ops):
+                c.gemm_low_flops += flops
+            c.gemm_bytes += 2 * (m * k + k * n + m * n) * e * passes * part.count
+            c.kernels += e * passes * part.count
+            c.gemms.append((m, k, n, e, part.count, passes == 4, low and all(eligible(op) for op in ops)))
+        for op, nb in _kernel_bytes(part.flow, axes, ev, scn.act_bytes, rules.fused_tags):
+            c.memory_bytes += nb * (3 + (1 if again(op) else 0)) * part.count
+            c.kernels += (3 + (1 if again(op) else 0)) * part.count
+    n_att = par.tp * par.cp
+    for part, op, _fwd, total in op_flops(scn, parts, True, "megatron"):
+        if op.kind == "matmul" and "core_attention" in op.tags:
+            c.attention_flops += part.count * ev(total) / n_att
+            c.kernels += 1.5 * part.count  # the fused attention: one kernel forward, two backward, per two products
+    at = {**scn.size_values(), b: scn.b, s: scn.s}
+    for part, coll in stage_collectives(scn, stage):
+        nb = float(coll.nbytes.xreplace(at)) * part.count
+        if coll.kind == "ring":
+            c.cp_ring_bytes += nb
+            continue
+        entry = c.comm.setdefault(coll.axis, [0.0, 0, span(scn, coll.axis)])
+        entry[0] += nb
+        entry[1] += part.count * (group_size(scn, coll.axis) - 1)  # a ring or an exchange: n - 1 steps
+    if par.pp > 1:
+        from symmem.comm import pipeline_bytes
+
+        nb = float(pipeline_bytes(scn, stage).xreplace(at))
+        sends = 2 - (1 if stage.head else 0) - (1 if stage.embedding else 0)
+        c.comm["pp"] = [nb, sends, span(scn, "pp")]
+    return c
+
+
+# The output tile one SM computes, rows x columns: 128 x 256, the large BF16 tile of CUTLASS's Hopper and Blackwell
+# GEMM kernels (cuBLAS's own choice per shape is closed source). An assumption, named: against 128 x 128 it was
+# compared by the leave-one-run-out error of the measured iterations (2.99 % against 3.53 % mean), nothing else.
+TILE = 128
+TILE_N = 256
+
+
+def wave_flops(m: float, k: float, n: float, experts: int, sms: int) -> float:
+    """The FLOPs the tensor cores spend on a GEMM whose output is cut into TILE x TILE_N tiles, run in waves of one
+    tile per SM: every tile is full, and the last wave occupies every SM (an m of 154 rows costs 256; 48 tiles on
+    148 SMs cost a whole wave). A routed experts' GEMM is one grouped launch of all local experts' tiles. Forward
+    (m x n output), data gradient (m x k) and weight gradient (k x n) tile their own outputs."""
+    return sum(_pass_flops(rows, cols, inner, experts, sms) for rows, cols, inner in ((m, n, k), (m, k, n), (k, n, m)))
+
+
+def _pass_flops(rows: float, cols: float, inner: float, experts: int, sms: int) -> float:
+    tiles = math.ceil(rows / TILE) * math.ceil(cols / TILE_N) * experts
+    return 2 * inner * TILE * TILE_N * math.ceil(tiles / sms) * sms
+
+
+def tiled_flops(gemms, sms: int) -> tuple[float, float]:
+    """(all, low-precision) FLOPs of `StageCosts.gemms` as the tensor cores spend them (`wave_flops`), the
+    recomputed forward once more."""
+    total = low = 0.0
+    for m, k, n, e, count, again, is_low in gemms:
+        f = count * (wave_flops(m, k, n, e, sms) + (_pass_flops(m, n, k, e, sms) if again else 0.0))
+        total += f
+        if is_low:
+            low += f
+    return total, low
+
+
+def optimizer_bytes(scn, stage) -> float:
+    """HBM bytes of the optimizer step on one GPU of `stage` (Megatron's distributed optimizer with TE's FusedAdam,
+    MLM megatron/core/optimizer/distrib_optimizer.py): per parameter of this rank's shard, the FP32 gradient read
+    for the norm and again for Adam (8), the FP32 main copy, exp_avg and exp_avg_sq read and written (24), the BF16
+    parameter written back (2); and the whole FP32 gradient buffer zeroed for the next iteration (4 per local
+    parameter, param_and_grad_buffer.py `reset`). Each GPU's shard is the local parameters over the ZeRO group."""
+    from symmem.accounting.analysis import stage_params
+
+    held = scn.schedule.held_stages(stage.index, scn.parallel.pp)
+    local = sum(stage_params(scn, scn.stages[i]).total for i in held)
+    shard = local / scn.parallel.dense_shard if int(scn.zero) >= 1 else local
+    return float(34 * shard + 4 * local)
+
+
+def dp_cost(scn, stage) -> tuple[float, int, bool]:
+    """(bytes, calls, crosses nodes) of the data-parallel traffic of one iteration (`symmem.comm.dp_bytes`): the
+    gradient reduce-scatter and parameter all-gather (or the all-reduce) of each buffer, dense and expert."""
+    from symmem.comm import dp_bytes
+
+    nb = float(Fraction(dp_bytes(scn, stage)))
+    calls = 0 if nb == 0 else (2 if int(scn.zero) >= 1 else 1) * (2 if scn.model.family.routed_experts else 1)
+    return nb, calls, span(scn, "dp")

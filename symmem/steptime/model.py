@@ -1,0 +1,188 @@
+"""Seconds from costs: the step-time model's form and its five named constants.
+
+For the busiest pipeline stage, one micro-batch's slot is
+
+    GEMMs      Σ 2mkn / (peak · GEMM_EFFICIENCY)  +  Σ 2(mk + kn + mn) / HBM          (each GEMM's own shape)
+  + attention  causal FLOPs / (peak · ATTENTION_EFFICIENCY)
+  + memory     bytes of the norms, RoPE, SwiGLU, adds, permutes, cross-entropy / HBM
+  + collectives, each group:  bytes / (link · LINK_EFFICIENCY)  +  calls · LATENCY
+  + the CP ring's time beyond the attention it overlaps (TE's P2P ring sends step i+1's K/V while step i computes)
+
+where peak is the GPU's dense tensor-core rate (BF16, or FP8/FP4 for the GEMMs a recipe quantizes), HBM its memory
+bandwidth and link NVLink within a node or the GPU's network adapter when the group spans nodes (both per
+direction, from the vendors' datasheets, `symmem.hardware`). The GEMM term is a roofline read as a sum: a large
+GEMM is compute-bound and runs at GEMM_EFFICIENCY of the peak, a thin one (few tokens per expert, a large TP
+degree) is slowed by the bytes it must move: the efficiency is a function of the GEMM's shape, not a figure per
+model kind. A collective's time is latency plus bytes over bandwidth, so a small message reaches a smaller
+fraction of the link than a large one. Then
+
+    iteration = (M + bubble) · slot  +  data-parallel traffic  +  optimizer step bytes / HBM  +  FIXED
+
+(the measured runs overlap neither the TP collectives, `--disable-tp-comm-overlap-*`, nor the gradient reduction
+and parameter gather, `overlap_grad_reduce`/`overlap_param_gather` off; the pipeline's sends are synchronous,
+1F1B without `--overlap-p2p-comm`). The five constants are fitted (`fit`) by non-negative least squares on the
+relative error of measured iterations; `leave_one_run_out` fits without each run and predicts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from symmem.errors import SymmemError
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The model's five constants (each fitted: `fit`; values in `symmem.steptime.CONSTANTS`)."""
+
+    gemm_efficiency: float  # fraction of the dense tensor-core peak a large GEMM reaches
+    attention_efficiency: float  # fraction of the dense BF16 peak the fused attention reaches (causal FLOPs)
+    link_efficiency: float  # fraction of the link's per-direction bandwidth a collective's bytes move at
+    latency_s: float  # seconds per collective call (NCCL's launch and ring start-up)
+    fixed_s: float  # seconds per iteration the model leaves out (launches, the loss, logging, the schedule's own)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepFeatures:
+    """What the model reads of a scenario: one micro-batch on one GPU of the busiest stage, and the iteration's
+    once-only costs."""
+
+    gemm_flops: float
+    gemm_low_flops: float  # of gemm_flops, at the recipe's low-precision rate
+    low_format: str  # bf16, fp8, fp4
+    gemm_bytes: float
+    attention_flops: float
+    memory_bytes: float
+    comm: tuple  # (group, bytes, calls, crosses nodes) per micro-batch
+    cp_ring_bytes: float
+    slots: float  # M + the schedule's bubble
+    dp_bytes: float
+    dp_calls: int
+    dp_network: bool
+    optimizer_bytes: float
+    moe: bool = False
+    kernels: float = 0.0
+    # the pipeline's bubble: the other stages' mean slot (its `slots` the schedule's bubble, no once-only costs):
+    # 1F1B takes (M - 1) slots of the slowest stage and one of every stage, M·max + (PP - 1)·mean(others)
+    bubble: StepFeatures | None = None
+
+    def comm_bytes(self, axis: str) -> float:
+        return sum(b for a, b, _c, _n in self.comm if a == axis)
+
+
+def _link(g, network: bool) -> float:
+    return g.network if network else g.nvlink
+
+
+def coefficients(f: StepFeatures, g) -> tuple[list[float], float]:
+    """The iteration's time as `row · (1/gemm_eff, 1/attention_eff, 1/link_eff, latency, fixed) + known`, the CP
+    ring's overlap left out (it makes the model nonlinear; no measured run has a ring)."""
+    row, known = _slot_coefficients(f, g)
+    if f.bubble is not None:
+        extra, more = _slot_coefficients(f.bubble, g)
+        row = [a + b for a, b in zip(row, extra, strict=True)]
+        known += more
+    row[2] += f.dp_bytes / _link(g, f.dp_network)
+    row[3] += f.dp_calls
+    row[4] += 1.0
+    return row, known + f.optimizer_bytes / g.hbm
+
+
+def _slot_coefficients(f: StepFeatures, g) -> tuple[list[float], float]:
+    """`f.slots` micro-batch slots of `f`'s stage."""
+    gemm = (f.gemm_flops - f.gemm_low_flops) / g.bf16
+    if f.gemm_low_flops:
+        gemm += f.gemm_low_flops / g.rate(f.low_format)
+    comm = sum(b / _link(g, net) for _a, b, _c, net in f.comm)
+    calls = sum(c for _a, _b, c, _n in f.comm) + f.kernels
+    row = [f.slots * gemm, f.slots * f.attention_flops / g.bf16, f.slots * comm, f.slots * calls, 0.0]
+    return row, f.slots * (f.gemm_bytes + f.memory_bytes) / g.hbm
+
+
+def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
+    """Seconds of one iteration by component (their sum is the iteration)."""
+    out = _slot_breakdown(f, g, k)
+    if f.bubble is not None:
+        out["bubble"] = sum(_slot_breakdown(f.bubble, g, k).values())
+    out["comm_dp"] = f.dp_bytes / (_link(g, f.dp_network) * k.link_efficiency) + f.dp_calls * k.latency_s
+    out["optimizer"] = f.optimizer_bytes / g.hbm
+    out["fixed"] = k.fixed_s
+    return out
+
+
+def _slot_breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
+    gemm = (f.gemm_flops - f.gemm_low_flops) / (g.bf16 * k.gemm_efficiency) + f.gemm_bytes / g.hbm
+    if f.gemm_low_flops:
+        gemm += f.gemm_low_flops / (g.rate(f.low_format) * k.gemm_efficiency)
+    attention = f.attention_flops / (g.bf16 * k.attention_efficiency)
+    out = {"gemm": f.slots * gemm, "attention": f.slots * attention,
+           "memory_bound": f.slots * f.memory_bytes / g.hbm, "launches": f.slots * f.kernels * k.latency_s}
+    for axis, nb, calls, net in f.comm:
+        out[f"comm_{axis}"] = out.get(f"comm_{axis}", 0.0) + f.slots * (
+            nb / (_link(g, net) * k.link_efficiency) + calls * k.latency_s)
+    if f.cp_ring_bytes:
+        ring = f.cp_ring_bytes / (_link(g, False) * k.link_efficiency)
+        out["comm_cp_ring_exposed"] = f.slots * max(0.0, ring - attention)
+    return out
+
+
+def seconds(f: StepFeatures, g, k: Constants) -> float:
+    return sum(breakdown(f, g, k).values())
+
+
+def _nnls(a, y):
+    """Lawson and Hanson's non-negative least squares (numpy; a few unknowns): argmin |a x - y|, x >= 0."""
+    import numpy as np
+
+    n = a.shape[1]
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    for _ in range(3 * n + 10):
+        w = a.T @ (y - a @ x)
+        if passive.all() or w[~passive].max(initial=-1.0) <= 1e-12 * max(1.0, abs(w).max()):
+            break
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], y, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-15
+    return x
+
+
+def fit(rows) -> Constants:
+    """The constants minimising the relative errors of `rows` ((StepFeatures, GPU, measured seconds)), non-negative
+    (numpy). An efficiency whose inverse fits to zero is unbounded: the rows do not determine it (one line)."""
+    import numpy as np
+
+    a, y = [], []
+    for f, g, measured in rows:
+        row, known = coefficients(f, g)
+        # each efficiency at most 1 (no rate beyond the datasheet's): 1/e = 1 + z with z >= 0
+        known += row[0] + row[1] + row[2]
+        a.append([v / measured for v in row])
+        y.append((measured - known) / measured)
+    x = _nnls(np.array(a), np.array(y))
+    x[:3] += 1
+    for i, name in enumerate(("gemm_efficiency", "attention_efficiency", "link_efficiency")):
+        if x[i] <= 0:
+            raise SymmemError(f"step-time fit: {name} is not determined by the {len(rows)} rows given")
+    return Constants(float(1 / x[0]), float(1 / x[1]), float(1 / x[2]), float(x[3]), float(x[4]))
+
+
+def leave_one_run_out(rows_by_run: dict) -> dict[str, tuple[Constants, list[float]]]:
+    """For each run: the constants fitted on every other run's rows, and its own rows' predicted seconds."""
+    out = {}
+    for run in rows_by_run:
+        others = [r for name, rs in rows_by_run.items() if name != run for r in rs]
+        k = fit(others)
+        out[run] = (k, [seconds(f, g, k) for f, g, _m in rows_by_run[run]])
+    return out
