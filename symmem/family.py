@@ -19,7 +19,7 @@ import sympy
 
 from symmem.errors import SymmemError
 from symmem.graph import DataflowBuilder, Dim
-from symmem.model_config import ModelConfig, positive_int, require, set_family_lookup
+from symmem.model_config import ModelConfig, positive_int, require
 
 
 class Family:
@@ -44,6 +44,13 @@ class Family:
     layer_kind_order: tuple[str, ...] = ()
     #: Hugging Face dataflows (symmem.blocks.hf...): None where the family has none
     hf_dataflow: bool = False
+
+    def __reduce_ex__(self, protocol):
+        """A registered family pickles (and copies) as its name: the copy is the registry's own instance, the one
+        every ModelConfig of that family holds (`ModelConfig.family`), not a second one."""
+        if registry().get(self.name) is self:
+            return family, (self.name,)
+        return super().__reduce_ex__(protocol)
 
     # ---------------------------------------------------------------------------------------- schema
     def parse(self, raw: Mapping, source: str) -> ModelConfig:
@@ -168,5 +175,3 @@ def ignored(raw: Mapping, fam: Family) -> tuple[str, ...]:
     used = set(fam.config_keys.values()) | set(fam.structural_keys) | {"model_type"}
     return tuple(sorted(k for k in raw if k not in used))
 
-
-set_family_lookup(family)  # a ModelConfig finds its family here (symmem.model_config)

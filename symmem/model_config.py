@@ -1,13 +1,13 @@
 """A model's sizes and structure as the engine sees them (`ModelConfig`), and the checks every family's config
 parser shares. Below `symmem.family` (which builds ModelConfigs) and `symmem.config` (which loads config.json
-files): it imports neither. A ModelConfig finds its family through the registry `symmem.family` installs here when
-it is imported (`set_family_lookup`); every ModelConfig is made by a family, so the registry is there by then.
+files): it imports neither. A ModelConfig holds the family that built it (`ModelConfig.family`, handed over by the
+family's `parse`), so it never has to look one up: no registry, no setter, nothing `symmem.family` installs here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -19,22 +19,6 @@ from symmem.symbols import sym
 
 Family = Any  # symmem.family.Family (not imported: that module imports this one)
 
-_lookup: Callable[[str], Family] | None = None
-
-
-def set_family_lookup(lookup: Callable[[str], Family]) -> None:
-    """Installed by `symmem.family`: the family of a name."""
-    global _lookup
-    _lookup = lookup
-
-
-def _family(name: str) -> Family:
-    if _lookup is None:  # only a ModelConfig built by hand, before any family was imported
-        import importlib
-
-        importlib.import_module("symmem.family")
-    return _lookup(name)
-
 
 @hash_once
 @dataclass(frozen=True)
@@ -42,7 +26,10 @@ class ModelConfig:
     """The sizes and structure of one model, as the engine sees them."""
 
     name: str
-    family_name: str
+    # the family that built this config (its `parse`); not compared, hashed or shown: `family_name`, derived from
+    # it, is. A Family pickles as its registry name (symmem.family.Family.__reduce_ex__), so a copy finds the same one.
+    family: Family = field(compare=False, repr=False)
+    family_name: str = field(init=False)
     model_type: str
     values: tuple[tuple[str, int], ...]  # symbol name -> value
     n_mtp: int = 0  # multi-token-prediction modules (num_nextn_predict_layers)
@@ -53,9 +40,8 @@ class ModelConfig:
     # the config does not say. It sizes nothing: a scenario derived from the model alone takes s from it.
     max_positions: int | None = None
 
-    @cached_property
-    def family(self) -> Family:
-        return _family(self.family_name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "family_name", self.family.name)  # frozen: set once, here
 
     # Derived once per config (the engine asks for them thousands of times in one `symmem paper`).
     @cached_property

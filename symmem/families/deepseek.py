@@ -79,7 +79,7 @@ class DeepSeek(Family):
             options["topk_method"] = raw["topk_method"]
         if raw.get("norm_topk_prob") is not None:
             options["norm_topk_prob"] = boolean("norm_topk_prob", raw["norm_topk_prob"], source)
-        return ModelConfig(name=source, family_name=self.name, model_type=raw["model_type"],
+        return ModelConfig(name=source, family=self, model_type=raw["model_type"],
                            values=tuple(values.items()), n_mtp=n_mtp, tie_word_embeddings=tie,
                            ignored_keys=ignored(raw, self), options=tuple(options.items()))
 

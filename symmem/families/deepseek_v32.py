@@ -74,7 +74,7 @@ class DeepSeekV32(DeepSeek):
                                                                             raw.get("moe_layer_freq", 1), source),
                    "scoring_func": "sigmoid", "norm_topk_prob": norm,
                    "mlp_kinds": tuple(MLP_TYPES[t] for t in mlp_types)}
-        return ModelConfig(name=source, family_name=self.name, model_type="deepseek_v32",
+        return ModelConfig(name=source, family=self, model_type="deepseek_v32",
                            values=tuple(values.items()), n_mtp=n_mtp, tie_word_embeddings=tie,
                            ignored_keys=ignored(raw, self), options=tuple(options.items()))
 

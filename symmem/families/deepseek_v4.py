@@ -124,7 +124,7 @@ class DeepSeekV4(Family):
         values.update({"d_hr": rope, "m_C": csa, "m_H": hca})
         kinds = tuple(f"{LAYER_TYPES[a]}_{MLP_TYPES[m]}" for a, m in zip(attn, mlp, strict=True))
         options = {"kinds": kinds, "sinkhorn_iters": iters, "partial_rotary": Fraction(rope, d_k)}
-        return ModelConfig(name=source, family_name=self.name, model_type="deepseek_v4",
+        return ModelConfig(name=source, family=self, model_type="deepseek_v4",
                            values=tuple(values.items()), n_mtp=n_mtp, tie_word_embeddings=tie,
                            ignored_keys=ignored(raw, self), options=tuple(options.items()))
 

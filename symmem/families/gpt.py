@@ -55,7 +55,7 @@ class GPT(Family):
                 raise SymmemError(f"{source}: {key} = {p!r:.60}: must be a number in [0, 1)")
             options[key] = p > 0
         tie = boolean("tie_word_embeddings", raw.get("tie_word_embeddings", True), source)
-        return ModelConfig(name=source, family_name=self.name, model_type="gpt2", values=tuple(values.items()),
+        return ModelConfig(name=source, family=self, model_type="gpt2", values=tuple(values.items()),
                            tie_word_embeddings=tie, ignored_keys=ignored(raw, self), options=tuple(options.items()))
 
     def layer_kinds(self, model: ModelConfig) -> tuple[str, ...]:

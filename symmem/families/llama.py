@@ -54,7 +54,7 @@ class Llama(Family):
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise SymmemError(f"{source}: attention_dropout = {dropout!r}: must be a number in [0, 1)")
         tie = boolean("tie_word_embeddings", raw.get("tie_word_embeddings", False), source)
-        return ModelConfig(name=source, family_name=self.name, model_type="llama", values=tuple(values.items()),
+        return ModelConfig(name=source, family=self, model_type="llama", values=tuple(values.items()),
                            tie_word_embeddings=tie, ignored_keys=ignored(raw, self),
                            options=(("attention_dropout", dropout > 0),))
 

@@ -32,22 +32,41 @@ OUTSIDE = {("distopt-instance", "all-reduce", "optimizer step"):
 
 
 def scenario(st):
-    """The symmem Scenario of the measured run `st` (runner.Settings)."""
-    from symmem.cli.args import scenario_from_args
-    from symmem.cli.main import build_parser
+    """The symmem Scenario of the measured run `st` (runner.Settings): the model on one GPU (`model_scenario`) with
+    the run's sizes, the `megatron-local` profile, its precision and ZeRO stage, no sequence parallelism. Built
+    from the library alone (what `symmem memory --model ... --profile megatron-local --no-sequence-parallel ...`
+    gives, the steps of symmem.cli.args.scenario_from_args for those flags): the library does not import the CLI."""
+    import dataclasses
+
+    from symmem.accounting.states import recipe, zero_stage
+    from symmem.config import load_model
+    from symmem.parallel.sizes import Parallel
+    from symmem.profiles import profile
+    from symmem.scenario import ACT_DTYPES, model_scenario
 
     fd, path = tempfile.mkstemp(suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(st.raw, f)
-        argv = ["memory", "--model", path, "--profile", "megatron-local", "--no-sequence-parallel",
-                "--precision", "fp32" if st.dtype == "fp32" else "megatron",
-                "--zero", "1" if st.distributed_optimizer else "0", "--tp", str(st.tp), "--pp", str(st.pp),
-                "--dp", str(st.dp), "--microbatches", str(st.microbatches), "-b", str(st.b), "-s", str(st.s),
-                "--activation-dtype", st.dtype, "--recompute", st.recompute]
-        return scenario_from_args(build_parser().parse_args(argv))
+        model = load_model(path)  # the checks a config.json file gets
     finally:
         os.unlink(path)
+    scn = model_scenario(model)
+    par = dataclasses.asdict(scn.parallel)
+    if model.family.routed_experts is None:
+        par.update(ep=1, etp=1)  # a model without routed experts has no expert parallelism
+    # TP, PP and DP name the whole arrangement: EDP and the world re-derived; no sequence parallelism, MoE's neither
+    par.update(tp=st.tp, pp=st.pp, dp=st.dp, edp=None, world=None, sequence_parallel=False)
+    if par.get("moe_sequence_parallel"):
+        par["moe_sequence_parallel"] = None
+    prof = profile("megatron-local")
+    changes = dict(parallel=Parallel(**par), precision=recipe("fp32" if st.dtype == "fp32" else "megatron"),
+                   zero=zero_stage(1 if st.distributed_optimizer else 0), b=st.b, s=st.s,
+                   microbatches=st.microbatches, profile_name=prof.name, recompute_name=st.recompute,
+                   act_bytes=ACT_DTYPES[st.dtype])
+    if prof.convention in model.family.conventions:
+        changes["convention"] = prof.convention
+    return scn.replace(**changes)
 
 
 def predicted(st, pp_rank: int) -> dict[str, int]:
