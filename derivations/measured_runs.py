@@ -1,4 +1,5 @@
-"""Ten real Megatron-LM runs (8x B200; six at s = 4096, four long-context runs under all-to-all CP at 32,768) against symmem's derived peak under the `megatron-te` profile.
+"""Ten real Megatron-LM runs (8x B200; six at s = 4096, four long-context runs under all-to-all CP at 32,768)
+against symmem's derived peak under the `megatron-te` profile.
 
 The measurements are SimuMax's published ones (github.com/MooreThreads/SimuMax, docs/b200/b200_release_v1.2_summary.md
 and the launchers under simu_tools/megatron_scripts/), shipped as symmem/data/megatron_b200.json: the maximum over

@@ -28,6 +28,7 @@ BOUNDS: dict[tuple[str, str], tuple[int, int]] = {
     ("training", "seq_length"): (1, num.MAX_S),
     ("training", "chunks"): (1, num.MAX_CHUNKS),
     ("training", "microbatches"): (1, num.MAX_MICROBATCHES),
+    ("training", "global_batch_size"): (1, num.MAX_B * num.MAX_MICROBATCHES),
 }
 
 

@@ -273,7 +273,8 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
     else:
         precision = recipe(prec.get("recipe", "paper"))
     tr = _take(top.get("training", {}), {
-        **{k: int for k in ("zero", "micro_batch_size", "seq_length", "chunks", "microbatches", "activation_bytes")},
+        **{k: int for k in ("zero", "micro_batch_size", "seq_length", "chunks", "microbatches", "activation_bytes",
+                            "global_batch_size")},
         **{k: str for k in ("recompute", "rules", "schedule", "activation_dtype", "dataflow", "attn_impl",
                             "experts_impl", "hf_router", "profile")}}, f"{source} [training]")
     act_bytes = tr.get("activation_bytes", 2)
@@ -300,7 +301,7 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
                  for x in gpu.get("comm_buffers", (800_000_000, 2_000_000_000)))
     if len(bufs) != 2 or bufs[0] > bufs[1]:
         raise SymmemError(f"{source} [gpu] comm_buffers = {bufs!r}: must be [low, high] sizes, low <= high")
-    return Scenario(
+    scn = Scenario(
         name=top.get("name", Path(source).stem),
         description=top.get("description", ""),
         model=model,
@@ -328,6 +329,9 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         fragmentation=(float(frag[0]), float(frag[1])),
         comm_buffers=(bufs[0], bufs[1]),
     )
+    if "global_batch_size" in tr:  # Megatron's --global-batch-size: M follows from it
+        return with_global_batch(scn, tr["global_batch_size"], f"{source} [training] global_batch_size")
+    return scn
 
 
 def load_scenario(name_or_path: str) -> Scenario:
@@ -370,6 +374,32 @@ def model_scenario(model: ModelConfig) -> Scenario:
     s = min(MODEL_SCENARIO_S, model.max_positions or MODEL_SCENARIO_S)
     return Scenario(model.name, model, Parallel(), s=s,
                     description=f"{model.name} on one GPU (TP = PP = DP = 1, micro-batch 1, s = {s})")
+
+
+def global_batch_microbatches(global_batch: int, micro_batch: int, dp: int, flag: str = "global_batch_size") -> int:
+    """M for `global_batch` sequences per iteration: global batch / (micro-batch x DP), Megatron's rule
+    (megatron/core/num_microbatches_calculator.py, ConstantNumMicroBatchesCalculator: the global batch must be a
+    multiple of micro-batch x data-parallel size); one line naming `flag` otherwise."""
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise SymmemError(f"{flag} = {global_batch!r}: must be a positive integer")
+    if global_batch % (micro_batch * dp):
+        raise SymmemError(f"{flag} = {global_batch:,}: not a multiple of micro-batch {micro_batch:,} x DP {dp:,} = "
+                          f"{micro_batch * dp:,} (Megatron: global batch = micro-batch x micro-batches x DP)")
+    return global_batch // (micro_batch * dp)
+
+
+def with_global_batch(scn: Scenario, global_batch: int, flag: str = "global_batch_size") -> Scenario:
+    """A copy whose M makes `global_batch` sequences per iteration at its micro-batch and DP.
+
+    >>> scn = with_global_batch(load_scenario("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef"), 64)
+    >>> scn.m, scn.b * scn.m * scn.parallel.dp
+    (16, 64)
+    """
+    m = global_batch_microbatches(global_batch, scn.b, scn.parallel.dp, flag)
+    if scn.microbatches is not None and scn.microbatches != m and flag != "global_batch_size":
+        raise SymmemError(f"{flag} = {global_batch:,}: means {m:,} micro-batches at micro-batch {scn.b} and DP "
+                          f"{scn.parallel.dp}, not the {scn.microbatches:,} given; give one of the two")
+    return scn.replace(microbatches=m)
 
 
 def with_parallel(scn: Scenario, **changes) -> Scenario:

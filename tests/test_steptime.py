@@ -2,7 +2,6 @@
 B200 runs), in sample and with each run left out of the fit; its pieces worked by hand."""
 
 import json
-import math
 
 import pytest
 

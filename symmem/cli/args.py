@@ -33,7 +33,7 @@ def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:
 
 # What `symmem sweep` enumerates: these flags take lists there, and a sweep's fixed settings are everything else.
 SWEPT = frozenset({"tp", "pp", "ep", "etp", "dp", "edp", "cp", "zero", "b", "s", "recompute",
-                   "schedule", "chunks", "microbatches", "layers_per_stage", "first", "last"})
+                   "schedule", "chunks", "microbatches", "layers_per_stage", "first", "last", "global_batch"})
 
 
 def _shipped(package: str, suffix: str) -> list[str]:
@@ -93,6 +93,10 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
                            help="virtual stages per GPU for interleaved 1F1B")
             g.add_argument("--microbatches", type=int_arg(1, num.MAX_MICROBATCHES),
                            help="micro-batches per step M (default: PP)")
+            g.add_argument("--global-batch-size", dest="global_batch",
+                           type=int_arg(1, num.MAX_B * num.MAX_MICROBATCHES),
+                           help="sequences per iteration (Megatron's): M = global batch / (micro-batch x DP), "
+                                "which must divide it")
         g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram")
         g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
         g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
@@ -132,6 +136,10 @@ def add_swept_args(p: argparse.ArgumentParser) -> None:
     a.add_argument("--chunks", default="2", help="virtual stages V for a bare `interleaved` (default 2)")
     a.add_argument("--zero", help="ZeRO stages (default 0,1,2,3; a profile's own, e.g. megatron-te's 1)")
     a.add_argument("--microbatches", default="pp", help="M per step; `pp` means M = PP (the default)")
+    a.add_argument("--global-batch-size", dest="global_batch",
+                   help="sequences per iteration, fixed across layouts (Megatron's): each layout's M = global batch "
+                        "/ (micro-batch x DP), and a layout whose micro-batch x DP does not divide it is skipped "
+                        "(counted under the rule 'global batch'); default with --rank-by time: the GPU count")
 
 
 def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
@@ -272,7 +280,17 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                 raise SymmemError(f"--activation-dtype = {args.activation_dtype!r}: must be one of "
                                   f"{', '.join(dtypes)}")
             ch["act_bytes"] = dtypes[args.activation_dtype]
-    return scn.replace(**ch)
+    scn = scn.replace(**ch)
+    if getattr(args, "global_batch", None) is not None and "global_batch" not in skip:
+        from symmem.scenario import global_batch_microbatches
+
+        m = global_batch_microbatches(args.global_batch, scn.b, scn.parallel.dp, "--global-batch-size")
+        if args.microbatches is not None and args.microbatches != m:
+            raise SymmemError(f"--global-batch-size = {args.global_batch:,}: means {m:,} micro-batches at "
+                              f"--micro-batch-size {scn.b} and DP {scn.parallel.dp}, not --microbatches "
+                              f"{args.microbatches:,}; give one of the two")
+        scn = scn.replace(microbatches=m)
+    return scn
 
 
 def _world_kept(old, par: dict, changes: dict) -> int | None:

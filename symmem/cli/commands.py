@@ -148,7 +148,8 @@ def _act_args(p: argparse.ArgumentParser) -> None:
 def _settings(scn) -> dict:
     return {"scenario": scn.name, "model": scn.model.name, "parallel": scn.parallel.describe(),
             "rules": scn.rules.name, "recompute": scn.policy.label, "routing": scn.routing.label,
-            "schedule": scn.schedule.label, "microbatches": scn.m, "b": scn.b, "s": scn.s}
+            "schedule": scn.schedule.label, "microbatches": scn.m, "b": scn.b, "s": scn.s,
+            "global_batch_size": scn.b * scn.m * scn.parallel.dp}
 
 
 def _act_run(args) -> int:
@@ -187,7 +188,7 @@ def _act_run(args) -> int:
     s = _settings(scn)
     print(f"scenario {s['scenario']}: {s['model']}, {s['parallel']}")
     print(f"rules {s['rules']}, recompute {s['recompute']}, routing {s['routing']}, schedule {s['schedule']} "
-          f"with M = {s['microbatches']}, b = {s['b']}, s = {s['s']}")
+          f"with M = {s['microbatches']}, b = {s['b']}, s = {s['s']} (global batch {s['global_batch_size']:,})")
     print(f"{'stage':>5} {'per micro-batch (bytes)':>24} {'GiB':>8} {'in flight':>9} {'per GPU GiB':>11} {'GB':>8}"
           "  blocks (bytes per micro-batch)")
     for r in stages:
@@ -272,7 +273,8 @@ def _memory_run(args) -> int:
     print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}")
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
           f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing.label}; schedule "
-          f"{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}")
+          f"{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}, "
+          f"global batch {scn.b * scn.m * scn.parallel.dp:,}")
     print(f"GPU capacity {scn.gpu_memory:,} bytes ({fmt_gb(scn.gpu_memory)} GB, {fmt_gib(scn.gpu_memory)} GiB); "
           f"reserved = peak x (1 + {scn.fragmentation[0]:.0%}..{scn.fragmentation[1]:.0%}) + communication buffers "
           f"{fmt_gb(scn.comm_buffers[0])}-{fmt_gb(scn.comm_buffers[1])} GB")

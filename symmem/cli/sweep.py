@@ -228,6 +228,16 @@ def space_from_args(args: argparse.Namespace):
     recompute = parse_recompute(args.recompute)
     schedule = parse_schedules(sched, chunks)
     microbatches = parse_microbatches(args.microbatches)
+    global_batch = _global_batch(args, scn, gpus, axes)
+    if global_batch is not None:
+        from symmem.sweep.space import global_batch_microbatches
+
+        microbatches = global_batch_microbatches(gpus, axes["tp"].tolist(), axes["cp"].tolist(),
+                                                 axes["pp"].tolist(), axes["b"].tolist(), global_batch)
+        if not microbatches:
+            raise SymmemError(f"--global-batch-size = {global_batch:,}: no layout of the sweep divides it (each needs "
+                              "micro-batch x DP to divide the global batch, DP = GPUs / (TP x CP x PP)); choose a "
+                              "multiple of the GPU count, or other -b values")
     arrangements = math.prod(len(axes[k]) for k in ("tp", "cp", "pp", "ep", "etp"))
     if arrangements > MAX_ARRANGEMENTS:
         raise SymmemError(f"the sweep has {arrangements:,} parallel arrangements (TP, CP, PP, EP, ETP: "
@@ -240,8 +250,29 @@ def space_from_args(args: argparse.Namespace):
                           "ranges, or raise the limit with --max-configs")
     space = Space(
         base=base, gpus=gpus, recompute=recompute, schedule=schedule, microbatches=microbatches,
-        **{k: tuple(a.tolist()) for k, a in axes.items()})
+        global_batch=global_batch, **{k: tuple(a.tolist()) for k, a in axes.items()})
     return space
+
+
+def _global_batch(args, scn, gpus: int, axes: dict) -> int | None:
+    """--global-batch-size, or under --rank-by time its default, the GPU count (stated in the header: times of
+    layouts that train on different global batches are not comparable); None when ranking by headroom without
+    one."""
+    rank_time = (args.rank_by or ("time" if scn.gpu_name else "headroom")) == "time"
+    given_m = str(args.microbatches).strip() != "pp"
+    if args.global_batch is not None:
+        if given_m:
+            raise SymmemError(f"--global-batch-size = {args.global_batch}: sets each layout's M (global batch / "
+                              "(micro-batch x DP)); drop --microbatches")
+        return _positive(args.global_batch, "--global-batch-size", num.MAX_B * num.MAX_MICROBATCHES)
+    if not rank_time:
+        return None
+    if given_m:
+        raise SymmemError("--rank-by time with --microbatches: the global batch (micro-batch x M x DP) then differs "
+                          "from layout to layout, so their iteration times are not comparable; give "
+                          "--global-batch-size instead")
+    args.global_batch_default = True
+    return gpus
 
 
 # ------------------------------------------------------------------------------------------------ progress
@@ -319,7 +350,8 @@ def _counts(summary) -> dict:
 
 
 def _ranked(summary) -> list[dict]:
-    timed = ("time_s", "tokens_per_s", "mfu", "reserved", "reserved_stage")
+    timed = ("time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "global_batch_size", "reserved",
+             "reserved_stage")
     return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}, **{k: r[k] for k in timed if k in r}}
             for i, r in enumerate(summary.ranked)]
 
@@ -353,6 +385,10 @@ def _text(summary, top: int, rejected: bool) -> str:
         f"{base.rules.name}, routing {base.routing.kind}, {sp_text}, MTP {'on' if base.mtp else 'off'}; "
         f"fragmentation {base.fragmentation[0]:.0%}-{base.fragmentation[1]:.0%}, communication buffers "
         f"{base.comm_buffers[0] / GB:.2f}-{base.comm_buffers[1] / GB:.2f} GB",
+        *([f"global batch {sp.global_batch:,} sequences per iteration"
+           + (" (the default under --rank-by time: the GPU count; --global-batch-size sets it)"
+              if getattr(summary, "global_batch_default", False) else " (--global-batch-size)")
+           + "; each layout's M = global batch / (micro-batch x DP)"] if sp.global_batch is not None else []),
         f"{summary.total:,} configurations: {summary.valid:,} valid, {summary.rejected:,} rejected"
         + ("" if rejected or not summary.rejected else " (--rejected says why)")
         + f"; {summary.fits:,} fit, {summary.marginal:,} fit only at the low end of overheads, "
@@ -373,7 +409,8 @@ def _text(summary, top: int, rejected: bool) -> str:
         head = (f"{'rank':>4} {'TP':>3} {'CP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} "
                 f"{'recompute':<10} "
                 f"{'schedule':<13} {'M':>4} {'ZeRO':>4} {'b':>4} {'s':>7} {'stage':>5} {'binding':<11} "
-                f"{'low-high GiB':>15} {'headroom':>8} {'reserved':>8} {'time s':>7}  peak event")
+                f"{'low-high GiB':>15} {'headroom':>8} {'reserved':>8} {'time s':>7} {'tok/s/GPU':>9} {'MFU':>5}  "
+                "peak event")
         lines.append(head)
         for r in _ranked(summary):
             lines.append(
@@ -383,12 +420,14 @@ def _text(summary, top: int, rejected: bool) -> str:
                 f"{r['s']:>7} {r['stage']:>5} {r['binding']:<11} "
                 f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f} "
                 f"{(fmt_gib(r['reserved']) if r.get('reserved') is not None else '-'):>8} "
-                f"{(format(r['time_s'], '.3f') if 'time_s' in r else '-'):>7}  {r['event']}")
+                f"{(format(r['time_s'], '.3f') if 'time_s' in r else '-'):>7} "
+                f"{(format(r['tokens_per_s_per_gpu'], ',.0f') if 'time_s' in r else '-'):>9} "
+                f"{(format(r['mfu'], '.1%') if 'time_s' in r else '-'):>5}  {r['event']}")
     else:
         lines.append("no configuration fits")
     if rejected:
         lines.append(f"rejected: {summary.rejected:,} configurations, by the first rule they fail "
-                     "(world size, pipeline layout, parallel sizes, schedule):")
+                     "(world size, pipeline layout, parallel sizes, schedule, global batch):")
         for r in summary.rejections:
             where = " ".join(f"{k}={'pp' if v is None else v}" for k, v in r.where)
             lines.append(f"  {r.rule:<8} {where}: {r.reason} ({r.count:,} configurations)")
@@ -432,6 +471,7 @@ def run(args: argparse.Namespace) -> int:
 
         summary.ranked = finish_events(rank_by_time(space, summary.ranked, top))
     summary.rank_by = rank_by
+    summary.global_batch_default = getattr(args, "global_batch_default", False)
     from symmem.sweep.replayed import with_reserved
 
     summary.ranked = with_reserved(space, summary.ranked, replay)

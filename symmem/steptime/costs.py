@@ -136,16 +136,13 @@ def group_size(scn, axis: str) -> int:
 
 def stage_costs(scn, stage) -> StageCosts:
     """`StageCosts` of one micro-batch through one GPU of `stage`."""
-    from symmem.accounting.analysis import values
+    from symmem.accounting.analysis import _tokens_per_expert, values
     from symmem.accounting.evaluate import evaluate
     from symmem.comm import stage_collectives
     from symmem.flops import op_flops
     from symmem.model import stage_parts
     from symmem.precision.saved import eligible
-    from symmem.symbols import b, s
-
-    from symmem.accounting.analysis import _tokens_per_expert
-    from symmem.symbols import E_tok
+    from symmem.symbols import E_tok, b, s
 
     vals = dict(values(scn))
     vals[E_tok] = evaluate(_tokens_per_expert(scn.activation_key, scn.parallel.axis_sizes()), vals)
@@ -163,8 +160,10 @@ def stage_costs(scn, stage) -> StageCosts:
     c = StageCosts()
     parts = stage_parts(scn.model, stage, scn.convention)
     for part in parts:
-        again = (lambda op: part.is_layers and policy.recomputed(op))
-        for module, m, k, n, e, ops in gemm_shapes(part.flow, axes, ev):
+        def again(op, layers=part.is_layers) -> bool:
+            return layers and policy.recomputed(op)
+
+        for _module, m, k, n, e, ops in gemm_shapes(part.flow, axes, ev):
             passes = 3 + (1 if again(ops[0]) else 0)
             flops = 2 * m * k * n * e * passes * part.count
             c.gemm_flops += flops

@@ -31,7 +31,7 @@ from symmem.accounting.states import Precision, zero_stage
 from symmem.errors import SymmemError
 from symmem.parallel.schedule import WALKED, Schedule
 from symmem.sweep.compile import INT64_SAFE, array_maxima, compile_case
-from symmem.sweep.rules import check_world, make_parallel, pipeline_layout
+from symmem.sweep.rules import GLOBAL_BATCH_RULE, check_world, global_batch_reason, make_parallel, pipeline_layout
 
 COMPONENTS = ("weights", "gradients", "optimizer", "dynamic")  # dynamic: what the step adds at the peak event
 CHUNK = 1 << 18  # configurations per evaluated tile
@@ -61,6 +61,8 @@ class Block:
     classes: tuple = ()  # the structural case's stage classes (which event binds, in `record`)
     kn: np.ndarray | None = None  # in flight per class and M: kn / kd
     kd: int = 1
+    ok: np.ndarray | None = None  # bool, the alloc's shape: of the global batch (Space.global_batch), or None
+    excluded: int = 0  # configurations of this tile that are not of the global batch (neither fit nor counted)
 
     @property
     def size(self) -> int:
@@ -364,14 +366,33 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                             blk = _evaluate(space, acts_cache[key], kn[:, m_sl], kd, states[:, p_sl, z_sl],
                                             [zero_stage(z) for z in space.zero[z_sl]],
                                             None if bufs is None else bufs[:, p_sl, s_sl])
+                            m_here = np.array(m_values)[valid[m_sl]]
+                            ok, excluded = _of_global_batch(space, par["dp"][p_sl], m_here, b_sl, blk[2].shape)
+                            if ok is not None:
+                                blk = (blk[0] & ok, blk[1] & ok, *blk[2:])
+                                if excluded and rejected is not None:
+                                    rejected.append((GLOBAL_BATCH_RULE, (("pp", pp),),
+                                                     global_batch_reason(space.global_batch), excluded))
                             yield Block(space, pp, layout.kind, rc, sched_label(sched),
                                         {**{k: v[p_sl] for k, v in par.items()}, "base": bases[p_sl]},
                                         np.arange(len(space.zero))[z_sl], valid[m_sl],
                                         np.arange(len(space.s))[s_sl], np.arange(len(space.b))[b_sl],
-                                        np.array(m_values)[valid[m_sl]], *blk, reps, states[:, p_sl, z_sl],
-                                        case.classes, kn[:, m_sl], kd)
+                                        m_here, *blk, reps, states[:, p_sl, z_sl],
+                                        case.classes, kn[:, m_sl], kd, ok, excluded)
                             if progress:
                                 progress(int(blk[0].size))
+
+
+def _of_global_batch(space, dp: np.ndarray, m: np.ndarray, b_sl: slice, shape) -> tuple[np.ndarray | None, int]:
+    """Where micro-batch x M x DP is the space's global batch, shaped (arrangement, ZeRO, M, s, b) as a tile's
+    arrays; and how many of the tile's configurations are not (None, 0 without a global batch)."""
+    if space.global_batch is None:
+        return None, 0
+    b = np.array(space.b[b_sl], dtype=np.int64)
+    ok = (dp[:, None, None, None, None] * m[None, None, :, None, None].astype(np.int64)
+          * b[None, None, None, None, :]) == space.global_batch
+    ok = np.broadcast_to(ok, shape)
+    return ok, int(ok.size - np.count_nonzero(ok))
 
 
 def _buffers(scn, case, pars: list, s_values: tuple[int, ...]) -> np.ndarray | None:

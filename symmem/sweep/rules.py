@@ -40,3 +40,11 @@ def make_parallel(base: Scenario, gpus: int, tp: int, pp: int, ep: int, etp: int
 
 
 RULES = ("world", "layout", "parallel", "schedule")  # checked in this order; a configuration fails the first
+
+
+GLOBAL_BATCH_RULE = "global batch"
+
+
+def global_batch_reason(global_batch: int) -> str:
+    return (f"micro-batch x micro-batches x DP is not the global batch of {global_batch:,} (Megatron: "
+            "--global-batch-size = --micro-batch-size x M x DP)")

@@ -29,11 +29,11 @@ from symmem.parallel.schedule import Schedule
 from symmem.scenario import Scenario
 from symmem.sweep.evaluate import CHUNK, COMPONENTS, Block, iter_blocks
 from symmem.sweep.evaluate import sched_label as schedule_name
-from symmem.sweep.rules import RULES, check_world, make_parallel, pipeline_layout
+from symmem.sweep.rules import RULES, check_world, global_batch_reason, make_parallel, pipeline_layout
 
 AXES = ("tp", "cp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
 __all__ = ["AXES", "CHUNK", "COMPONENTS", "RULES", "Block", "Rejection", "Space", "Summary", "compiled_records",
-           "iter_blocks", "pipeline_layout", "reference_records", "sweep"]
+           "iter_blocks", "pipeline_layout", "reference_records", "sweep", "global_batch_microbatches"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ class Space:
     s: tuple[int, ...]
     b: tuple[int, ...]
     cp: tuple[int, ...] = (1,)  # context-parallel sizes (each must divide every s)
+    # Megatron's --global-batch-size: sequences per iteration; a configuration counts only where micro-batch x M x
+    # DP equals it (megatron/core/num_microbatches_calculator.py: M = global batch // (micro-batch x DP), asserted
+    # to divide); `microbatches` then holds every M some layout needs (`global_batch_microbatches`)
+    global_batch: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -69,6 +73,9 @@ class Space:
         for m in self.microbatches:
             if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
                 raise SymmemError(f"microbatches = {m!r}: must be a positive integer")
+        if self.global_batch is not None and (isinstance(self.global_batch, bool)
+                                              or not isinstance(self.global_batch, int) or self.global_batch < 1):
+            raise SymmemError(f"global_batch = {self.global_batch!r}: must be a positive integer")
         for z in self.zero:
             zero_stage(z)
         for r in self.recompute:
@@ -112,6 +119,20 @@ class Space:
         out = {a: getattr(self, a)[int(i)] for a, i in zip(AXES, idx, strict=True)}
         out["schedule"] = schedule_name(out["schedule"])
         return out
+
+
+def global_batch_microbatches(gpus: int, tp, cp, pp, b, global_batch: int) -> tuple[int, ...]:
+    """Every M that some layout of the axes needs for `global_batch` sequences per iteration: global batch /
+    (micro-batch x DP), DP = GPUs / (TP x CP x PP), where it divides (Megatron's rule)."""
+    out = set()
+    for t in tp:
+        for c in cp:
+            for p in pp:
+                if gpus % (t * c * p):
+                    continue
+                dp = gpus // (t * c * p)
+                out |= {global_batch // (x * dp) for x in b if global_batch % (x * dp) == 0}
+    return tuple(sorted(out))
 
 
 def _divisors(n: int) -> list[int]:
@@ -181,7 +202,7 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     kept: list = []
     sentinel = np.iinfo(np.int64).min
     for blk in iter_blocks(space, chunk, raw_rej, progress, cases):
-        n = blk.size
+        n = blk.size - blk.excluded
         out.valid += n
         fit = blk.fits_high
         n_fit = int(np.count_nonzero(fit))
@@ -190,7 +211,9 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
         out.marginal += n_low - n_fit
         if region:
             keys = blk.par["tp"] * blk.pp
-            bests = [(cap - arr).max(axis=(1, 2, 3)) for arr in (blk.high, blk.low)]  # (arrangement, b)
+            heads = [cap - arr if blk.ok is None else np.where(blk.ok, cap - arr, sentinel)
+                     for arr in (blk.high, blk.low)]  # configurations off the global batch: none
+            bests = [h.max(axis=(1, 2, 3)) for h in heads]  # (arrangement, b)
             for key in np.unique(keys).tolist():
                 rows = out.region.setdefault(key, (np.full(len(space.b), sentinel),
                                                    np.full(len(space.b), sentinel)))
@@ -240,7 +263,10 @@ def compiled_records(space: Space, chunk: int = CHUNK, ordinals=None) -> tuple[d
     wanted = None if ordinals is None else set(ordinals)
     for blk in iter_blocks(space, chunk, raw):
         ords = blk.ordinals(np.arange(blk.size))
+        ok = None if blk.ok is None else blk.ok.ravel()
         for i, o in enumerate(ords.tolist()):
+            if ok is not None and not ok[i]:
+                continue
             if wanted is None or o in wanted:
                 r = blk.record(i)
                 recs[r["ordinal"]] = r
@@ -270,6 +296,9 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
                                zero=zero_stage(z), microbatches=m, b=b, s=s)
         except SymmemError as e:
             rejected[ordinal] = str(e)
+            continue
+        if space.global_batch is not None and b * scn.m * dp != space.global_batch:
+            rejected[ordinal] = global_batch_reason(space.global_batch)
             continue
         mems = memory(scn)
         top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))  # the stage with the highest peak

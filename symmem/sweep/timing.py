@@ -28,8 +28,10 @@ def scenario_of(space, record: dict):
 
 
 def rank_by_time(space, records: list[dict], top: int) -> list[dict]:
-    """`records` (configurations that fit) with `time_s` and `tokens_per_s`, fastest first (ties in sweep order),
-    the first `top` (all with 0)."""
+    """`records` (configurations that fit) with `time_s`, `tokens_per_s`, `tokens_per_s_per_gpu` and `mfu`, fastest
+    first (ties in sweep order), the first `top` (all with 0). At the space's global batch every record trains on
+    the same tokens per iteration, so fastest first is most tokens/s (per GPU: the GPU count is the sweep's) first;
+    without one the CLI refuses to rank by time."""
     from symmem.steptime import step_time
 
     if space.base.gpu_name is None:
@@ -40,6 +42,8 @@ def rank_by_time(space, records: list[dict], top: int) -> list[dict]:
     out = []
     for r in records:
         st = step_time(scenario_of(space, r))
-        out.append({**r, "time_s": st.time_s, "tokens_per_s": st.tokens_per_s, "mfu": st.mfu})
+        out.append({**r, "time_s": st.time_s, "tokens_per_s": st.tokens_per_s,
+                    "tokens_per_s_per_gpu": st.tokens_per_s_per_gpu, "mfu": st.mfu,
+                    "global_batch_size": r["b"] * r["microbatches"] * r["dp"]})
     out.sort(key=lambda r: (r["time_s"], r["ordinal"]))
     return out[:top] if top else out
