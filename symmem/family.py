@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import sympy
 
+from symmem._config_checks import size_bound
 from symmem.errors import SymmemError
 from symmem.graph import DataflowBuilder, Dim
 from symmem.model_config import ModelConfig, positive_int, require, set_family_lookup
@@ -160,7 +161,7 @@ def read_sizes(raw: Mapping, fam: Family, source: str) -> dict[str, int]:
     for name, key in fam.config_keys.items():
         if raw.get(key) is None and key in fam.optional_keys:
             continue
-        values[name] = positive_int(key, raw[key], source)
+        values[name] = positive_int(key, raw[key], source, size_bound(name))
     return values
 
 

@@ -1,0 +1,57 @@
+"""Hostile input, issue 29 item 8: surfaces the first passes missed (size bounds of every family, GPUs without
+speed figures, a sweep the user's own flag empties, a closed stdout, messages that name the flag to change)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from symmem.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code: int, err: str) -> bool:
+    return code == 2 and err.count("\n") == 1 and err.startswith("symmem: error: ") and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- 1. size bounds of every family
+def _preset_with(tmp_path: Path, preset: str, **changes) -> str:
+    raw = json.loads((ROOT / "symmem" / "presets" / f"{preset}.json").read_text())
+    raw.update(changes)
+    path = tmp_path / f"{preset}-hostile.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+@pytest.mark.parametrize("command", [["params"], ["memory", "--pp", "256"]])
+def test_gpt_layer_count_has_the_layer_cap(capsys, tmp_path, command):
+    """GPT-2's n_layer had only the width bound (2^31): 10^9 layers ran for minutes or ran out of memory."""
+    model = _preset_with(tmp_path, "gpt2", n_layer=1_000_000_000)
+    code, out, err = run(capsys, *command, "--model", model)
+    assert one_line_error(code, err), err
+    assert "n_layer = 1000000000: must be at most 100,000" in err and out == ""
+
+
+@pytest.mark.parametrize(("preset", "key"), [("gpt2", "n_layer"), ("llama-3-8b", "num_hidden_layers"),
+                                             ("deepseek-v2-lite", "num_hidden_layers")])
+def test_every_family_layer_count_bound_in_one_place(preset, key):
+    """`from_dict` (the API, without the CLI's config check) applies the same cap through `read_sizes`."""
+    from symmem.config import from_dict
+    from symmem.errors import SymmemError
+
+    raw = json.loads((ROOT / "symmem" / "presets" / f"{preset}.json").read_text())
+    raw[key] = 100_001
+    with pytest.raises(SymmemError, match=f"{key} = 100001: must be a positive integer up to 100,000"):
+        from_dict(raw, "cfg")
