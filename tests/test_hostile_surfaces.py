@@ -55,3 +55,33 @@ def test_every_family_layer_count_bound_in_one_place(preset, key):
     raw[key] = 100_001
     with pytest.raises(SymmemError, match=f"{key} = 100001: must be a positive integer up to 100,000"):
         from_dict(raw, "cfg")
+
+
+# ------------------------------------------------------------------------ 2. a GPU with a capacity, no speeds
+@pytest.mark.parametrize("name", ["H20", "MI300X", "mi300x"])
+def test_memory_on_a_gpu_without_speed_figures(capsys, name):
+    """--gpu sets the capacity (symmem.units.GPUS); the step time needs speeds (symmem.hardware) it may lack."""
+    code, out, err = run(capsys, "memory", "--model", "llama-3-8b", "--gpu", name)
+    assert code == 0 and err == "", err
+    capacity = {"H20": "96,000,000,000", "MI300X": "192,000,000,000"}[name.upper()]
+    assert f"GPU capacity {capacity} bytes" in out
+    assert f"step time not estimated: no speed figures for GPU {name.upper()}" in out
+    code, out, err = run(capsys, "memory", "--model", "llama-3-8b", "--gpu", name, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["step"] is None and "no speed figures" in doc["step_unavailable"]
+    assert doc["gpu_memory"] == int(capacity.replace(",", ""))
+
+
+def test_sweep_on_a_gpu_without_speed_figures(capsys):
+    code, out, err = run(capsys, "sweep", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "H20")
+    assert code == 0 and err == "", err
+    assert "ranked by headroom" in out and "step time not estimated: no speed figures for GPU H20" in out
+    code, out, err = run(capsys, "sweep", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "MI300X",
+                         "--rank-by", "time")
+    assert one_line_error(code, err) and out == "", err
+    assert "--gpu = 'MI300X': no speed figures for it, which --rank-by time needs" in err
+
+
+def test_gpu_with_speed_figures_still_timed(capsys):
+    code, out, _ = run(capsys, "memory", "--model", "llama-3-8b", "--gpu", "H100")
+    assert code == 0 and "step on H100:" in out and "not estimated" not in out

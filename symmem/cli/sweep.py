@@ -386,6 +386,10 @@ def _text(summary, top: int, rejected: bool) -> str:
                 f"{(format(r['time_s'], '.3f') if 'time_s' in r else '-'):>7}  {r['event']}")
     else:
         lines.append("no configuration fits")
+    from symmem.hardware import has_speeds, no_speeds_note
+
+    if base.gpu_name is not None and not has_speeds(base.gpu_name):
+        lines.append(no_speeds_note(base.gpu_name).replace("memory uses", "ranked by headroom, with"))
     if rejected:
         lines.append(f"rejected: {summary.rejected:,} configurations, by the first rule they fail "
                      "(world size, pipeline layout, parallel sizes, schedule):")
@@ -405,7 +409,13 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)
     bar = Progress(space.size, eager=args.progress) if (args.progress or sys.stderr.isatty()) else None
-    rank_by = args.rank_by or ("time" if space.base.gpu_name else "headroom")
+    from symmem.hardware import GPUS, has_speeds
+
+    timed = space.base.gpu_name is not None and has_speeds(space.base.gpu_name)
+    rank_by = args.rank_by or ("time" if timed else "headroom")
+    if rank_by == "time" and space.base.gpu_name is not None and not timed:
+        raise SymmemError(f"--gpu = {space.base.gpu_name!r}: no speed figures for it, which --rank-by time needs; "
+                          f"GPUs with speed figures: {', '.join(GPUS)} (or --rank-by headroom)")
     if rank_by == "time" and space.base.gpu_name is None:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
     from symmem.sweep.exact import exact_reason, needs_exact, sweep_exact
