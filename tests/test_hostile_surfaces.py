@@ -85,3 +85,22 @@ def test_sweep_on_a_gpu_without_speed_figures(capsys):
 def test_gpu_with_speed_figures_still_timed(capsys):
     code, out, _ = run(capsys, "memory", "--model", "llama-3-8b", "--gpu", "H100")
     assert code == 0 and "step on H100:" in out and "not estimated" not in out
+
+
+# ----------------------------------------------------------------- 3. a sweep the user's own flag empties
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model", "gpt2", "--ep", "2"], "--ep = '2': gpt2 has no routed experts, so every layout needs EP 1"),
+    (["--model", "gpt2", "--etp", "2"], "--etp = '2': gpt2 has no routed experts, so every layout needs ETP 1"),
+    (["--model", "gpt2", "--tp", "2"], "--tp = '2': no value divides vocab_size = 50257"),
+    (["--model", "deepseek-v2-lite", "--ep", "3"], "--ep = '3': no value divides n_routed_experts = 64"),
+])
+def test_sweep_flag_that_rules_out_every_layout(capsys, argv, message):
+    """Was: "no configuration fits", exit 0, the reason only under --rejected."""
+    code, out, err = run(capsys, "sweep", "--gpus", "8", *argv)
+    assert one_line_error(code, err) and out == "", err
+    assert message in err
+
+
+def test_sweep_flag_that_keeps_some_layouts(capsys):
+    code, out, err = run(capsys, "sweep", "--gpus", "8", "--model", "gpt2", "--ep", "1,2", "--tp", "1-8:x2")
+    assert code == 0 and err == "" and "no configuration fits" not in out

@@ -187,6 +187,25 @@ def add_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--max-configs", help=f"refuse sweeps of more configurations than this (default {MAX_CONFIGS:,})")
 
 
+def _flag_rules_out_all(args: argparse.Namespace, axes: dict, model) -> None:
+    """A parallel flag the user typed whose every value the model refuses (EP 2 on a model without routed experts,
+    TP values none of which divides the vocabulary): one line naming the flag, not "no configuration fits"."""
+    fam = model.family
+    for field in ("ep", "etp"):
+        given = getattr(args, field)
+        if fam.routed_experts is None and given is not None and 1 not in axes[field].tolist():
+            raise SymmemError(f"--{field} = {given!r}: {model.name} has no routed experts, so every layout needs "
+                              f"{field.upper()} 1; omit --{field}")
+    for field, name in fam.divisibility:
+        given = getattr(args, field, None) if field in axes else None
+        if given is None or not model.has(name):
+            continue
+        size = model.value(name)
+        if not any(size % v == 0 for v in axes[field].tolist()):
+            raise SymmemError(f"--{field} = {given!r}: no value divides {fam.config_keys[name]} = {size}, which "
+                              f"{field.upper()} must divide; every layout of the sweep is ruled out")
+
+
 def space_from_args(args: argparse.Namespace):
     from symmem.parallel.layout import LayoutSpec
     from symmem.parallel.schedule import Schedule
@@ -225,6 +244,7 @@ def space_from_args(args: argparse.Namespace):
         "s": _array(args.s if args.s is not None else str(scn.s), "-s", maximum=num.MAX_S),
         "b": _array(args.b, "-b", maximum=num.MAX_B),
     }
+    _flag_rules_out_all(args, axes, model)
     recompute = parse_recompute(args.recompute)
     schedule = parse_schedules(sched, chunks)
     microbatches = parse_microbatches(args.microbatches)
