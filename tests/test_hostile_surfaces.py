@@ -104,3 +104,30 @@ def test_sweep_flag_that_rules_out_every_layout(capsys, argv, message):
 def test_sweep_flag_that_keeps_some_layouts(capsys):
     code, out, err = run(capsys, "sweep", "--gpus", "8", "--model", "gpt2", "--ep", "1,2", "--tp", "1-8:x2")
     assert code == 0 and err == "" and "no configuration fits" not in out
+
+
+# ------------------------------------------------------------------------------- 4. output that cannot be written
+def _symmem(shell_redirect: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = " ".join([sys.executable, "-m", "symmem", *args, shell_redirect])
+    return subprocess.run(["sh", "-c", command], env=env, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+def test_closed_stdout_is_an_error():
+    """`symmem memory ... >&-` exited 0 having written nothing (Python's print to a None stdout is silent)."""
+    r = _symmem(">&-", "memory", "--model", "llama-3-8b")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "standard output is closed" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [("memory", "--model", "llama-3-8b"), ("params", "--model", "gpt2")])
+def test_full_stdout_is_an_error(args):
+    """A large output failed mid-run as an "internal error" (exit 3); a small one at exit, after exit 0."""
+    r = _symmem(">/dev/full", *args)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr == "symmem: error: could not write the output (standard output): No space left on device\n"
+
+
+def test_reader_that_stops_early_is_not_an_error():
+    r = _symmem("| head -c 10 >/dev/null", "memory", "--model", "llama-3-8b")
+    assert "Traceback" not in r.stderr and "error" not in r.stderr, r.stderr
