@@ -88,7 +88,8 @@ class Family:
     def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
                 unit_seq: bool) -> object:
         """The Hugging Face implementation a torch-eager dataflow follows."""
-        raise SymmemError(f"model family {self.name!r}: has no Hugging Face dataflow; use rules = 'paper'")
+        raise SymmemError(f"dataflow = 'hf': model family {self.name!r} has no Hugging Face dataflow; use "
+                          "dataflow = 'paper' (--dataflow paper)")
 
     def formula_aliases(self, model: ModelConfig) -> dict[sympy.Symbol, sympy.Symbol]:
         """Symbols a person's formula may use for another one in this model (replaced before comparing)."""

@@ -131,3 +131,50 @@ def test_full_stdout_is_an_error(args):
 def test_reader_that_stops_early_is_not_an_error():
     r = _symmem("| head -c 10 >/dev/null", "memory", "--model", "llama-3-8b")
     assert "Traceback" not in r.stderr and "error" not in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------------- 5. messages that name the fix to type
+WRONG_FIX = [
+    # was: "op kind = 'rotary_emb' (rotary_emb): rule set 'paper' has no rule for it"
+    (["memory", "--dataflow", "hf", "--model", "llama-3-8b"], "use rules = 'torch-eager' (--rules torch-eager)",
+     "has no rule"),
+    # was: "use rules = 'paper'"
+    (["memory", "--model", "gpt2", "--dataflow", "hf"], "use dataflow = 'paper' (--dataflow paper)", "rules = "),
+    # was: "capacity_factor = None: must be a number > 0"
+    (["memory", "--routing", "capacity"], "--routing capacity: needs --capacity-factor", "None"),
+    (["memory", "--routing", "dynamic"], "--routing dynamic: needs --rank-load", "None"),
+    # was: "the remaining -39 layers do not spread evenly over 1 stages"
+    (["memory", "--first-stage-layers", "100", "--pp", "2"],
+     "(--first-stage-layers = 100): more layers on the first and last stages than the model's 61 layers",
+     "remaining -"),
+    # was: ignored, a verdict on the stage
+    (["check", "--layer", "1000", "2*b*s*h"], "--layer = 1000: applies only to per-layer quantities", "verdict"),
+    # was: "(dataflow = 'hf', or rules = 'torch-eager')" although the rules are torch-eager
+    (["memory", "--profile", "torch-eager", "--attn-impl", "sdpa"], "use dataflow = 'hf' (--dataflow hf)",
+     "rules = 'torch-eager'"),
+    (["memory", "--attn-impl", "sdpa"], "use rules = 'torch-eager' (--rules torch-eager)", "dataflow = 'hf',"),
+    (["memory", "--schedule", "gpipe:2"], "--schedule = 'gpipe:2': only interleaved takes :V", "unknown"),
+    (["memory", "--schedule", "interleaved:2", "--chunks", "3"], "--chunks = 3: conflicts with --schedule", "Trace"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message", "not_said"), WRONG_FIX)
+def test_message_names_the_fix(capsys, argv, message, not_said):
+    code, out, err = run(capsys, *argv)
+    assert one_line_error(code, err) and out == "", err
+    assert message in err and not_said not in err, err
+
+
+def test_memory_accepts_interleaved_v_as_sweep_does(capsys):
+    """`memory --schedule interleaved:2` was "unknown schedule"; it means `--schedule interleaved --chunks 2`."""
+    common = ["memory", "--model", "llama-3-8b", "--pp", "4", "--microbatches", "8", "--json"]
+    code, spelled, err = run(capsys, *common, "--schedule", "interleaved:2")
+    assert code == 0, err
+    code, flags, err = run(capsys, *common, "--schedule", "interleaved", "--chunks", "2")
+    assert code == 0 and spelled == flags
+    assert json.loads(spelled)["schedule"].startswith("interleaved")
+
+
+def test_layer_still_applies_to_layer_quantities(capsys):
+    code, out, err = run(capsys, "check", "--quantity", "layer.activations", "--layer", "1", "2*b*s*h")
+    assert code in (0, 1) and "layer.activations" in out, err
