@@ -13,6 +13,17 @@ from symmem.errors import SymmemError
 
 MAX_DIMENSION = 1 << 31  # any width, rank, head count, expert count or vocabulary
 MAX_MTP = 64  # multi-token-prediction modules (DeepSeek-V3 has 1)
+# A family's size symbol -> its upper bound, for every family (`Family.config_keys`): the layer count, whatever
+# the family calls it (num_hidden_layers, GPT-2's n_layer), is laid out layer by layer, so it has the layer cap;
+# every other size (width, heads, experts, vocabulary, positions) has MAX_DIMENSION.
+SYMBOL_BOUNDS = {"L": MAX_LAYERS}
+
+
+def size_bound(symbol: str) -> int:
+    """The upper bound of a family's size symbol (one place for every family: `read_sizes`, `check_config`)."""
+    return SYMBOL_BOUNDS.get(symbol, MAX_DIMENSION)
+
+
 _BOUNDS = {"num_hidden_layers": MAX_LAYERS, "first_k_dense_replace": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS,
            "num_nextn_predict_layers": MAX_MTP, "n_group": MAX_DIMENSION, "topk_group": MAX_DIMENSION,
            "num_key_value_heads": MAX_DIMENSION}
@@ -26,7 +37,10 @@ def check_config(raw: object, name: str) -> None:
         return  # from_dict names the top-level type
     from symmem.family import registry  # here: the CLI imports this module, and families import sympy
 
-    sizes = {key: MAX_DIMENSION for fam in registry().values() for key in fam.config_keys.values()}
+    sizes: dict[str, int] = {}
+    for fam in registry().values():
+        for symbol, key in fam.config_keys.items():
+            sizes[key] = min(sizes.get(key, MAX_DIMENSION), size_bound(symbol))
     for key, top in {**sizes, **_BOUNDS}.items():
         value = raw.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and not -top <= value <= top:

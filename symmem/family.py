@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import sympy
 
+from symmem._config_checks import size_bound
 from symmem.errors import SymmemError
 from symmem.graph import DataflowBuilder, Dim
 from symmem.model_config import ModelConfig, positive_int, require
@@ -94,7 +95,8 @@ class Family:
     def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
                 unit_seq: bool) -> object:
         """The Hugging Face implementation a torch-eager dataflow follows."""
-        raise SymmemError(f"model family {self.name!r}: has no Hugging Face dataflow; use rules = 'paper'")
+        raise SymmemError(f"dataflow = 'hf': model family {self.name!r} has no Hugging Face dataflow; use "
+                          "dataflow = 'paper' (--dataflow paper)")
 
     def formula_aliases(self, model: ModelConfig) -> dict[sympy.Symbol, sympy.Symbol]:
         """Symbols a person's formula may use for another one in this model (replaced before comparing)."""
@@ -167,7 +169,7 @@ def read_sizes(raw: Mapping, fam: Family, source: str) -> dict[str, int]:
     for name, key in fam.config_keys.items():
         if raw.get(key) is None and key in fam.optional_keys:
             continue
-        values[name] = positive_int(key, raw[key], source)
+        values[name] = positive_int(key, raw[key], source, size_bound(name))
     return values
 
 

@@ -59,6 +59,17 @@ GPUS = {g.name: g for g in (
 )}
 
 
+def has_speeds(name: object) -> bool:
+    """Whether the GPU `name` has speed figures here (the step time needs them; its capacity is in symmem.units)."""
+    return isinstance(name, str) and name.strip().upper() in GPUS
+
+
+def no_speeds_note(name: str) -> str:
+    """What a command says when a GPU it knows the capacity of has no speed figures for the step time."""
+    return (f"step time not estimated: no speed figures for GPU {name} (symmem/hardware.py has "
+            f"{', '.join(GPUS)}); memory uses its capacity")
+
+
 def gpu(name: str) -> GPU:
     key = name.strip().upper() if isinstance(name, str) else None
     if key not in GPUS:

@@ -111,12 +111,21 @@ class Scenario:
         self.rules  # noqa: B018
         self.policy  # noqa: B018
         self.flow_impl  # noqa: B018
+        base_rules = self.profile.rules if self.profile_name is not None else self.rules_name
+        if self.flow_impl is not None and base_rules == "paper":  # else: "rule set 'paper' has no rule for ..."
+            raise SymmemError("dataflow = 'hf': Hugging Face's dataflow needs a rule set with its ops, and the "
+                              "'paper' rule set has none; use rules = 'torch-eager' (--rules torch-eager)")
         self.schedule.check(self.parallel.pp, self.m)
         self.schedule.check_layout(tuple(len(st.layers) for st in self.stages))
         if self.flow_impl is None and (self.attn_impl, self.experts_impl) != ("eager", "eager"):
-            raise SymmemError(f"attn_impl = {self.attn_impl!r}, experts_impl = {self.experts_impl!r}: choose "
-                              "Hugging Face's implementations, which only the hf dataflow follows (dataflow = 'hf', "
-                              "or rules = 'torch-eager')")
+            chosen = ", ".join(f"{f} = {getattr(self, f)!r}" for f in ("attn_impl", "experts_impl")
+                               if getattr(self, f) != "eager")
+            # the one change that makes it valid: the hf dataflow when the rules have its ops (torch-eager,
+            # megatron-te), else the torch-eager rule set (whose dataflow is hf)
+            fix = ("use rules = 'torch-eager' (--rules torch-eager), whose dataflow is hf" if base_rules == "paper"
+                   else "use dataflow = 'hf' (--dataflow hf)")
+            raise SymmemError(f"{chosen}: chooses Hugging Face's implementations, which only the hf dataflow "
+                              f"follows; {fix}")
         if self.policy.ops:
             self._check_custom_recompute()
         from symmem.flops import check_convention

@@ -151,6 +151,7 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
         args = argparse.Namespace(**{**vars(args), **dict.fromkeys(skip)})
 
     from symmem.accounting.states import recipe, zero_stage
+    from symmem.cli._flag_rules import routing_parameter, schedule_spelling
     from symmem.config import load_model
     from symmem.parallel.layout import LayoutSpec
     from symmem.parallel.routing import Routing
@@ -235,6 +236,7 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                 ch["convention"] = prof.convention
         if args.recompute:
             ch["recompute_name"] = args.recompute
+        args = schedule_spelling(args)  # interleaved:V, as sweep spells it
         if args.chunks is not None and (args.schedule or scn.schedule.name) != "interleaved":
             raise SymmemError(f"--chunks = {args.chunks}: applies to --schedule interleaved only")
         if args.schedule or args.chunks is not None:
@@ -247,6 +249,7 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
             kind = args.routing or ("capacity" if args.capacity_factor is not None else "dynamic"
                                     if args.rank_load is not None else "histogram" if args.histogram is not None
                                     else scn.routing.kind)
+            routing_parameter(args, kind, scn.routing)
             hist: tuple = ()
             if args.histogram is not None:
                 from symmem._files import read_text_file

@@ -49,6 +49,9 @@ def run(args) -> int:
         raise SymmemError("formula: missing; give the formula to check, or --list")
     scn = scenario_from_args(args)
     q = quantity(args.quantity, scn)
+    if args.layer is not None and not q.name.startswith("layer."):  # was silently ignored
+        raise SymmemError(f"--layer = {args.layer}: applies only to per-layer quantities (layer.*, --list names "
+                          f"them); --quantity {q.name} is not per layer")
     if args.stage is None:
         args.stage = 1 if len(scn.stages) > 1 else 0
     claimed = _claimed(args.formula, scn)

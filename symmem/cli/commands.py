@@ -262,13 +262,19 @@ def _memory_run(args) -> int:
                 "profile": scn.profile.name, "gpu_memory": scn.gpu_memory, "fragmentation": list(scn.fragmentation),
                 "comm_buffers": list(scn.comm_buffers)}
     step = None
-    if scn.gpu_name is not None:  # the step time needs the GPU's speed (--gpu NAME)
+    from symmem.hardware import has_speeds, no_speeds_note
+
+    # the step time needs the GPU's speed (--gpu NAME); a GPU with a capacity but no speed figures (H20, MI300X)
+    # answers with its capacity and says why there is no step time
+    no_step = no_speeds_note(scn.gpu_name) if scn.gpu_name is not None and not has_speeds(scn.gpu_name) else None
+    if scn.gpu_name is not None and no_step is None:
         from symmem.steptime import step_time
 
         step = step_time(scn)
     if args.json:
         _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows,
-                     "step": step.as_dict() if step else None})
+                     "step": step.as_dict() if step else None,
+                     **({"step_unavailable": no_step} if no_step else {})})
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}")
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
@@ -311,6 +317,8 @@ def _memory_run(args) -> int:
               f"{step.flops_hardware:.3e} with recomputation (symmem/steptime.py: fitted on measured B200 runs)")
         sent = ", ".join(f"{axis.upper()} {fmt_gib(n)}" for axis, n in step.comm_bytes.items() if n)
         print(f"sent per GPU per iteration (GiB; symmem/comm.py): {sent or 'nothing'}")
+    if no_step:
+        print(no_step)
     return 0
 
 

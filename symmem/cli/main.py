@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -74,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 done (or EQUAL), 1 DIFFERENT (`check`, `measure`), 2 bad input (one line on stderr),
+    """Exit codes: 0 done (or EQUAL), 1 DIFFERENT (`check`, `measure`), 2 bad input or output that cannot be
+    written (one line on stderr),
     3 an internal error (a bug of symmem: one line on stderr naming the exception), 130 interrupted."""
     try:
         parser = build_parser()
@@ -91,13 +94,50 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:
+        if e.errno not in _WRITE_ERRORS:
+            return _internal(e)
+        return _output_failed(e)
     except Exception as e:  # noqa: BLE001 - the last line of defence: one line, exit 3, never a traceback
-        msg = " ".join(str(e).split())
-        print(f"symmem: internal error: {e.__class__.__name__}: {msg[:300]}", file=sys.stderr)
-        return 3
+        return _internal(e)
+
+
+def _internal(e: Exception) -> int:
+    msg = " ".join(str(e).split())
+    print(f"symmem: internal error: {e.__class__.__name__}: {msg[:300]}", file=sys.stderr)
+    return 3
+
+
+# a write that cannot succeed: a full disk (`> /dev/full`), a closed or read-only standard output
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EBADF, errno.EIO, errno.EROFS}
+
+
+def _output_failed(e: OSError) -> int:
+    """A failed write is an error, never exit 0 with nothing written: one line on stderr, exit 2. What is still
+    buffered for stdout is dropped (fd 1 pointed at /dev/null), so that Python's own flush at exit does not fail
+    again with a traceback-like "Exception ignored" message."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass
+    print(f"symmem: error: could not write the output (standard output): {e.strerror or e}", file=sys.stderr)
+    return 2
 
 
 def cli() -> int:
     """The program: `symmem ...` and `python -m symmem ...` (a one-shot process: see `symmem._gc`)."""
     _gc.enable()
-    return main()
+    if sys.stdout is None:  # started with stdout closed (`symmem ... >&-`): every print would vanish silently
+        print("symmem: error: standard output is closed; nothing could be written (redirect it to a file, or to "
+              "/dev/null to discard it)", file=sys.stderr)
+        return 2
+    code = main()
+    try:
+        sys.stdout.flush()  # the last of the output: a write that fails here fails the command
+    except BrokenPipeError:
+        pass  # a reader that stopped early (`symmem ... | head`): as main() treats it
+    except OSError as e:
+        return _output_failed(e)
+    return code

@@ -187,6 +187,25 @@ def add_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--max-configs", help=f"refuse sweeps of more configurations than this (default {MAX_CONFIGS:,})")
 
 
+def _flag_rules_out_all(args: argparse.Namespace, axes: dict, model) -> None:
+    """A parallel flag the user typed whose every value the model refuses (EP 2 on a model without routed experts,
+    TP values none of which divides the vocabulary): one line naming the flag, not "no configuration fits"."""
+    fam = model.family
+    for field in ("ep", "etp"):
+        given = getattr(args, field)
+        if fam.routed_experts is None and given is not None and 1 not in axes[field].tolist():
+            raise SymmemError(f"--{field} = {given!r}: {model.name} has no routed experts, so every layout needs "
+                              f"{field.upper()} 1; omit --{field}")
+    for field, name in fam.divisibility:
+        given = getattr(args, field, None) if field in axes else None
+        if given is None or not model.has(name):
+            continue
+        size = model.value(name)
+        if not any(size % v == 0 for v in axes[field].tolist()):
+            raise SymmemError(f"--{field} = {given!r}: no value divides {fam.config_keys[name]} = {size}, which "
+                              f"{field.upper()} must divide; every layout of the sweep is ruled out")
+
+
 def space_from_args(args: argparse.Namespace):
     from symmem.parallel.layout import LayoutSpec
     from symmem.parallel.schedule import Schedule
@@ -225,6 +244,7 @@ def space_from_args(args: argparse.Namespace):
         "s": _array(args.s if args.s is not None else str(scn.s), "-s", maximum=num.MAX_S),
         "b": _array(args.b, "-b", maximum=num.MAX_B),
     }
+    _flag_rules_out_all(args, axes, model)
     recompute = parse_recompute(args.recompute)
     schedule = parse_schedules(sched, chunks)
     microbatches = parse_microbatches(args.microbatches)
@@ -425,6 +445,10 @@ def _text(summary, top: int, rejected: bool) -> str:
                 f"{(format(r['mfu'], '.1%') if 'time_s' in r else '-'):>5}  {r['event']}")
     else:
         lines.append("no configuration fits")
+    from symmem.hardware import has_speeds, no_speeds_note
+
+    if base.gpu_name is not None and not has_speeds(base.gpu_name):
+        lines.append(no_speeds_note(base.gpu_name).replace("memory uses", "ranked by headroom, with"))
     if rejected:
         lines.append(f"rejected: {summary.rejected:,} configurations, by the first rule they fail "
                      "(world size, pipeline layout, parallel sizes, schedule, global batch):")
@@ -444,7 +468,13 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)
     bar = Progress(space.size, eager=args.progress) if (args.progress or sys.stderr.isatty()) else None
-    rank_by = args.rank_by or ("time" if space.base.gpu_name else "headroom")
+    from symmem.hardware import GPUS, has_speeds
+
+    timed = space.base.gpu_name is not None and has_speeds(space.base.gpu_name)
+    rank_by = args.rank_by or ("time" if timed else "headroom")
+    if rank_by == "time" and space.base.gpu_name is not None and not timed:
+        raise SymmemError(f"--gpu = {space.base.gpu_name!r}: no speed figures for it, which --rank-by time needs; "
+                          f"GPUs with speed figures: {', '.join(GPUS)} (or --rank-by headroom)")
     if rank_by == "time" and space.base.gpu_name is None:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
     from symmem.sweep.exact import exact_reason, needs_exact, sweep_exact

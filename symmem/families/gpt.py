@@ -67,7 +67,8 @@ class GPT(Family):
     def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
                     impl: object | None) -> str:
         if impl is not None:
-            raise SymmemError("model family 'gpt': has no Hugging Face dataflow; use rules = 'paper'")
+            raise SymmemError("dataflow = 'hf': model family 'gpt' has no Hugging Face dataflow; use dataflow = "
+                              "'paper' (--dataflow paper)")
         resid = bool(model.option("resid_pdrop"))
         y = gpt.attention(fb, x, attn_dropout=bool(model.option("attn_pdrop")), resid_dropout=resid)
         width = D(h_F, "tp") if model.has("h_F") else D(4 * h, "tp")

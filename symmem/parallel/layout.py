@@ -84,6 +84,11 @@ def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...
         return (n_layers,)
     middle_stages = pp - (first is not None) - (last is not None)
     rest = n_layers - (first or 0) - (last or 0)
+    if rest < 0:
+        given = " and ".join(f"{flag} = {v}" for flag, v in (("--first-stage-layers", first),
+                                                              ("--last-stage-layers", last)) if v is not None)
+        raise SymmemError(f"layout first = {first}, last = {last} ({given}): more layers on the first and last "
+                          f"stages than the model's {n_layers} layers")
     if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and rest % middle_stages):
         raise SymmemError(
             f"layout first = {first}, last = {last}: the remaining {rest} layers do not spread evenly over "

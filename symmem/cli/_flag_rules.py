@@ -1,0 +1,40 @@
+"""Flag rules of `scenario_from_args` (cli/args.py) that name the flag to type, kept apart so args.py changes by
+one call each: `--schedule interleaved:V` (sweep's spelling) and a routing model given without its parameter."""
+
+from __future__ import annotations
+
+import argparse
+
+from symmem import _numbers as num
+from symmem.errors import SymmemError
+
+
+def schedule_spelling(args: argparse.Namespace) -> argparse.Namespace:
+    """`--schedule interleaved:V` means `--schedule interleaved --chunks V`, as in `symmem sweep`."""
+    text = getattr(args, "schedule", None)
+    if not text or ":" not in text:
+        return args
+    name, _, v = text.partition(":")
+    if name.strip() != "interleaved":
+        raise SymmemError(f"--schedule = {text!r}: only interleaved takes :V (virtual stages per GPU)")
+    chunks = num.int_text(v, f"--schedule {text[:40]!r}: V", 2, num.MAX_CHUNKS)
+    if args.chunks is not None and args.chunks != chunks:
+        raise SymmemError(f"--chunks = {args.chunks}: conflicts with --schedule {text}; give V once")
+    return argparse.Namespace(**{**vars(args), "schedule": "interleaved", "chunks": chunks})
+
+
+# routing model -> (its parameter's flag, the Routing field, what it is)
+_PARAMETERS = {"capacity": ("--capacity-factor", "capacity_factor", "e.g. --capacity-factor 1.25"),
+               "dynamic": ("--rank-load", "rank_load", "the busiest rank's load over the balanced share, e.g. "
+                           "--rank-load 1.5")}
+
+
+def routing_parameter(args: argparse.Namespace, kind: str, scenario_routing) -> None:
+    """`--routing capacity` without `--capacity-factor` (or `dynamic` without `--rank-load`), when the scenario's
+    own routing does not give one: name the flag (was: "capacity_factor = None")."""
+    if kind not in _PARAMETERS:
+        return
+    flag, field, example = _PARAMETERS[kind]
+    if getattr(args, field) is None and not (scenario_routing.kind == kind
+                                             and getattr(scenario_routing, field) is not None):
+        raise SymmemError(f"--routing {kind}: needs {flag} ({example})")
