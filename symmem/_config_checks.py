@@ -8,22 +8,10 @@ router's group settings must be consistent. `num_hidden_layers: 1000000000` and 
 
 from __future__ import annotations
 
-from symmem._numbers import MAX_LAYERS
+from symmem._numbers import MAX_DIMENSION, MAX_LAYERS, size_bound
 from symmem.errors import SymmemError
 
-MAX_DIMENSION = 1 << 31  # any width, rank, head count, expert count or vocabulary
 MAX_MTP = 64  # multi-token-prediction modules (DeepSeek-V3 has 1)
-# A family's size symbol -> its upper bound, for every family (`Family.config_keys`): the layer count, whatever
-# the family calls it (num_hidden_layers, GPT-2's n_layer), is laid out layer by layer, so it has the layer cap;
-# every other size (width, heads, experts, vocabulary, positions) has MAX_DIMENSION.
-SYMBOL_BOUNDS = {"L": MAX_LAYERS}
-
-
-def size_bound(symbol: str) -> int:
-    """The upper bound of a family's size symbol (one place for every family: `read_sizes`, `check_config`)."""
-    return SYMBOL_BOUNDS.get(symbol, MAX_DIMENSION)
-
-
 _BOUNDS = {"num_hidden_layers": MAX_LAYERS, "first_k_dense_replace": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS,
            "num_nextn_predict_layers": MAX_MTP, "n_group": MAX_DIMENSION, "topk_group": MAX_DIMENSION,
            "num_key_value_heads": MAX_DIMENSION}

@@ -90,3 +90,16 @@ def _show(value: int) -> str:
     if value.bit_length() <= 128:
         return str(value)
     return f"an integer of {int(value.bit_length() * 0.30103) + 1:,} digits"
+
+
+MAX_DIMENSION = 1 << 31  # any width, rank, head count, expert count or vocabulary
+# A family's size symbol -> its upper bound, for every family (`Family.config_keys`): the layer count, whatever
+# the family calls it (num_hidden_layers, GPT-2's n_layer), is laid out layer by layer, so it has the layer cap;
+# every other size (width, heads, experts, vocabulary, positions) has MAX_DIMENSION.
+SYMBOL_BOUNDS = {"L": MAX_LAYERS}
+
+
+def size_bound(symbol: str) -> int:
+    """The upper bound of a family's size symbol (one place for every family: `Family.read_sizes` and
+    `_config_checks.check_config`)."""
+    return SYMBOL_BOUNDS.get(symbol, MAX_DIMENSION)

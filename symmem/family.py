@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import sympy
 
-from symmem._config_checks import size_bound
+from symmem._numbers import size_bound
 from symmem.errors import SymmemError
 from symmem.graph import DataflowBuilder, Dim
 from symmem.model_config import ModelConfig, positive_int, require

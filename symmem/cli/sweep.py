@@ -278,7 +278,10 @@ def _global_batch(args, scn, gpus: int, axes: dict) -> int | None:
     """--global-batch-size, or under --rank-by time its default, the GPU count (stated in the header: times of
     layouts that train on different global batches are not comparable); None when ranking by headroom without
     one."""
-    rank_time = (args.rank_by or ("time" if scn.gpu_name else "headroom")) == "time"
+    from symmem.hardware import has_speeds
+
+    timed = scn.gpu_name is not None and has_speeds(scn.gpu_name)
+    rank_time = (args.rank_by or ("time" if timed else "headroom")) == "time"
     given_m = str(args.microbatches).strip() != "pp"
     if args.global_batch is not None:
         if given_m:
