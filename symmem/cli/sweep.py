@@ -173,7 +173,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--rejected", action="store_true", help="list the rejected configurations and why")
     o.add_argument("--top", default="20", help="how many that fit to list (0: all; default 20)")
     o.add_argument("--rank-by", dest="rank_by", choices=("time", "headroom"),
-                   help="time: fastest estimated iteration first (symmem/steptime.py; needs --gpu NAME); headroom: "
+                   help="time: fastest estimated iteration first (symmem/steptime/; needs --gpu NAME); headroom: "
                         "most capacity left first (default: time when the GPU is named, else headroom)")
     o.add_argument("--replay", default="5",
                    help="derive the reserved memory of the first N listed configurations by replaying PyTorch's "
@@ -423,7 +423,7 @@ def _text(summary, top: int, rejected: bool) -> str:
     ]
     if summary.ranked:
         what = "fit or fit at the low end" if any(r["verdict"] != "fits" for r in summary.ranked) else "fit"
-        by = ("estimated iteration time (symmem/steptime.py on " + str(sp.base.gpu_name) + ")"
+        by = ("estimated iteration time (symmem/steptime/ on " + str(sp.base.gpu_name) + ")"
               if getattr(summary, "rank_by", "headroom") == "time"
               else "headroom (capacity - high estimate of what is reserved at the peak)")
         lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by {by}; "
