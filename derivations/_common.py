@@ -32,8 +32,10 @@ def main(tables: Callable[[], list[Table]]) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="paper_tables")
     args = p.parse_args()
+    from symmem.render.sources import caption_tex
+
     files: dict[str, str] = {}
     for t in tables():
-        files.update(render_all(t))
+        files.update(render_all(t, caption_tex(t.id)))
     write_tree(args.out, files)
     print(f"wrote {len(files)} files to {args.out}/")

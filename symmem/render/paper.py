@@ -27,10 +27,11 @@ FIGURES = {
     "params_by_block": "DeepSeek-V3 parameters by block",
     "deepseek_generations_activations": "Beyond the paper: activations per layer per GPU against s (log-log), "
                                         "DeepSeek V3, V3.2, V4-Flash, V4-Pro (derivations/deepseek_generations.py)",
-    "measured_runs": "Six measured Megatron-LM runs: measured peak, symmem's megatron-te peak and the peer "
+    "measured_runs": "Ten measured Megatron-LM runs: measured peak, symmem's megatron-te peak and the peer "
                      "simulator's, per run and stage (derivations/measured_runs.py)",
-    "measured_step_times": "Eighteen measured iterations: the error of symmem's step-time estimate and of the peer "
-                           "simulator's (derivations/measured_step_times.py)",
+    "measured_step_times": "Twenty-two measured iterations of ten runs: the error of symmem's step-time estimate "
+                           "(its run left out of the fit) and of the peer simulator's "
+                           "(derivations/measured_step_times.py)",
 }
 
 
@@ -139,9 +140,12 @@ def report(tables: list[Table]) -> dict[str, str]:
 
     scn = load_scenario("paper")
     formulas = formulas_tex(scenario_formulas(scn), f"{scn.name}: {scn.parallel.describe()}")
+    from symmem.render.sources import bibliography_tex, caption_tex
+
     doc = report_tex("symmem: the paper's tables, formulas and figures, regenerated", INTRO.replace("`", ""),
                      [f"{t.id}.tex" for t in tables], [(f"figures/{n}.pdf", c) for n, c in FIGURES.items()],
-                     r"\input{formulas.tex}")
+                     r"\input{formulas.tex}", {f"figures/{n}.pdf": caption_tex(f"fig:{n}") for n in FIGURES},
+                     bibliography_tex())
     return {"formulas.tex": formulas, "report.tex": doc}
 
 
@@ -176,8 +180,10 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
     try:
         tables = collect()
         files: dict[str, str | bytes] = {}
+        from symmem.render.sources import caption_tex
+
         for t in tables:
-            files.update(render_all(t))
+            files.update(render_all(t, caption_tex(t.id)))
         files.update(report(tables))
     except BaseException:
         for proc, _conn in handle or ():

@@ -84,8 +84,14 @@ def formulas_tex(sections: list[tuple[str, list[Formula]]], scenario_line: str) 
         scenario=tex_escape(scenario_line))
 
 
-def report_tex(title: str, intro: str, tables: list[str], figures: list[tuple[str, str]], formulas: str | None) -> str:
-    """A standalone document: \\input of each table file, the formulas, the figures (PDF files)."""
+def report_tex(title: str, intro: str, tables: list[str], figures: list[tuple[str, str]], formulas: str | None,
+               sources: dict[str, str] | None = None, bibliography: str | None = None) -> str:
+    """A standalone document: \\input of each table file, the formulas, the figures (PDF files).
+
+    `sources`: per figure path, LaTeX its caption adds (profile, assumptions, \\cite); `bibliography`: a
+    thebibliography environment those citations (and the tables') resolve to."""
+    sources = sources or {}
     return _env(tex=True).get_template("report.tex.j2").render(
         title=tex_escape(title), intro=tex_escape(intro), tables=tables,
-        figures=[(path, tex_escape(caption)) for path, caption in figures], formulas=formulas)
+        figures=[(path, tex_escape(caption) + (f". {sources[path]}" if sources.get(path) else ""))
+                 for path, caption in figures], formulas=formulas, bibliography=bibliography)

@@ -131,12 +131,14 @@ def _caption(title: str) -> tuple[str | None, str]:
     return (m.group(1), m.group(2)) if m else (None, title)
 
 
-def to_latex(t: Table) -> str:
+def to_latex(t: Table, source: str = "") -> str:
+    """`source`: LaTeX the caption adds after the title (profile, assumptions, \\cite; see symmem.render.sources)."""
     align = t.align or ("l" + "r" * (len(t.columns) - 1))
     number, title = _caption(t.title)
     return _env(tex=True).get_template("table.tex.j2").render(
         t=t, align=align, number=number, title=tex_escape(title), header=[tex_escape(c) for c in t.columns],
-        rows=[[_tex_cell(v) for v in r] for r in t.rows], notes=[tex_escape(n) for n in t.notes])
+        rows=[[_tex_cell(v) for v in r] for r in t.rows], notes=[tex_escape(n) for n in t.notes],
+        source=source)
 
 
 def to_csv(t: Table) -> str:
@@ -148,8 +150,8 @@ def to_csv(t: Table) -> str:
     return buf.getvalue()
 
 
-def render_all(t: Table) -> dict[str, str]:
-    return {f"{t.id}.md": to_markdown(t), f"{t.id}.csv": to_csv(t), f"{t.id}.tex": to_latex(t)}
+def render_all(t: Table, source: str = "") -> dict[str, str]:
+    return {f"{t.id}.md": to_markdown(t), f"{t.id}.csv": to_csv(t), f"{t.id}.tex": to_latex(t, source)}
 
 
 def index_markdown(tables: list[Table], title: str, intro: str, extra: dict[str, str] | None = None) -> str:
