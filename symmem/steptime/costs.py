@@ -135,17 +135,68 @@ def group_size(scn, axis: str) -> int:
 
 
 def stage_costs(scn, stage) -> StageCosts:
-    """`StageCosts` of one micro-batch through one GPU of `stage`."""
+    """`StageCosts` of one micro-batch through one GPU of `stage`: its parts' (`part_costs`, cached: every stage of
+    a model shares the layers' flow), each times its copies, and the pipeline's sends."""
+    from symmem.model import stage_parts
+
+    c = StageCosts()
+    comm: dict = {}
+    for part in stage_parts(scn.model, stage, scn.convention):
+        p = part_costs(scn, part)
+        n = part.count
+        c.gemm_flops += n * p.gemm_flops
+        c.gemm_low_flops += n * p.gemm_low_flops
+        c.gemm_bytes += n * p.gemm_bytes
+        c.attention_flops += n * p.attention_flops
+        c.memory_bytes += n * p.memory_bytes
+        c.kernels += n * p.kernels
+        c.cp_ring_bytes += n * p.cp_ring_bytes
+        c.gemms += [(m, k, nn, e, copies * n, again, low) for m, k, nn, e, copies, again, low in p.gemms]
+        for axis, (nb, steps) in p.comm.items():
+            entry = comm.setdefault(axis, [0.0, 0])
+            entry[0] += n * nb
+            entry[1] += n * steps
+    c.comm = {axis: [nb, steps, span(scn, axis)] for axis, (nb, steps) in comm.items()}
+    if scn.parallel.pp > 1:
+        from symmem.comm import pipeline_bytes
+        from symmem.symbols import b, s
+
+        nb = float(pipeline_bytes(scn, stage).xreplace({**scn.size_values(), b: scn.b, s: scn.s}))
+        sends = 2 - (1 if stage.head else 0) - (1 if stage.embedding else 0)
+        c.comm["pp"] = [nb, sends, span(scn, "pp")]
+    return c
+
+
+_PARTS: dict = {}  # what one part's costs depend on -> its StageCosts for one copy (comm: [bytes, steps])
+
+
+def part_costs(scn, part) -> StageCosts:
+    """One copy of `part`, one micro-batch, one GPU; cached on what it depends on (the part's flow, the rules,
+    recomputation, routing, the activation dtype, the axes' sizes, the CP exchange, the sizes, b and s), not on
+    DP, M, the schedule or ZeRO: a sweep times many configurations that share it."""
+    par = scn.parallel
+    axes = par.axis_sizes()
+    low = scn.precision.low_precision is not None
+    key = (part.flow, part.kind, part.is_layers, scn.model, scn.convention, scn.rules, scn.policy, scn.routing,
+           scn.act_bytes, axes, par.cp_comm_type, scn.size_key, scn.b, scn.s, low)
+    hit = _PARTS.get(key)
+    if hit is None:
+        if len(_PARTS) > 8192:
+            _PARTS.clear()
+        hit = _PARTS[key] = _part_costs(scn, part, axes, low)
+    return hit
+
+
+def _part_costs(scn, part, axes, low: bool) -> StageCosts:
     from symmem.accounting.analysis import _tokens_per_expert, values
     from symmem.accounting.evaluate import evaluate
-    from symmem.comm import stage_collectives
+    from symmem.comm import flow_collectives
     from symmem.flops import op_flops
-    from symmem.model import stage_parts
     from symmem.precision.saved import eligible
     from symmem.symbols import E_tok, b, s
 
     vals = dict(values(scn))
-    vals[E_tok] = evaluate(_tokens_per_expert(scn.activation_key, scn.parallel.axis_sizes()), vals)
+    vals[E_tok] = evaluate(_tokens_per_expert(scn.activation_key, axes), vals)
     cache: dict = {}
 
     def ev(expr) -> float:
@@ -153,48 +204,40 @@ def stage_costs(scn, stage) -> StageCosts:
             cache[expr] = float(evaluate(expr, vals))
         return cache[expr]
 
-    par = scn.parallel
-    axes = par.axis_sizes()
-    rules, policy = scn.rules, scn.policy
-    low = scn.precision.low_precision is not None
-    c = StageCosts()
-    parts = stage_parts(scn.model, stage, scn.convention)
-    for part in parts:
-        def again(op, layers=part.is_layers) -> bool:
-            return layers and policy.recomputed(op)
+    par, policy = scn.parallel, scn.policy
 
-        for _module, m, k, n, e, ops in gemm_shapes(part.flow, axes, ev):
-            passes = 3 + (1 if again(ops[0]) else 0)
-            flops = 2 * m * k * n * e * passes * part.count
-            c.gemm_flops += flops
-            if low and all(eligible(op) for op in ops):
-                c.gemm_low_flops += flops
-            c.gemm_bytes += 2 * (m * k + k * n + m * n) * e * passes * part.count
-            c.kernels += e * passes * part.count
-            c.gemms.append((m, k, n, e, part.count, passes == 4, low and all(eligible(op) for op in ops)))
-        for op, nb in _kernel_bytes(part.flow, axes, ev, scn.act_bytes, rules.fused_tags):
-            c.memory_bytes += nb * (3 + (1 if again(op) else 0)) * part.count
-            c.kernels += (3 + (1 if again(op) else 0)) * part.count
+    def again(op) -> bool:
+        return part.is_layers and policy.recomputed(op)
+
+    c = StageCosts()
+    for _module, m, k, n, e, ops in gemm_shapes(part.flow, axes, ev):
+        passes = 3 + (1 if again(ops[0]) else 0)
+        flops = 2 * m * k * n * e * passes
+        is_low = low and all(eligible(op) for op in ops)
+        c.gemm_flops += flops
+        if is_low:
+            c.gemm_low_flops += flops
+        c.gemm_bytes += 2 * (m * k + k * n + m * n) * e * passes
+        c.kernels += e * passes
+        c.gemms.append((m, k, n, e, 1, passes == 4, is_low))
+    for op, nb in _kernel_bytes(part.flow, axes, ev, scn.act_bytes, scn.rules.fused_tags):
+        c.memory_bytes += nb * (3 + (1 if again(op) else 0))
+        c.kernels += 3 + (1 if again(op) else 0)
     n_att = par.tp * par.cp
-    for part, op, _fwd, total in op_flops(scn, parts, True, "megatron"):
+    for _part, op, _fwd, total in op_flops(scn, (part,), True, "megatron"):
         if op.kind == "matmul" and "core_attention" in op.tags:
-            c.attention_flops += part.count * ev(total) / n_att
-            c.kernels += 1.5 * part.count  # the fused attention: one kernel forward, two backward, per two products
+            c.attention_flops += ev(total) / n_att
+            c.kernels += 1.5  # the fused attention: one kernel forward, two backward, per two products
     at = {**scn.size_values(), b: scn.b, s: scn.s}
-    for part, coll in stage_collectives(scn, stage):
-        nb = float(coll.nbytes.xreplace(at)) * part.count
+    recomputed = policy.recomputed if part.is_layers else (lambda op: False)
+    for coll in flow_collectives(part.flow, axes, scn.act_bytes, recomputed, par.cp_comm_type == "a2a"):
+        nb = float(coll.nbytes.xreplace(at))
         if coll.kind == "ring":
             c.cp_ring_bytes += nb
             continue
-        entry = c.comm.setdefault(coll.axis, [0.0, 0, span(scn, coll.axis)])
+        entry = c.comm.setdefault(coll.axis, [0.0, 0])
         entry[0] += nb
-        entry[1] += part.count * (group_size(scn, coll.axis) - 1)  # a ring or an exchange: n - 1 steps
-    if par.pp > 1:
-        from symmem.comm import pipeline_bytes
-
-        nb = float(pipeline_bytes(scn, stage).xreplace(at))
-        sends = 2 - (1 if stage.head else 0) - (1 if stage.embedding else 0)
-        c.comm["pp"] = [nb, sends, span(scn, "pp")]
+        entry[1] += group_size(scn, coll.axis) - 1  # a ring or an exchange: n - 1 steps
     return c
 
 
@@ -244,11 +287,21 @@ def optimizer_bytes(scn, stage) -> float:
     return float(34 * shard + 4 * local)
 
 
+_DP: dict = {}
+
+
 def dp_cost(scn, stage) -> tuple[float, int, bool]:
     """(bytes, calls, crosses nodes) of the data-parallel traffic of one iteration (`symmem.comm.dp_bytes`): the
     gradient reduce-scatter and parameter all-gather (or the all-reduce) of each buffer, dense and expert."""
     from symmem.comm import dp_bytes
 
-    nb = float(Fraction(dp_bytes(scn, stage)))
+    z = int(scn.zero)
+    key = (scn.model, scn.convention, scn.size_key, scn.parallel, z, scn.m if z == 3 else None, scn.precision,
+           scn.profile.name, stage, scn.schedule)
+    if key not in _DP:
+        if len(_DP) > 8192:
+            _DP.clear()
+        _DP[key] = float(Fraction(dp_bytes(scn, stage)))
+    nb = _DP[key]
     calls = 0 if nb == 0 else (2 if int(scn.zero) >= 1 else 1) * (2 if scn.model.family.routed_experts else 1)
     return nb, calls, span(scn, "dp")
