@@ -244,3 +244,17 @@ def test_dualpipe_holds_its_stage_and_the_mirror_stage():
         # the least M DualPipe runs: more micro-batches change no peak
         assert _walked(scn("dualpipe", 8), i) == walked
     assert mems[0].states.weights != 2 * one[0].weights  # not two copies of stage 0: the head is not the embedding
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_reserved_is_not_replayed_under_zero_2_or_3(zero):
+    # issues 27 and 29: the replay writes Megatron's DDP and distributed optimizer (ZeRO 1); under ZeRO 2/3 it
+    # gave ZeRO 1's reserved figure unchanged (79.2 GB for a 32.6 GB peak); now it says why it gives none
+    from symmem.accounting.reserved import replay_refusal
+    from symmem.accounting.states import zero_stage
+
+    scn = load_scenario("llama3_70b_l12_tp8_pp1_dp1_mbc4_cef").replace(zero=zero_stage(zero))
+    st = scn.stages[0]
+    assert stage_reserved(scn, st) is None
+    assert replay_refusal(scn, st).startswith(f"ZeRO {zero}: the replay writes Megatron-LM's DDP")
+    assert stage_reserved(scn.replace(zero=zero_stage(1)), st) is not None

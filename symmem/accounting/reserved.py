@@ -307,8 +307,8 @@ def replay_refusal(scn, stage) -> str | None:
     if not scn.profile.allocation_order:
         return f"profile {scn.profile.name} does not say the order its framework allocates in"
     if int(scn.zero) > 1:
-        return (f"ZeRO {int(scn.zero)}: the replay writes Megatron-LM's DDP and distributed optimizer, ZeRO 1 (the whole "
-                "BF16 parameters and FP32 gradient buffer on every rank); ZeRO 2 and 3 allocate otherwise "
+        return (f"ZeRO {int(scn.zero)}: the replay writes Megatron-LM's DDP and distributed optimizer, ZeRO 1 (the "
+                "whole BF16 parameters and FP32 gradient buffer on every rank); ZeRO 2 and 3 allocate otherwise "
                 "(Megatron-FSDP's sharded buffers), which it does not model")
     if scn.schedule.name != "1f1b":
         return (f"the allocation order is Megatron-LM's 1F1B; schedule {scn.schedule.label} allocates in another "
