@@ -53,8 +53,9 @@ def test_torch_eager_uses_the_hf_dataflow(paper):
     assert te.flow_impl is not None and te.flow_impl.router == "v3-norm" and te.flow_impl.unit_batch
     assert te.replace(dataflow="paper").flow_impl is None
     assert {t.part for t in stage_terms(te, te.stages[1])} == {"moe layers", "rope tables"}
-    # the paper's rule set has no rules for PyTorch's op kinds
-    with pytest.raises(SymmemError, match="rule set 'paper' has no rule"):
+    # the paper's rule set has no rules for PyTorch's op kinds: refused when the scenario is made, naming the one
+    # thing to change (issue 29)
+    with pytest.raises(SymmemError, match="the 'paper' rule set has none; use rules = 'torch-eager'"):
         stage_terms(paper.replace(dataflow="hf"), paper.stages[1])
 
 
