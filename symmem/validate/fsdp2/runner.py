@@ -1,0 +1,370 @@
+"""One training step of FSDP2 over torchtitan 0.3.0's Llama 3 per rank on the CPU (gloo), measured to the byte.
+
+`run(settings)` spawns `world` processes (`torch.multiprocessing`, gloo); each builds torchtitan's `Llama3Model`
+from a tiny flavor (or a named torchtitan flavor) in FP32 with `ScaledDotProductAttention` as the inner attention
+(torchtitan 0.3.0 refuses `sdpa` for language models and FlexAttention has no CPU backward:
+/work/shared/frameworks_on_cpu.md), applies torchtitan's activation checkpointing
+(`torchtitan.distributed.activation_checkpoint`), `fully_shard`s every block and then the root with
+`MixedPrecisionPolicy(param_dtype, reduce_dtype)`, builds `torch.optim.AdamW(foreach=False)` and runs one step:
+forward on random tokens, torchtitan's `cross_entropy_loss` (sum) divided by the number of tokens, backward,
+`optimizer.step()`. Each rank returns:
+
+* `states`: bytes of the distinct storages of the sharded parameters (`DTensor.to_local()`), their gradients and
+  the optimizer's tensors (exp_avg, exp_avg_sq, step) after the step, with `states_by_kind`;
+* `params`: per parameter, the global shape, the local shard's shape and numel, and its storage bytes (FSDP2 pads
+  dim 0 to a multiple of the shard degree; the local shard is a view of the padded storage);
+* `saved`: per transformer block, bytes saved for backward (`tracker.SavedPerLayer`; the all-gathered parameters
+  and the buffers are excluded), counted when the forward ends;
+* `peak`: the most bytes of live storages at any op boundary over forward, backward and the optimizer step, with
+  the op and phase at it (`tracker.tracker_class`, extended to follow storages that FSDP2 resizes in place).
+
+AC modes: `none`; `full` (torchtitan `FullAC`); `selective-op` (torchtitan `SelectiveAC`, its per-op policy);
+`selective-layer:N` (torchtitan 0.3.0 has no layer SAC any more: every block whose id is a multiple of N is wrapped
+as `FullAC` wraps it, the former torchtitan layer-SAC rule).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import weakref
+from dataclasses import dataclass
+
+from symmem.errors import SymmemError
+from symmem.validate.fsdp2 import MISSING
+
+
+@dataclass(frozen=True)
+class Settings:
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    vocab: int = 256
+    ffn_hidden: int | None = None  # None: torchtitan's compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier)
+    multiple_of: int = 256
+    ffn_dim_multiplier: float | None = None
+    flavor: str | None = None  # a torchtitan llama3 flavor ("debugmodel", ...) instead of the dims above
+    world: int = 2
+    replicate: int = 1  # HSDP replicate degree (mesh (replicate, world // replicate))
+    reshard_after_forward: bool = True
+    ac: str = "none"  # none | full | selective-layer:N | selective-op
+    b: int = 1
+    s: int = 32
+    param_dtype: str = "bf16"
+    reduce_dtype: str = "fp32"
+    seed: int = 0
+
+
+_DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
+
+
+def require() -> None:
+    try:
+        import torch  # noqa: F401
+        import torch.distributed.fsdp  # noqa: F401
+        import torchtitan.models.llama3  # noqa: F401
+    except ImportError:
+        raise SymmemError(MISSING) from None
+
+
+def build_model(st: Settings):
+    """torchtitan's Llama3Model (FP32, on the CPU, initialized), SDPA as the inner attention."""
+    import torchtitan.models.llama3 as l3
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm, compute_ffn_hidden_dim
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+
+    # the workaround of frameworks_on_cpu.md: get_attention_config("sdpa") raises for language models
+    l3.get_attention_config = lambda backend: ScaledDotProductAttention.Config()
+    if st.flavor is not None:
+        config = l3.model_registry(st.flavor, attn_backend="sdpa").model
+    else:
+        hidden = st.ffn_hidden or compute_ffn_hidden_dim(st.dim, multiple_of=st.multiple_of,
+                                                          ffn_dim_multiplier=st.ffn_dim_multiplier)
+        config = l3.Llama3Model.Config(
+            dim=st.dim, vocab_size=st.vocab,
+            tok_embeddings=Embedding.Config(num_embeddings=st.vocab, embedding_dim=st.dim,
+                                            param_init=l3._EMBEDDING_INIT),
+            norm=RMSNorm.Config(normalized_shape=st.dim, param_init=l3._NORM_INIT),
+            lm_head=Linear.Config(in_features=st.dim, out_features=st.vocab,
+                                  param_init=l3._output_linear_init(st.dim)),
+            layers=l3._build_llama3_layers(
+                fuse_qkv=True, n_layers=st.n_layers, dim=st.dim, n_heads=st.n_heads, n_kv_heads=st.n_kv_heads,
+                hidden_dim=hidden,
+                rope=ComplexRoPE.Config(dim=st.dim // st.n_heads, max_seq_len=max(st.s, 64), theta=500000,
+                                        scaling="llama"),
+                attn_backend="sdpa"))
+    model = config.build()
+    model.init_states()
+    return model
+
+
+def apply_ac(model, mode: str) -> None:
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    if mode == "none":
+        return
+    if mode == "full":
+        FullAC(FullAC.Config()).apply(model)
+    elif mode == "selective-op":
+        SelectiveAC(SelectiveAC.Config()).apply(model)
+    elif mode.startswith("selective-layer:"):
+        every = int(mode.split(":", 1)[1])
+        policy = FullAC(FullAC.Config())
+        for layer_id, block in list(model.layers.named_children()):
+            if int(layer_id) % every == 0:
+                model.layers.register_module(layer_id, policy._wrap_block(block, base_fqn=f"layers.{layer_id}"))
+    else:
+        raise SymmemError(f"unknown ac mode {mode!r}: none | full | selective-layer:N | selective-op")
+
+
+def _local(obj):
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(obj, DTensor):
+        return obj.to_local()
+    if isinstance(obj, (list, tuple)):
+        return [_local(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _local(v) for k, v in obj.items()}
+    return obj
+
+
+def fsdp_tracker_class():
+    """`tracker.StorageTracker`, keyed by the storage itself (not its address) and summing current sizes.
+
+    FSDP2 frees and re-allocates the unsharded parameters with `untyped_storage().resize_()`, which no aten op
+    sees and which changes the storage's address: counted by address at first sight, a resharded parameter would
+    stay counted and its re-allocation be counted again. DTensor outputs count their local tensors (the mode sees
+    a DTensor op as one op; the local ops inside it run below the mode).
+    """
+    from symmem.validate.megatron_core.tracker import _storages, tracker_class
+
+    Base = tracker_class()
+
+    class FSDPStorageTracker(Base):
+        def add(self, storage, op: str = "(registered)") -> None:
+            key = storage._cdata
+            if key in self._refs:
+                return
+            self.origin[key] = f"{self.phase}: {op}"
+
+            def gone(_ref, key=key):
+                self.origin.pop(key, None)
+                self._refs.pop(key, None)
+
+            self._refs[key] = weakref.ref(storage, gone)
+
+        def _sizes(self):
+            return [(k, st.nbytes()) for k, r in list(self._refs.items()) if (st := r()) is not None]
+
+        def _check(self, op: str) -> None:
+            sizes = self._sizes()
+            self.current = sum(n for _k, n in sizes)
+            by_phase = self.__dict__.setdefault("by_phase", {})
+            if self.current > by_phase.get(self.phase, (0,))[0]:
+                by_phase[self.phase] = (self.current, op)
+            if self.current > self.peak:
+                self.peak, self.peak_op, self.peak_phase = self.current, op, self.phase
+                self.at_peak = [(n, self.origin[k]) for k, n in sizes if n]
+
+        def add_tensors(self, tensors) -> None:
+            for st in _storages(_local(list(tensors)), []):
+                self.add(st)
+            self._check("(registered)")
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for st in _storages(_local(out), []):
+                self.add(st, str(func.__name__))
+            if func.__name__ not in ("detach.default", "view.default", "_unsafe_view.default"):
+                self._check(str(func.__name__))
+            return out
+
+    return FSDPStorageTracker
+
+
+class _LiveStorages:
+    """Addresses of storages that are alive and not empty now (a set of addresses would keep the address of a
+    resharded parameter, which FSDP2 frees by resizing its storage to 0, and exclude the activation reusing it)."""
+
+    def __init__(self):
+        self._refs: list[weakref.ref] = []
+
+    def add(self, storage) -> None:
+        self._refs.append(weakref.ref(storage))
+
+    def __contains__(self, ptr: int) -> bool:
+        return any((st := r()) is not None and st.nbytes() and st.data_ptr() == ptr for r in self._refs)
+
+
+def _rank(rank: int, st: Settings, port: int, queue) -> None:
+    try:
+        queue.put((rank, _measure(rank, st, port)))
+    except BaseException as exc:  # reported to the parent as one line
+        import traceback
+
+        queue.put((rank, {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}))
+
+
+def _measure(rank: int, st: Settings, port: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=st.world)
+    try:
+        return _step(rank, st)
+    finally:
+        dist.destroy_process_group()
+
+
+def _step(rank: int, st: Settings) -> dict:
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import DTensor
+    from torchtitan.components.loss import cross_entropy_loss
+
+    from symmem.validate.megatron_core.tracker import SavedPerLayer
+
+    if st.world % st.replicate:
+        raise SymmemError(f"world {st.world} is not a multiple of the replicate degree {st.replicate}")
+    if st.replicate == 1:
+        mesh = init_device_mesh("cpu", (st.world,))
+    else:
+        mesh = init_device_mesh("cpu", (st.replicate, st.world // st.replicate),
+                                mesh_dim_names=("dp_replicate", "dp_shard"))
+    torch.manual_seed(st.seed)  # the same full model on every rank; fully_shard keeps each rank's shard
+    model = build_model(st)
+    global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    apply_ac(model, st.ac)
+    mp = MixedPrecisionPolicy(param_dtype=getattr(torch, _DTYPES[st.param_dtype]),
+                              reduce_dtype=getattr(torch, _DTYPES[st.reduce_dtype]))
+    blocks = list(model.layers.items())
+    for _id, block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=st.reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=st.reshard_after_forward)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+
+    # saved for backward, per block; the all-gathered (unsharded) parameters are states, not activations:
+    # a pre-forward hook registered after fully_shard's runs once they are gathered and excludes them
+    excluded = _LiveStorages()
+    for b in model.buffers():
+        excluded.add(b.untyped_storage())
+    saved = SavedPerLayer(excluded)
+    unsharded: dict[str, int] = {}
+
+    def gathered(name, mod):
+        for p in mod.parameters():
+            t = p.to_local() if isinstance(p, DTensor) else p
+            stg = t.untyped_storage()
+            excluded.add(stg)
+            unsharded[name] = unsharded.get(name, 0) + stg.nbytes()
+
+    for layer_id, block in blocks:
+        name = f"layer {layer_id}"
+        block.register_forward_pre_hook(lambda mod, args, name=name: (gathered(name, mod),
+                                                                       setattr(saved, "layer", name))[-1])
+        block.register_forward_hook(lambda mod, args, out: setattr(saved, "layer", None))
+    def root_gathered(mod, args):  # the root's own parameters (its children but the blocks); returns None
+        for m in mod.children():
+            if m is not mod.layers:
+                gathered("root", m)
+
+    model.register_forward_pre_hook(root_gathered)
+
+    g = torch.Generator().manual_seed(st.seed + 1 + rank)  # each rank its own data
+    vocab = model.lm_head.weight.shape[0]
+    tokens = torch.randint(0, vocab, (st.b, st.s + 1), generator=g)
+    inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    tracker = fsdp_tracker_class()()
+    gc.collect()
+    with tracker:
+        tracker.add_tensors(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
+        start = tracker.current
+        tracker.phase = "forward"
+        saved.active = True
+        with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+            pred = model(inputs)
+            loss = cross_entropy_loss(pred, labels) / labels.numel()
+            saved.active = False
+            gc.collect()
+            saved_layers = {f"layer {i}": 0 for i, _b in blocks}
+            saved_layers.update(saved.result())
+            saved_detail = saved.detail()
+            del pred
+            tracker.phase = "backward"
+            loss.backward()
+        gc.collect()
+        tracker.phase = "optimizer step"
+        optimizer.step()
+        tracker.phase = "end"
+        gc.collect()
+        tracker._check("(end)")
+        end = tracker.current
+    states = _state_bytes(model, optimizer)
+    params = {}
+    for n, p in model.named_parameters():
+        loc = p.to_local()
+        params[n.replace("_checkpoint_wrapped_module.", "")] = {
+            "global": list(p.shape), "local": list(loc.shape), "numel": loc.numel(),
+            "storage": loc.untyped_storage().nbytes()}
+    assert all(global_shapes[k] == tuple(v["global"]) for k, v in params.items())
+    from symmem.validate.megatron_core.runner import _summary
+
+    return {"rank": rank, "loss": float(loss.detach()), "peak": tracker.peak, "peak_op": tracker.peak_op,
+            "peak_phase": tracker.peak_phase,
+            "peak_by_phase": tracker.by_phase, "at_peak": _summary(tracker.at_peak), "start": start, "end": end,
+            "states": states["total"], "states_by_kind": states, "params": params,
+            "saved": dict(sorted(saved_layers.items(), key=lambda kv: (kv[0] == "outside layers", kv[0]))),
+            "saved_detail": saved_detail, "unsharded_param_bytes": unsharded}
+
+
+def _state_bytes(model, optimizer) -> dict:
+    """Distinct storages of the sharded parameters, their gradients and the optimizer's tensors, by kind."""
+    import torch
+
+    seen: set[int] = set()
+    out = {"params": 0, "grads": 0, "exp_avg": 0, "exp_avg_sq": 0, "step": 0, "other": 0}
+
+    def add(kind, t):
+        if isinstance(t, torch.Tensor):
+            stg = _local(t).untyped_storage()
+            if stg.data_ptr() not in seen and stg.nbytes():
+                seen.add(stg.data_ptr())
+                out[kind] += stg.nbytes()
+
+    for p in model.parameters():
+        add("params", p)
+    for p in model.parameters():
+        add("grads", p.grad)
+    for state in optimizer.state.values():
+        for k, t in state.items():
+            add(k if k in out else "other", t)
+    out["total"] = sum(out.values())
+    return out
+
+
+def run(st: Settings) -> list[dict]:
+    """Spawn the ranks, run one step on each, return their measurements ordered by rank."""
+    require()
+    import torch.multiprocessing as mp
+
+    from symmem.validate.megatron_core.runner import _free_port
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, st, port, queue)) for r in range(st.world)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get() for _ in procs)
+    for p in procs:
+        p.join()
+    errors = [r for r in results.values() if "error" in r]
+    if errors:
+        raise SymmemError(f"FSDP2 run failed on a rank: {errors[0]['error']}\n{errors[0]['trace']}")
+    return [results[r] for r in range(st.world)]

@@ -1,0 +1,88 @@
+"""FSDP2 (`fully_shard`) over torchtitan 0.3.0's Llama 3 on the CPU, world 2: each rank's model states against the
+closed form. Marked `fsdp2`; skips without torch.distributed.fsdp or torchtitan (the torchtitan extra).
+
+Derivation (torch 2.13.0's FSDP2, `_fsdp_param.py`): every parameter is sharded on dim 0 with dim 0 padded to a
+multiple of the shard degree W. The rank's `_sharded_param_data` is the padded chunk, ceil(d0 / W) x rest FP32
+numbers, and the DTensor's local tensor is a view of its first `local` rows, where
+local_r = clamp(d0 - r * ceil(d0 / W), 0, ceil(d0 / W)). So, per parameter and rank r:
+  * parameter storage      4 * ceil(d0 / W) * rest   (padded, every rank)
+  * gradient               4 * ceil(d0 / W) * rest   (a view of the padded FP32 reduce-scatter output)
+  * exp_avg, exp_avg_sq    4 * local_r * rest each   (AdamW's zeros_like of the local view: NOT padded)
+  * step                   4                         (a float32 scalar per parameter)
+Summed over the ranks: 2 * 4 * padded_numel + 2 * 4 * numel + 4 * W * n_params; the "padded FP32 params x 4" form
+holds only when no dim 0 needs padding (vocab 255 here pads tok_embeddings and lm_head to 256 rows; measured,
+rank 1's moments are 512 bytes smaller each than rank 0's).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("torch.distributed.fsdp", reason="torch.distributed.fsdp missing: pip install -e '.[torchtitan]'")
+pytest.importorskip("torchtitan.models.llama3", reason="torchtitan missing: pip install -e '.[torchtitan]'")
+
+from symmem.validate.fsdp2.runner import Settings, run  # noqa: E402
+
+pytestmark = pytest.mark.fsdp2
+
+W = 2
+SETTINGS = Settings(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab=255, world=W, b=1, s=32,
+                    reshard_after_forward=True, ac="none")
+
+
+def _shapes() -> dict[str, tuple]:
+    """The global shapes of torchtitan's Llama 3 with fused wqkv, from the settings alone."""
+    d, hd, v = SETTINGS.dim, SETTINGS.dim // SETTINGS.n_heads, SETTINGS.vocab
+    ffn = 256  # compute_ffn_hidden_dim(64, multiple_of=256) = 256 * ceil(int(8 * 64 / 3) / 256)
+    shapes = {"tok_embeddings.weight": (v, d), "norm.weight": (d,), "lm_head.weight": (v, d)}
+    for i in range(SETTINGS.n_layers):
+        shapes |= {f"layers.{i}.attention.qkv_linear.wqkv.weight": (d + 2 * SETTINGS.n_kv_heads * hd, d),
+                   f"layers.{i}.attention.wo.weight": (d, d), f"layers.{i}.feed_forward.w1.weight": (ffn, d),
+                   f"layers.{i}.feed_forward.w2.weight": (d, ffn), f"layers.{i}.feed_forward.w3.weight": (ffn, d),
+                   f"layers.{i}.attention_norm.weight": (d,), f"layers.{i}.ffn_norm.weight": (d,)}
+    return shapes
+
+
+def _closed_form(rank: int) -> dict[str, int]:
+    out = {"params": 0, "grads": 0, "exp_avg": 0, "exp_avg_sq": 0, "step": 0}
+    for shape in _shapes().values():
+        rows = math.ceil(shape[0] / W)
+        rest = math.prod(shape[1:])
+        local = min(max(shape[0] - rank * rows, 0), rows)
+        out["params"] += 4 * rows * rest
+        out["grads"] += 4 * rows * rest
+        out["exp_avg"] += 4 * local * rest
+        out["exp_avg_sq"] += 4 * local * rest
+        out["step"] += 4
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return run(SETTINGS)
+
+
+def test_states_per_rank_match_closed_form(ranks):
+    for r in ranks:
+        expected = _closed_form(r["rank"])
+        measured = {k: r["states_by_kind"][k] for k in expected}
+        assert measured == expected
+        assert r["states"] == sum(expected.values())
+        assert {k: tuple(v["global"]) for k, v in r["params"].items()} == _shapes()
+
+
+def test_states_sum_over_ranks(ranks):
+    shapes = _shapes().values()
+    padded = sum(math.ceil(s[0] / W) * W * math.prod(s[1:]) for s in shapes)
+    numel = sum(math.prod(s) for s in shapes)
+    assert padded > numel  # vocab 255 pads
+    assert sum(r["states"] for r in ranks) == 2 * 4 * padded + 2 * 4 * numel + 4 * W * len(_shapes())
+
+
+def test_saved_and_peak_recorded(ranks):
+    for r in ranks:
+        assert set(r["saved"]) >= {"layer 0", "layer 1"}
+        assert r["saved"]["layer 0"] == r["saved"]["layer 1"] > 0
+        assert r["peak"] >= r["states"]
