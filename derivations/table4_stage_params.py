@@ -37,11 +37,11 @@ def tables() -> list[Table]:
                      nbytes, fmt_gib(nbytes)))
     return [Table("table4_stage_params", "Table 4: parameters per pipeline stage (DeepSeek-V3, PP 16)",
                   ("stage", "layers", "contents", "whole stage", "per GPU non-MoE", "per GPU MoE", "per GPU total",
-                   "BF16 bytes per GPU", "GiB per GPU"), tuple(rows),
+                   "BF16 weight bytes per GPU", "BF16 weight GiB per GPU"), tuple(rows),
                   (f"Scenario {scn.name}: {scn.parallel.describe()}. Whole stage: every distinct parameter of the "
                    "stage over all its TP and EP ranks. GiB = 2^30 bytes.",
                    "Stages 1-14 hold the most parameters per GPU; which stage holds the most memory is decided by "
-                   "the total, activations included (see peak_stage)."),
+                   "activations too: by the paper's sum and by symmem's timeline peak (see peak_stage)."),
                   align="rllrrrrrr")]
 
 

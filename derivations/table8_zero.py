@@ -40,7 +40,7 @@ def tables() -> list[Table]:
             paper = ""
         rows.append((f"{int(z)} ({z.label})", sb.weights, sb.gradients, sb.optimizer, sb.total, *derived, paper))
     return [Table("table8_zero", "Table 8: model states per GPU of stages 1-14 under ZeRO (bytes and GiB)",
-                  ("ZeRO stage", "weights B", "gradients B", "optimizer B", "total B", "weights GiB",
+                  ("ZeRO stage", "weights bytes", "gradients bytes", "optimizer bytes", "total bytes", "weights GiB",
                    "gradients GiB", "optimizer GiB", "total GiB", "the paper states (GiB)"), tuple(rows),
                   (f"Precision recipe {prec.name}: weights {prec.weight_bytes} B, gradients {prec.grad_bytes} B, "
                    f"master {prec.master_bytes} B, optimizer {prec.optimizer_bytes} B per parameter.",

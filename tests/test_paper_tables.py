@@ -56,3 +56,43 @@ def test_index_lists_every_table():
     for p in GOLDEN.glob("*.md"):
         if p.name != "README.md":
             assert f"`{p.stem}`" in index
+
+
+def test_peak_stage_shows_the_sum_and_the_timeline_peak_and_judges_by_the_peak():
+    # issue 29 item 1: the paper's sum and symmem's timeline peak are both shown, each named for what it is; the
+    # peak column is `symmem memory`'s peak_allocated for the same configuration, and the verdict is drawn from the
+    # reserved estimate of the timeline peak, as `symmem memory` draws it, not from the sum
+    import csv
+
+    import symmem
+    from symmem.accounting.analysis import verdict
+    from symmem.accounting.states import ZeroStage
+
+    with (GOLDEN / "peak_stage.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    head = rows[0].keys()
+    sum_col = "the paper's sum (states + activations x in flight), bytes"
+    peak_col = "symmem's timeline peak, bytes"
+    verdict_col = next(c for c in head if c.startswith("verdict at 80 GB"))
+    assert {sum_col, peak_col, "timeline peak at (phase, part, op)", verdict_col} <= set(head)
+    assert "Busiest stage of the paper's case: the paper's sum and symmem's timeline peak" in (
+        GOLDEN / "peak_stage.md").read_text()
+    zeros = {z.label: z for z in ZeroStage}
+    base = symmem.load_scenario("paper")
+    disagree = []
+    for row in rows:
+        scn = base.replace(recompute_name=row["recomputation"], zero=zeros[row["ZeRO"]], b=int(row["b"]))
+        mems = symmem.memory(scn)
+        top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))
+        by_sum = max(mems, key=lambda m: (m.allocated, -m.stage.index))
+        ev = top.peak.event
+        assert int(row[peak_col]) == top.peak_allocated and int(row["timeline-peak stage"]) == top.stage.index
+        assert int(row[sum_col]) == by_sum.allocated
+        assert row["timeline peak at (phase, part, op)"] == f"{ev.phase}, {ev.part}, {ev.op}"
+        assert row[verdict_col] == verdict(*top.reserved, scn.gpu_memory)
+        if verdict(by_sum.low, by_sum.high, scn.gpu_memory) != row[verdict_col]:
+            disagree.append((row["recomputation"], row["ZeRO"], row["b"]))
+    # the paper's sum (54.31 GiB) would fit selective recomputation, ZeRO-3, b = 1 in 80 GB; its timeline peak does not
+    assert ("selective", "os+g+params", "1") in disagree
+    sel = next(r for r in rows if (r["recomputation"], r["ZeRO"], r["b"]) == ("selective", "os+g+params", "1"))
+    assert sel[verdict_col] == "does not fit" and sel["the paper's sum (states + activations x in flight), GiB"] == "54.31"

@@ -18,8 +18,9 @@ INTRO = (
 )
 
 FIGURES = {
-    "stage_memory": "Memory per GPU of every pipeline stage (paper case), stacked by component, with the GPU "
-                    "capacity",
+    "stage_memory": "The paper's sum per GPU of every pipeline stage (paper case: model states + saved activations "
+                    "in flight, and the high end of the paper's overheads), stacked by component, with the GPU "
+                    "capacity; not the timeline peak (symmem memory, peak_stage)",
     "memory_vs_microbatch": "Model states plus saved activations per GPU (the sum, of the stage with the most) "
                             "against the micro-batch size, for each recomputation policy",
     "memory_vs_seqlen": "Model states plus saved activations per GPU (the sum, of the stage with the most) "

@@ -126,7 +126,7 @@ def figure_stage_memory(scenarios: list[tuple[str, object]]):
         if ax is not axes[0][0]:
             ax.legend(handles=[line], fontsize=7, loc="center right")
         ax.set_xlabel("pipeline stage")
-        ax.set_ylabel("memory per GPU (GiB)")
+        ax.set_ylabel("states + saved activations in flight\n+ overheads (high), per GPU (GiB)")
         ax.set_title(f"{title}\n{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}", fontsize=9, y=1.0)
         ax.set_xticks(x)
     axes[0][0].legend(fontsize=7, loc="upper right")

@@ -54,7 +54,8 @@ CAPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
                               ("zhang2025memory", "korthikanti2022")),
     "stage0_activations": ("Activations of one micro-batch, stage 0 (not analysed in the paper) beside stage 1; "
                            + _PAPER_ACTS, ("zhang2025memory", "megatronlm")),
-    "peak_stage": ("Model states plus activations in flight under 1F1B, M = 16, 80 GB GPUs; " + _PAPER_ACTS,
+    "peak_stage": ("The paper's sum (model states plus activations in flight) and symmem's timeline peak under "
+                   "1F1B, M = 16, 80 GB GPUs; " + _PAPER_ACTS,
                    ("zhang2025memory",)),
     "hypotheses": ("The paper's MoE accounting against real EP dispatch and a sequence-sharded MoE block "
                    "(scenario paper-megatron); otherwise " + _PAPER, ("zhang2025memory", "megatronlm")),
