@@ -100,12 +100,14 @@ def generations() -> list[Table]:
                "(lm_head, final norm, hc_head), biases and gains (symmem.accounting.muon)."), align="lrrllrr"),
         Table("deepseek_generations_activations",
               "DeepSeek V3 → V3.2 → V4-Flash → V4-Pro: activations per layer and per GPU against s (paper rules)",
-              ("model", "s", "per layer (bytes)", "GiB", "per GPU, activations in flight, stage with the largest sum (bytes)",
-               "GiB", "stage with the largest sum",
+              ("model", "s", "per layer (bytes)", "GiB",
+               "per GPU, activations in flight, stage with the largest sum (bytes)", "GiB",
+               "stage with the largest sum",
                "largest block (share of a stage)"), tuple(acts),
               ("b = 1, no recomputation, 1F1B with M = PP micro-batches; per layer: the mean over stage 1's "
-               "layers, on one GPU of the layout; per GPU: saved activations per micro-batch x micro-batches in flight on the stage with the "
-               "largest paper's sum (model states + activations in flight), not a timeline peak.",
+               "layers, on one GPU of the layout; per GPU: saved activations per micro-batch x micro-batches in "
+               "flight on the stage with the largest paper's sum (model states + activations in flight), not a "
+               "timeline peak.",
                "V3 attends densely (10 b n_h s² / t); V3.2 to min(k_I, s) keys; V4 to min(s_w, s) window keys plus "
                "floor(s/m_H) (HCA) or min(k_I, floor(s/m_C)) (CSA) compressed entries: V4's activations grow "
                "linearly in s, dominated by the mHC streams (FP32 copies of n_hc h per token) and the MoE block.",

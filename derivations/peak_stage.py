@@ -59,7 +59,8 @@ def tables() -> list[Table]:
                "reserved estimate from the timeline peak, GiB", f"verdict at {capacity} (from the reserved estimate)"]
     if any(r is not None for r in replayed):  # the caching allocator replayed: the profile says its order
         columns.insert(-1, "reserved, allocator replayed, GiB")
-        rows = [row[:-1] + ("-" if r is None else fmt_gib(r),) + row[-1:] for row, r in zip(rows, replayed)]
+        rows = [row[:-1] + ("-" if r is None else fmt_gib(r),) + row[-1:]
+                for row, r in zip(rows, replayed, strict=True)]
         align = "llrrrrrrrrllrl"
     else:
         align = "llrrrrrrrrlll"
@@ -70,12 +71,13 @@ def tables() -> list[Table]:
                   f"({base.schedule.label}, M = {base.m}, s = {base.s}; capacity {capacity} = "
                   f"{fmt_gib(base.gpu_memory)} GiB)",
                   tuple(columns), tuple(rows),
-                  (f"The paper's sum = model states + saved activations per micro-batch x micro-batches in flight "
-                   f"(StageMemory.allocated), taken at the stage where it is largest; it is not a peak.",
+                  ("The paper's sum = model states + saved activations per micro-batch x micro-batches in flight "
+                   "(StageMemory.allocated), taken at the stage where it is largest; it is not a peak.",
                    "Symmem's timeline peak = the bytes allocated at the busiest moment of the step "
                    "(StageMemory.peak_allocated; the number `symmem memory` prints as peak), with framework "
                    "buffers, transient tensors, activation gradients and workspaces; the event names the moment.",
-                   f"Reserved estimate = timeline peak x (1 + {base.fragmentation[0]:.0%}..{base.fragmentation[1]:.0%}) "
+                   f"Reserved estimate = timeline peak x (1 + {base.fragmentation[0]:.0%}.."
+                   f"{base.fragmentation[1]:.0%}) "
                    f"allocator fragmentation + {fmt_gb(base.comm_buffers[0])}-{fmt_gb(base.comm_buffers[1])} GB "
                    f"communication buffers (the paper's ranges; StageMemory.reserved).{replay_note}",
                    f"Verdict as `symmem memory` draws it: fits if the high end of the reserved estimate is at most "

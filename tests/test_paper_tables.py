@@ -95,4 +95,5 @@ def test_peak_stage_shows_the_sum_and_the_timeline_peak_and_judges_by_the_peak()
     # the paper's sum (54.31 GiB) would fit selective recomputation, ZeRO-3, b = 1 in 80 GB; its timeline peak does not
     assert ("selective", "os+g+params", "1") in disagree
     sel = next(r for r in rows if (r["recomputation"], r["ZeRO"], r["b"]) == ("selective", "os+g+params", "1"))
-    assert sel[verdict_col] == "does not fit" and sel["the paper's sum (states + activations x in flight), GiB"] == "54.31"
+    assert sel[verdict_col] == "does not fit"
+    assert sel["the paper's sum (states + activations x in flight), GiB"] == "54.31"
