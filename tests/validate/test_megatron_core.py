@@ -234,7 +234,12 @@ def test_peak_equal_and_exit_0(runs, case):
     for r in out["ranks"]:
         m, p = r["measured"], r["predicted"]
         if case in EVENTS:
-            assert (m["peak_phase"], m["peak_op"], p["peak_at"]) == ("forward-backward", *EVENTS[case])
+            op, at = EVENTS[case]
+            # the BF16 loss run reaches the same maximum at the FP32 cast of the logits (cross_entropy.py:28,
+            # _to_copy) or at the target logits' copy (clone), one boundary apart with the same bytes alive: which
+            # is reached first varied once in a full run under load (the bytes never did)
+            ops = {op, "_to_copy.default"} if case == "loss-tp2-bf16-b4" else {op}
+            assert m["peak_phase"] == "forward-backward" and m["peak_op"] in ops and p["peak_at"] == at
         else:
             assert m["peak_phase"] == "optimizer step" and p["peak_at"].startswith("optimizer step")
         assert isinstance(m["peak"], int) and m["peak"] == p["peak"]
