@@ -62,6 +62,12 @@ class Profile:
     # whether symmem.accounting.reserved knows the order the framework allocates in (model build, buffers,
     # optimizer, steps): then each stage's reserved memory is derived by replaying PyTorch's caching allocator
     allocation_order: bool = False
+    # the model states of one GPU when the framework lays them out itself (FSDP2's padded shards): (scenario,
+    # stage) -> StateBytes; None: symmem.accounting.states' ZeRO layout
+    states: Callable | None = None
+    # the dataflow and attention implementation the framework's modules are (None: the scenario's)
+    dataflow: str | None = None
+    attn_impl: str | None = None
 
 
 # --------------------------------------------------------------------------------------------- megatron-te
@@ -249,6 +255,61 @@ def _local_buffers(scn, stage, parts, values) -> list[Buffer]:
     ]
 
 
+# ----------------------------------------------------------------------------------------------- torchtitan
+ALLOCATOR_BLOCK = 512  # bytes: the CUDA caching allocator's smallest block (CUDACachingAllocator.cpp kMinBlockSize)
+
+
+def _torchtitan_check(scn) -> None:
+    par = scn.parallel
+    other = [f"{k.upper()} {getattr(par, k)}" for k in ("tp", "pp", "cp", "ep") if getattr(par, k) != 1]
+    if other:
+        raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only FSDP (and HSDP) data parallelism is "
+                          "modelled for torchtitan so far; set TP, PP, CP and EP to 1")
+    if scn.model.family.name != "llama":
+        raise SymmemError(f"profile {scn.profile.name}: model family {scn.model.family.name!r}: torchtitan's Llama 3 "
+                          "is the one modelled (its DeepSeek-V3 and Qwen3 are not yet)")
+
+
+def _torchtitan_states(scn, sp, on_gpu: bool):
+    """FSDP2's padded shards on rank 0, the fullest (symmem.accounting.fsdp): FP32 parameters and gradients, AdamW's
+    two FP32 moments and its step scalars; on a GPU the fused AdamW's steps are device scalars, each taking the
+    allocator's smallest block; on the CPU 4 bytes each."""
+    from symmem.accounting.fsdp import fsdp_params, rank_states, shard_degree
+    from symmem.accounting.states import StateBytes
+
+    _torchtitan_check(scn)
+    params = fsdp_params(scn, sp.stage)
+    r = rank_states(params, shard_degree(scn), 0, step_on_device=True)
+    step = len(params) * (ALLOCATOR_BLOCK if on_gpu else 4)
+    return StateBytes(r.params, r.grads, r.exp_avg + r.exp_avg_sq + step)
+
+
+def _rope_cache(scn, stage, parts, values) -> list[Buffer]:
+    """torchtitan's ComplexRoPE cache, one per attention module (GQAttention builds its own `rope`,
+    torchtitan/models/common/attention.py:960; the cache is (max_seq_len, head_dim / 2) complex64,
+    models/common/rope.py:185-193), a model buffer FSDP2 does not shard: 8 x max_seq_len x head_dim / 2 bytes per
+    layer. max_seq_len is the config's `max_position_embeddings` (torchtitan's llama3 flavors set 131,072,
+    models/llama3/__init__.py:138, as Llama 3.1's config does)."""
+    m = scn.model
+    head = m.value("h") // m.value("n_h")
+    n = m.max_positions
+    if n is None:
+        raise SymmemError(f"model {m.name}: max_position_embeddings is not given; torchtitan's RoPE cache is sized by "
+                          "it")
+    return [Buffer(f"RoPE cache, {len(stage.layers)} layer(s) x [{n:,}, {head // 2}] complex64",
+                   len(stage.layers) * n * (head // 2) * 8, "torchtitan/models/common/rope.py:185-193")]
+
+
+def _torchtitan_profile(name: str, on_gpu: bool) -> Profile:
+    from functools import partial
+
+    where = "a GPU: fused RMSNorm, fused AdamW" if on_gpu else "the CPU: composite RMSNorm, for-loop AdamW"
+    return Profile(
+        name, name, f"torchtitan 0.3.0's Llama 3 under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
+        buffers=_rope_cache, precision="fp32", zero=3, states=partial(_torchtitan_states, on_gpu=on_gpu),
+        dataflow="hf", attn_impl="sdpa")
+
+
 PROFILES = {
     "paper": Profile("paper", "paper", "the paper's accounting (Korthikanti et al. 2022, arXiv 2502.07846)"),
     "torch-eager": Profile("torch-eager", "torch-eager", "PyTorch eager autograd (transformers on one device)"),
@@ -267,6 +328,8 @@ PROFILES = {
         "Megatron-Core 0.16.1, local (non-TE) spec, FP32, distributed optimizer, no sequence parallelism "
         "(measured on the CPU by symmem measure --framework megatron-core)",
         buffers=_local_buffers, precision="fp32", zero=1, ddp_padding=True),
+    "torchtitan": _torchtitan_profile("torchtitan", on_gpu=True),
+    "torchtitan-cpu": _torchtitan_profile("torchtitan-cpu", on_gpu=False),
 }
 
 

@@ -210,10 +210,13 @@ class Scenario:
         It depends on b and s: at b = 1 or s = 1 some reshapes stay views (HFImpl.flat_view, output_view), so a
         torch-eager expression derived at b = 1 holds at b = 1 only, one derived at b, s > 1 only there. Evaluate
         it at the scenario's own b and s (replace them; do not override them at evaluation)."""
-        dataflow = self.dataflow or ("hf" if self.rules_name == "torch-eager" else "paper")
+        prof = self.profile if self.profile_name is not None else None
+        dataflow = self.dataflow or (prof.dataflow if prof is not None else None) or (
+            "hf" if self.rules_name == "torch-eager" else "paper")
         if dataflow == "paper":
             return None
-        return self.model.family.hf_impl(self.model, self.attn_impl, self.experts_impl, self.hf_router,
+        attn = prof.attn_impl if prof is not None and prof.attn_impl else self.attn_impl
+        return self.model.family.hf_impl(self.model, attn, self.experts_impl, self.hf_router,
                                           unit_batch=self.b == 1, unit_seq=self.s == 1)
 
     @cached_property

@@ -127,6 +127,8 @@ def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
     working copies it does not keep. Under DualPipe the GPU holds a second stage's states too (`dualpipe_states`)."""
     if _dualpipe(scn):
         return dualpipe_states(scn, sp.stage)
+    if scn.profile.states is not None:  # the framework's own layout (FSDP2's padded shards)
+        return scn.profile.states(scn, sp)
     st = state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero)
     if scn.precision.low_precision is None:
         return st

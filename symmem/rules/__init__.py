@@ -15,13 +15,15 @@ __all__ = ["Rule", "RuleSet", "Saved", "as_dtype", "combine", "inputs", "nothing
 
 def _registry() -> dict[str, RuleSet]:
     # imported here: the rule modules build their tables from the helpers above
-    from symmem.rules import megatron_local_ops, megatron_te, paper, torch_eager
+    from symmem.rules import megatron_local_ops, megatron_te, paper, torch_eager, torchtitan
 
-    return {r.RULES.name: r.RULES for r in (paper, torch_eager, megatron_te, megatron_local_ops)}
+    return {**{r.RULES.name: r.RULES for r in (paper, torch_eager, megatron_te, megatron_local_ops, torchtitan)},
+            torchtitan.RULES_CPU.name: torchtitan.RULES_CPU}
 
 
 def rule_set(name: str) -> RuleSet:
-    """The rule set called `name`: `paper`, `torch-eager`, `megatron-te` or `megatron-local`.
+    """The rule set called `name`: `paper`, `torch-eager`, `megatron-te`, `megatron-local`, `torchtitan` or
+    `torchtitan-cpu`.
 
     >>> rule_set("paper").rules["softmax"].__name__
     'rule'

@@ -44,6 +44,7 @@ class Settings:
     ffn_hidden: int | None = None  # None: torchtitan's compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier)
     multiple_of: int = 256
     ffn_dim_multiplier: float | None = None
+    max_seq_len: int = 2048  # the RoPE cache's length (HF config: max_position_embeddings; torchtitan's flavors 131072)
     flavor: str | None = None  # a torchtitan llama3 flavor ("debugmodel", ...) instead of the dims above
     world: int = 2
     replicate: int = 1  # HSDP replicate degree (mesh (replicate, world // replicate))
@@ -91,7 +92,7 @@ def build_model(st: Settings):
             layers=l3._build_llama3_layers(
                 fuse_qkv=True, n_layers=st.n_layers, dim=st.dim, n_heads=st.n_heads, n_kv_heads=st.n_kv_heads,
                 hidden_dim=hidden,
-                rope=ComplexRoPE.Config(dim=st.dim // st.n_heads, max_seq_len=max(st.s, 64), theta=500000,
+                rope=ComplexRoPE.Config(dim=st.dim // st.n_heads, max_seq_len=st.max_seq_len, theta=500000,
                                         scaling="llama"),
                 attn_backend="sdpa"))
     model = config.build()
@@ -278,7 +279,8 @@ def _step(rank: int, st: Settings) -> dict:
     g = torch.Generator().manual_seed(st.seed + 1 + rank)  # each rank its own data
     vocab = model.lm_head.weight.shape[0]
     tokens = torch.randint(0, vocab, (st.b, st.s + 1), generator=g)
-    inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    # two tensors of their own, as a data loader hands them over (views of one buffer would share a storage)
+    inputs, labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
 
     tracker = fsdp_tracker_class()()
     gc.collect()

@@ -1,0 +1,80 @@
+"""What the `torchtitan-cpu` profile predicts for a run of `runner.Settings`: per rank, the model states
+(`symmem.accounting.fsdp`) and what each block and the rest of the model save for backward (the rule set
+`torchtitan-cpu` over the Hugging Face Llama dataflow with SDPA). The settings become an HF Llama config
+(`hf_config`), the same dims torchtitan builds from."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+AC_RECOMPUTE = {"none": "none", "full": "full"}  # torchtitan's AC mode -> symmem's recomputation policy
+
+
+def hf_config(st) -> dict:
+    """The HF Llama config of the runner's torchtitan model (untied embeddings, RMSNorm eps 1e-5)."""
+    if st.ffn_hidden is None:
+        raise ValueError("give ffn_hidden explicitly to predict (torchtitan's rounding is not applied here)")
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": st.dim,
+            "intermediate_size": st.ffn_hidden, "num_hidden_layers": st.n_layers,
+            "num_attention_heads": st.n_heads, "num_key_value_heads": st.n_kv_heads, "vocab_size": st.vocab,
+            "max_position_embeddings": st.max_seq_len, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+            "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+
+
+def scenario(st, raw: dict | None = None):
+    """The symmem Scenario of the run: profile torchtitan-cpu, FSDP over `world` (ZeRO-3), BF16 activations."""
+    from symmem.config import load_model
+    from symmem.errors import SymmemError
+    from symmem.parallel.sizes import Parallel
+    from symmem.scenario import model_scenario
+
+    if st.ac not in AC_RECOMPUTE:
+        raise SymmemError(f"--ac = {st.ac!r}: predicted for none and full only (torchtitan's selective modes are "
+                          "measured, not yet predicted)")
+    fd, path = tempfile.mkstemp(suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(raw or hf_config(st), f)
+        model = load_model(path)
+    finally:
+        os.unlink(path)
+    from symmem.accounting.states import recipe, zero_stage
+
+    return model_scenario(model).replace(
+        profile_name="torchtitan-cpu", precision=recipe("fp32"), zero=zero_stage(3),
+        parallel=Parallel(dp=st.world // st.replicate), b=st.b, s=st.s, act_bytes=2,
+        recompute_name=AC_RECOMPUTE[st.ac])
+
+
+def predicted(st, raw: dict | None = None) -> list[dict]:
+    """Per rank: `states` (bytes, by kind) and `saved` (per block, and outside the blocks)."""
+    from symmem.accounting.analysis import stage_terms, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.accounting.fsdp import fsdp_params, rank_states, shard_degree
+
+    scn = scenario(st, raw)
+    (stage,) = scn.stages
+    vals = values(scn)
+    per_part: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for t in stage_terms(scn, stage):
+        per_part[t.part] = per_part.get(t.part, 0) + ceil_int(evaluate(t.nbytes, vals))
+    from symmem.model import stage_parts
+
+    for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl):
+        counts[p.name] = p.count
+    layer = sum(v for k, v in per_part.items() if k.endswith("layers"))
+    outside = sum(v for k, v in per_part.items() if not k.endswith("layers"))
+    params = fsdp_params(scn, stage)
+    n = shard_degree(scn)
+    out = []
+    for rank in range(st.world):
+        r = rank_states(params, n, rank % n, step_on_device=True)
+        out.append({"rank": rank,
+                    "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
+                                       "exp_avg_sq": r.exp_avg_sq, "step": r.step},
+                    "states": r.total,
+                    "saved": {**{f"layer {i}": layer for i in range(st.n_layers)}, "outside layers": outside}})
+    return out
