@@ -28,10 +28,19 @@ def _require_torch() -> None:
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core", "torchao-float8"),
+    p.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core", "torchao-float8",
+                                                                   "fsdp2"),
                    help="transformers: one HF decoder layer; megatron-core: one whole Megatron-Core 0.16.1 training "
                         "iteration per rank on the CPU (needs the megatron extra); torchao-float8: one HF Llama "
-                        "decoder layer under torchao 0.18.0's float8 training (emulate=True)")
+                        "decoder layer under torchao 0.18.0's float8 training (emulate=True); fsdp2: one FSDP2 "
+                        "training step of torchtitan 0.3.0's Llama 3 per rank on the CPU (needs the torchtitan "
+                        "extra; --dp ranks, default 2)")
+    p.add_argument("--hsdp-replicate", dest="hsdp_replicate", type=int_arg(1, 8), default=None,
+                   help="fsdp2: HSDP's replicate degree (the mesh is replicate x --dp/replicate; default 1)")
+    p.add_argument("--no-reshard-after-forward", dest="no_reshard_after_forward", action="store_true",
+                   help="fsdp2: fully_shard(reshard_after_forward=False)")
+    p.add_argument("--ac", default=None, help="fsdp2: torchtitan's activation checkpointing, none or full "
+                                              "(default none)")
     p.add_argument("--recipe", default=None, help="torchao-float8: tensorwise (default), rowwise or "
                                                   "rowwise_with_gw_hp (Float8LinearConfig.from_recipe_name)")
     p.add_argument("--option", action="append", metavar="KEY=BOOL",
@@ -106,6 +115,22 @@ def _run(args) -> int:
         for key in ("recipe", "option"):
             if getattr(args, key) is not None:
                 raise SymmemError(f"--{key}: only with --framework torchao-float8")
+    if args.framework != "fsdp2":
+        for key in ("hsdp_replicate", "ac"):
+            if getattr(args, key) is not None:
+                raise SymmemError(f"--{key.replace('_', '-')}: only with --framework fsdp2")
+        if args.no_reshard_after_forward:
+            raise SymmemError("--no-reshard-after-forward: only with --framework fsdp2")
+    if args.framework == "fsdp2":
+        from symmem.cli import measure_fsdp2
+
+        for key in _MEGATRON_FLAGS:
+            if key != "dp" and getattr(args, key) is not None:
+                raise SymmemError(f"--{key}: not with --framework fsdp2 (FSDP over --dp ranks only)")
+        args.dp = args.dp or 2
+        args.hsdp_replicate = args.hsdp_replicate or 1
+        args.ac = args.ac or "none"
+        return measure_fsdp2.run(args)
     if args.framework == "megatron-core":
         from symmem.cli import measure_megatron
 

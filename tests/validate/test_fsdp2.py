@@ -86,3 +86,47 @@ def test_saved_and_peak_recorded(ranks):
         assert set(r["saved"]) >= {"layer 0", "layer 1"}
         assert r["saved"]["layer 0"] == r["saved"]["layer 1"] > 0
         assert r["peak"] >= r["states"]
+
+
+# The torchtitan-cpu profile against the real code, per rank, to the byte (issue 28): model states and what each
+# block and the rest of the model save for backward. One spawn of the ranks per run (about 15 s each on 2 cores).
+MATRIX = {
+    "fsdp2-reshard": {},
+    "fsdp2-no-reshard": {"reshard_after_forward": False},
+    "fsdp2-full-ac": {"ac": "full"},
+    "hsdp-2x2": {"world": 4, "replicate": 2},
+    "fsdp4-uneven-b2": {"world": 4, "dim": 48, "n_heads": 3, "n_kv_heads": 1, "vocab": 250, "b": 2, "s": 12},
+}
+
+
+@pytest.mark.parametrize("case", list(MATRIX))
+def test_profile_equals_the_run_on_every_rank(case):
+    import dataclasses
+
+    from symmem.validate.fsdp2.predict import predicted
+
+    st = dataclasses.replace(SETTINGS, ffn_hidden=256, **MATRIX[case])
+    measured, pred = run(st), predicted(st)
+    assert len(measured) == st.world
+    for m, p in zip(measured, pred, strict=True):
+        assert m["states_by_kind"] | {"other": 0} == p["states_by_kind"] | {"other": 0, "total": m["states"]}, case
+        assert m["states"] == p["states"] and m["saved"] == p["saved"], (case, m["rank"])
+
+
+def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, capsys):
+    import json
+
+    from symmem.cli.main import main
+    from symmem.validate.fsdp2.predict import hf_config
+
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps(hf_config(Settings(ffn_hidden=256, vocab=256))))
+    assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), "--dp", "2", "-b", "1", "-s", "16",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["match"] and all(r["states_match"] and r["saved_match"] for r in out["ranks"])
+    for extra, words in ((["--ac", "selective-op"], "--ac = 'selective-op'"), (["--tp", "2"], "--tp"),
+                         (["--dp", "3", "--hsdp-replicate", "2"], "--hsdp-replicate = 2")):
+        assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), *extra]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
