@@ -25,4 +25,5 @@ MODULES = (
     "precision_recipes",
     "measured_runs",
     "measured_step_times",
+    "torchtitan_configs",
 )

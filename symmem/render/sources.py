@@ -9,6 +9,10 @@ from __future__ import annotations
 
 # key -> the bibliography entry, LaTeX already
 BIBLIOGRAPHY: dict[str, str] = {
+    "torchtitan": r"Wanchao Liang et al. \emph{TorchTitan: One-stop PyTorch native solution for production ready "
+                  r"LLM pre-training}. arXiv:2410.06511, 2024; pytorch/torchtitan 0.3.0.",
+    "fsdp2": r"PyTorch 2.13, \texttt{torch.distributed.fsdp.fully\_shard} (FSDP2), "
+             r"torch/distributed/fsdp/\_fully\_shard/.",
     "zhang2025memory": r"Ping Zhang and Lei Su. \emph{Memory Analysis on the Training Course of DeepSeek Models}. "
                        r"arXiv:2502.07846, 2025.",
     "korthikanti2022": r"Vijay Korthikanti, Jared Casper, Sangkug Lym, Lawrence McAfee, Michael Andersch, "
@@ -90,6 +94,9 @@ CAPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fig:params_by_block": ("Whole model, parameters only, no parallelism", ("deepseekv3", "zhang2025memory")),
     "fig:deepseek_generations_activations": ("Rule set paper, b = 1, no recomputation, 1F1B with M = PP, BF16",
                                              ("zhang2025memory", "deepseekv3")),
+    "torchtitan_configs": ("Profile torchtitan: FSDP2 with torchtitan 0.3.0's Llama 3, BF16 compute, FP32 states "
+                           "and reduce; not modelled: FSDP2's unsharded blocks, selective per-op checkpointing",
+                           ("torchtitan", "fsdp2")),
     "fig:measured_runs": (_MEASURED[0].upper() + _MEASURED[1:], ("simumax", "megatronlm", "transformerengine")),
     "fig:measured_step_times": ("symmem's step-time model (symmem/steptime/); " + _MEASURED,
                                 ("simumax", "megatronlm", "transformerengine")),
