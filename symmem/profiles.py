@@ -63,7 +63,7 @@ class Profile:
     # optimizer, steps): then each stage's reserved memory is derived by replaying PyTorch's caching allocator
     allocation_order: bool = False
     # the model states of one GPU when the framework lays them out itself (FSDP2's padded shards): (scenario,
-    # stage) -> StateBytes; None: symmem.accounting.states' ZeRO layout
+    # stage, parts, values) -> StateBytes; None: symmem.accounting.states' ZeRO layout
     states: Callable | None = None
     # the dataflow and attention implementation the framework's modules are (None: the scenario's)
     dataflow: str | None = None
@@ -270,7 +270,7 @@ def _torchtitan_check(scn) -> None:
                           "is the one modelled (its DeepSeek-V3 and Qwen3 are not yet)")
 
 
-def _torchtitan_states(scn, sp, on_gpu: bool):
+def _torchtitan_states(scn, stage, parts, values, on_gpu: bool):
     """FSDP2's padded shards on rank 0, the fullest (symmem.accounting.fsdp): FP32 parameters and gradients, AdamW's
     two FP32 moments and its step scalars; on a GPU the fused AdamW's steps are device scalars, each taking the
     allocator's smallest block; on the CPU 4 bytes each."""
@@ -278,7 +278,7 @@ def _torchtitan_states(scn, sp, on_gpu: bool):
     from symmem.accounting.states import StateBytes
 
     _torchtitan_check(scn)
-    params = fsdp_params(scn, sp.stage)
+    params = fsdp_params(parts, values)
     r = rank_states(params, shard_degree(scn), 0, step_on_device=True)
     step = len(params) * (ALLOCATOR_BLOCK if on_gpu else 4)
     return StateBytes(r.params, r.grads, r.exp_avg + r.exp_avg_sq + step)

@@ -10,20 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from symmem.cli.main import main
+from test_hostile import one_line_error, run  # the first hostile suite's helpers (tests/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(code: int, err: str) -> bool:
-    return code == 2 and err.count("\n") == 1 and err.startswith("symmem: error: ") and "Traceback" not in err
 
 
 # ----------------------------------------------------------------------------- 1. size bounds of every family

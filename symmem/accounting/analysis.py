@@ -128,7 +128,8 @@ def stage_states(scn: Scenario, sp: StageParams) -> StateBytes:
     if _dualpipe(scn):
         return dualpipe_states(scn, sp.stage)
     if scn.profile.states is not None:  # the framework's own layout (FSDP2's padded shards)
-        return scn.profile.states(scn, sp)
+        return scn.profile.states(scn, sp.stage, stage_parts(scn.model, sp.stage, scn.convention, scn.flow_impl),
+                                  values(scn))
     st = state_bytes(sp.dense, sp.moe, scn.parallel.dense_shard, scn.parallel.expert_dp, scn.precision, scn.zero)
     if scn.precision.low_precision is None:
         return st

@@ -50,15 +50,11 @@ class FsdpParam:
         return -(-self.d0 // n) * self.rest
 
 
-def fsdp_params(scn, stage) -> list[FsdpParam]:
-    """The stage's parameters as FSDP2 shards them (global sizes at the scenario's values)."""
-    from symmem.accounting.analysis import values
+def fsdp_params(parts, vals: dict) -> list[FsdpParam]:
+    """The parameters of a stage's `parts` as FSDP2 shards them (global sizes at `vals`, the scenario's values)."""
     from symmem.accounting.evaluate import evaluate
     from symmem.accounting.params import weight_uses
     from symmem.graph import global_size
-    from symmem.model import stage_parts
-
-    vals = values(scn)
 
     def n(expr) -> int:
         v = evaluate(expr, vals)
@@ -67,7 +63,6 @@ def fsdp_params(scn, stage) -> list[FsdpParam]:
         return int(v)
 
     out: list[FsdpParam] = []
-    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     for use in weight_uses(parts, unique=True):
         op = next(o for p in parts if p.name == use.part for o in p.flow.ops if o.name == use.op)
         dims = use.weight.dims

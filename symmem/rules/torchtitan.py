@@ -67,18 +67,12 @@ def _cross_entropy(op: Op, flow: Dataflow) -> list[Saved]:
 # the RoPE table is a model buffer (the profile's), kept by no op
 _CHANGES = {"rotary_emb": nothing, "cross_entropy": _cross_entropy}
 
-RULES = RuleSet(
-    "torchtitan",
-    "torchtitan 0.3.0's Llama 3 on a GPU (torch 2.13): torch-eager's rules with the fused RMSNorm and the RoPE "
-    "table as a buffer",
-    {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": _rms_norm_fused},
-    context_parallel=False,
-)
+def _rule_set(name: str, where: str, rmsnorm) -> RuleSet:
+    return RuleSet(name, f"torchtitan 0.3.0's Llama 3 on {where} (torch 2.13): torch-eager's rules with this RMSNorm, "
+                   "the RoPE table as a buffer and nll_loss's total_weight",
+                   {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": rmsnorm}, context_parallel=False)
 
-RULES_CPU = RuleSet(
-    "torchtitan-cpu",
-    "torchtitan 0.3.0's Llama 3 on the CPU (torch 2.13): torch-eager's rules with ATen's composite RMSNorm and the "
-    "RoPE table as a buffer (measured: symmem measure --framework fsdp2)",
-    {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": _rms_norm_composite},
-    context_parallel=False,
-)
+
+RULES = _rule_set("torchtitan", "a GPU (fused rms_norm)", _rms_norm_fused)
+RULES_CPU = _rule_set("torchtitan-cpu", "the CPU (ATen's composite rms_norm; measured by symmem measure --framework "
+                      "fsdp2)", _rms_norm_composite)

@@ -67,7 +67,7 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
         counts[p.name] = p.count
     layer = sum(v for k, v in per_part.items() if k.endswith("layers"))
     outside = sum(v for k, v in per_part.items() if not k.endswith("layers"))
-    params = fsdp_params(scn, stage)
+    params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals)
     n = shard_degree(scn)
     out = []
     for rank in range(st.world):

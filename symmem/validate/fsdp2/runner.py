@@ -26,7 +26,6 @@ as `FullAC` wraps it, the former torchtitan layer-SAC rule).
 from __future__ import annotations
 
 import gc
-import os
 import weakref
 from dataclasses import dataclass
 
@@ -199,28 +198,6 @@ class _LiveStorages:
         return any((st := r()) is not None and st.nbytes() and st.data_ptr() == ptr for r in self._refs)
 
 
-def _rank(rank: int, st: Settings, port: int, queue) -> None:
-    try:
-        queue.put((rank, _measure(rank, st, port)))
-    except BaseException as exc:  # reported to the parent as one line
-        import traceback
-
-        queue.put((rank, {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}))
-
-
-def _measure(rank: int, st: Settings, port: int) -> dict:
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=st.world)
-    try:
-        return _step(rank, st)
-    finally:
-        dist.destroy_process_group()
-
-
 def _step(rank: int, st: Settings) -> dict:
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -353,20 +330,6 @@ def _state_bytes(model, optimizer) -> dict:
 def run(st: Settings) -> list[dict]:
     """Spawn the ranks, run one step on each, return their measurements ordered by rank."""
     require()
-    import torch.multiprocessing as mp
+    from symmem.validate._spawn import spawn
 
-    from symmem.validate.megatron_core.runner import _free_port
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, st, port, queue)) for r in range(st.world)]
-    for p in procs:
-        p.start()
-    results = dict(queue.get() for _ in procs)
-    for p in procs:
-        p.join()
-    errors = [r for r in results.values() if "error" in r]
-    if errors:
-        raise SymmemError(f"FSDP2 run failed on a rank: {errors[0]['error']}\n{errors[0]['trace']}")
-    return [results[r] for r in range(st.world)]
+    return spawn(_step, st, st.world, "FSDP2")

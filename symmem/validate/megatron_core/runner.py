@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import socket
 from dataclasses import dataclass
 
 from symmem.errors import SymmemError
@@ -99,35 +97,12 @@ def transformer_config(st: Settings):
     return TransformerConfig(**{k: v for k, v in cfg.items() if v is not None}, **common)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _rank(rank: int, st: Settings, port: int, queue) -> None:
-    try:
-        queue.put((rank, _measure(rank, st, port)))
-    except BaseException as exc:  # reported to the parent as one line
-        import traceback
-
-        queue.put((rank, {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}))
-
-
-def _measure(rank: int, st: Settings, port: int) -> dict:
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=st.world)
+def _on_cpu(rank: int, st: Settings) -> dict:
+    """One rank's iteration inside the CPU bridge (`bridge.cpu_megatron`); the gloo group is `_spawn`'s."""
     from symmem.validate.megatron_core.bridge import cpu_megatron
 
-    try:
-        with cpu_megatron():
-            return _iteration(rank, st)
-    finally:
-        dist.destroy_process_group()
+    with cpu_megatron():
+        return _iteration(rank, st)
 
 
 def _iteration(rank: int, st: Settings) -> dict:
@@ -303,19 +278,7 @@ def _state_bytes(model, optimizer) -> dict:
 def run(st: Settings) -> list[dict]:
     """Spawn the ranks, run one iteration on each, return their measurements ordered by rank."""
     require()
-    import torch.multiprocessing as mp
+    from symmem.validate._spawn import spawn
 
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, st, port, queue)) for r in range(st.world)]
-    for p in procs:
-        p.start()
-    results = dict(queue.get() for _ in procs)
-    for p in procs:
-        p.join()
-    errors = [r for r in results.values() if "error" in r]
-    if errors:
-        raise SymmemError(f"megatron-core run failed on a rank: {errors[0]['error']}\n{errors[0]['trace']}")
-    return [results[r] for r in range(st.world)]
+    return spawn(_on_cpu, st, st.world, "megatron-core")
 
