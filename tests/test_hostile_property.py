@@ -152,3 +152,42 @@ def test_random_formulas(pieces):
     with tempfile.TemporaryDirectory() as work:
         code, err, seconds = _run_in(Path(work), ["check", formula])
         _check(code, err, seconds, Path(work), set(), formula)
+
+
+# Issue 29: the newer surfaces — profiles x families, precision recipes, the timeline, sweep ranking, the global
+# batch, `measure --framework` — under mutated flag combinations (values drawn from valid and hostile ones).
+NEW_COMMANDS = [["memory", "--json", "--model", m] for m in ("llama-3-8b", "gpt2", "deepseek-v2-lite")] + [
+    ["sweep", "--model", "gpt2", "--gpus", "8", "--tp", "1,2", "--pp", "1", "-b", "1,2", "--recompute", "none",
+     "--replay", "0"],
+    ["timeline", "--model", "llama-3-8b", "-s", "256"],
+    ["measure", "--config", str(ROOT / "symmem" / "presets" / "gpt2.json")]]
+NEW_FLAGS = {
+    "--profile": ["paper", "torch-eager", "megatron-te", "megatron-local", "torchtitan", "torchtitan-cpu", "x"],
+    "--precision": ["te-delayed", "deepseek-v3-fp8", "te-nvfp4", "torchao-float8-rowwise", "fp32", "nope"],
+    "--global-batch-size": ["8", "16", "7", "0", "-2", "1" + "0" * 25, "x"],
+    "--gpu": ["H100", "B200", "H20", "MI300X", "A100", "nope"],
+    "--rank-by": ["time", "headroom", "x"],
+    "--microbatches": ["1", "4", "pp", "0"],
+    "--schedule": ["1f1b", "interleaved:2", "zb1p", "dualpipe", "gpipe", "x"],
+    "--cp": ["1", "2", "3"],
+    "--cp-comm-type": ["a2a", "p2p", "x"],
+    "--zero": ["0", "1", "2", "3", "4"],
+    "--framework": ["fsdp2", "transformers", "x"],  # the measured config is GPT-2's: refused before any run
+    "--ac": ["none", "full", "selective-op"],
+    "--dp": ["1", "2", "3", "9"],
+    "--attn-impl": ["sdpa", "eager", "x"],
+    "--dataflow": ["hf", "paper", "x"],
+}
+
+
+@SETTINGS
+@given(command=st.sampled_from(NEW_COMMANDS),
+       flags=st.lists(st.sampled_from(sorted(NEW_FLAGS)).flatmap(
+           lambda f: st.tuples(st.just(f), st.sampled_from(NEW_FLAGS[f]))), min_size=1, max_size=4))
+def test_mutated_flags_on_the_newer_surfaces(command, flags):
+    argv = list(command)
+    for flag, value in flags:
+        argv += [flag, value]
+    with tempfile.TemporaryDirectory() as work:
+        code, err, seconds = _run_in(Path(work), argv)
+        _check(code, err, seconds, Path(work), set(), argv)
