@@ -23,7 +23,8 @@ def needs_exact(scn, schedules=()) -> bool:
     path counts."""
     lp = scn.precision.low_precision
     walked = any(s.name in WALKED for s in schedules)
-    return walked or (lp is not None and bool(lp.weight_copies or lp.amax_history or lp.changes_saved))
+    own_states = scn.profile.states is not None  # a framework's own state layout (FSDP2's padded shards)
+    return walked or own_states or (lp is not None and bool(lp.weight_copies or lp.amax_history or lp.changes_saved))
 
 
 def exact_reason(space) -> str:
@@ -31,6 +32,9 @@ def exact_reason(space) -> str:
     walked = [s.name for s in space.schedule if s.name in WALKED]
     if walked:
         return f"schedule = {walked[0]!r} (its peak is walked in the schedule's real order)"
+    if space.base.profile.states is not None:
+        return (f"profile = {space.base.profile.name!r} (its framework lays the model states out itself: FSDP2's "
+                "padded shards, parameter by parameter)")
     return (f"precision = {space.base.precision.name!r} (quantized weight copies and scale tensors depend on TP, EP "
             "and the local tokens)")
 
