@@ -106,11 +106,15 @@ class Block:
               "b": sp.b[self.b_idx[bi]]}
         cls, zero, k = self.classes[c], zero_stage(sp.zero[self.z_idx[zi]]), Fraction(int(self.kn[c, mi]), self.kd)
         event = None if lazy_event else binding_event(cls, at, zero, k)
-        low, high = (int(self.reserved_at(np.array([flat]), end)[0]) for end in (0, 1))
+        base = sp.base  # `reserved_at` of this one position: the peak as a float times 1 + f, rounded up, + buffers
+        low, high = (math.ceil(float(alloc) * (1 + base.fragmentation[end])) + base.comm_buffers[end]
+                     for end in (0, 1))
         cap = sp.capacity
         par = {k: int(self.par[k][pi]) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
         return {
-            "ordinal": int(self.ordinals(np.array([flat]))[0]),
+            "ordinal": int(self.par["base"][pi]) + sum(
+                int(i) * st for i, st in zip((self.z_idx[zi], self.m_idx[mi], self.s_idx[si], self.b_idx[bi]),
+                                             sp.strides[7:], strict=True)),
             "tp": par["tp"], "cp": par["cp"], "pp": self.pp, "ep": par["ep"], "etp": par["etp"], "dp": par["dp"],
             "edp": par["edp"], "layout": self.layout, "recompute": self.recompute, "schedule": self.schedule,
             "zero": sp.zero[self.z_idx[zi]], "microbatches": int(self.m_values[mi]),

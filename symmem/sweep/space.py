@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -97,7 +98,7 @@ class Space:
     def capacity(self) -> int:
         return self.base.gpu_memory
 
-    @property
+    @cached_property  # a sweep asks for it once per record (a frozen dataclass: computed once, kept in __dict__)
     def shape(self) -> tuple[int, ...]:
         return tuple(len(getattr(self, a)) for a in AXES)
 
@@ -105,7 +106,7 @@ class Space:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @cached_property
     def strides(self) -> tuple[int, ...]:
         out, acc = [], 1
         for n in reversed(self.shape):
