@@ -107,6 +107,9 @@ class Scenario:
             raise SymmemError(f"cp = {self.parallel.cp}: the {self.rules.name!r} rule set has no context-parallel "
                               "rule (it models one device); use rules = 'paper' or a profile with CP")
         self.routing.check_model(self.model, self.parallel.ep)
+        if self.parallel.hsdp_replicate != 1 and self.profile.states is None:
+            raise SymmemError(f"hsdp_replicate = {self.parallel.hsdp_replicate}: HSDP is FSDP2's; only a profile that "
+                              "lays out FSDP2's shards takes it (--profile torchtitan)")
         self.profile  # noqa: B018 - validates the names now, not at first use
         self.rules  # noqa: B018
         self.policy  # noqa: B018

@@ -68,3 +68,14 @@ def test_sweep_rows_equal_memory(capsys):
     for r in rows:
         d = _memory(capsys, "--dp", "8", "-b", str(r["b"]), "-s", "4096", "--recompute", r["recompute"])
         assert d["stages"][0]["peak_allocated"] == r["peak_allocated"]
+
+
+def test_hsdp_shards_over_dp_over_replicas(capsys):
+    # HSDP 2 x 4 on 8 GPUs: the states shard over 4, twice FSDP 8's; other profiles refuse it in one line
+    assert _memory(capsys, "--dp", "8", "--hsdp-replicate", "2")["stages"][0]["weights"] == 4 * 8_030_261_248 // 4
+    assert main(["memory", "--model", "llama-3-8b", "--dp", "8", "--hsdp-replicate", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "HSDP is FSDP2's" in err and err.count("\n") == 1
+    assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--dp", "8", "--hsdp-replicate",
+                 "3"]) == 2
+    assert "must divide DP = 8" in capsys.readouterr().err

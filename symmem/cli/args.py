@@ -62,6 +62,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
             g.add_argument(f"--{short}", f"--{long}", dest=short,
                            type=int_arg(1, num.MAX_PP if short == "pp" else num.MAX_PARALLEL))
     g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a (all-to-all)")
+    g.add_argument("--hsdp-replicate", dest="hsdp_replicate", type=int_arg(1, num.MAX_PARALLEL),
+                   help="HSDP: replicas of the FSDP shard group (the torchtitan profile shards states over "
+                        "DP / this; default 1, plain FSDP)")
     _bool_flag(g, "sequence-parallel", "sequence parallelism (activations split over s outside TP regions)")
     _bool_flag(g, "moe-sequence-parallel", "run the MoE block sequence-sharded too (Megatron) or not (paper)")
     g.add_argument("--convention", help="TP split of W_QR: paper (replicated) or megatron (with W_UQ)")
@@ -177,6 +180,7 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
     if "model" in ch and ch["model"].family.routed_experts is None and args.ep is None and args.etp is None:
         par.update(ep=1, etp=1, edp=None)  # a model without routed experts has no expert parallelism to keep
     par_changes = {k: getattr(args, k) for k in ("tp", "pp", "ep", "etp", "dp", "edp", "cp", "cp_comm_type",
+                                                 "hsdp_replicate",
                                                  "sequence_parallel", "moe_sequence_parallel")
                    if getattr(args, k) is not None}
     if getattr(args, "profile", None) and args.sequence_parallel is None:

@@ -59,10 +59,17 @@ class Parallel:
     world: int | None = None  # total GPUs, checked against DP·TP·CP·PP when given
     cp: int = 1  # context-parallel size (--context-parallel-size): every activation split over the sequence
     cp_comm_type: str = "p2p"  # --cp-comm-type: p2p (ring exchange of K/V) or a2a (all-to-all over heads)
+    # HSDP (FSDP2's 2-D mesh, replicate x shard): DP's replicas; a profile that shards states itself (torchtitan)
+    # shards over DP / hsdp_replicate. 1: plain FSDP
+    hsdp_replicate: int = 1
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "ep", "etp", "dp", "cp"):
             _check_size(f, getattr(self, f))
+        _check_size("hsdp_replicate", self.hsdp_replicate)
+        if self.dp % self.hsdp_replicate:
+            raise SymmemError(f"hsdp_replicate = {self.hsdp_replicate}: must divide DP = {self.dp} (HSDP's mesh is "
+                              "replicate x shard)")
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise SymmemError(f"cp_comm_type = {self.cp_comm_type!r}: must be one of {', '.join(CP_COMM_TYPES)}")
         if self.edp is not None:
