@@ -100,11 +100,11 @@ def megatron_time_space():
     128K by 4K, b 1-8."""
     import dataclasses
 
-    from symmem.sweep.space import global_batch_microbatches
+    from symmem.sweep.space import microbatch_candidates
 
     base = megatron_space()
     space = dataclasses.replace(base, b=tuple(range(1, 9)), base=base.base.replace(gpu_name="H100"))
-    m = global_batch_microbatches(space.gpus, space.tp, space.cp, space.pp, space.b, 1024)
+    m = microbatch_candidates(space.gpus, space.tp, space.cp, space.pp, space.b, 1024)
     return dataclasses.replace(space, microbatches=m, global_batch=1024)
 
 

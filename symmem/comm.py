@@ -108,11 +108,7 @@ def op_collectives(op: Op, flow: Dataflow, axes: AxisSizes, act_bytes: int,
                 out.append(Collective("cp", "all-to-all", phase, name, op.name, vol))
     elif op.kind == "matmul" and "core_attention" in op.tags and axes.of("cp") != 1:
         n = axes.of("cp")
-        kv = flow.tensors[op.inputs[1]]
-        producer = flow.producer(kv.name)
-        while producer is not None and producer.kind in ("expand", "view", "reshape"):
-            kv = flow.tensors[producer.inputs[0]]  # the ring sends the key/value heads before any repeat
-            producer = flow.producer(kv.name)
+        kv = _before_repeat(op.inputs[1], flow)  # the ring sends the key/value heads before any repeat
         chunk = local_size(kv.dims, axes) * _bytes(kv, act_bytes)
         if "cp" not in _axes_of(kv):
             chunk = chunk / n  # a dimension of all s keys: the rank's own chunk is 1/CP of it

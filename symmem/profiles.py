@@ -279,7 +279,7 @@ def _torchtitan_states(scn, stage, parts, values, on_gpu: bool):
 
     _torchtitan_check(scn)
     params = fsdp_params(parts, values)
-    r = rank_states(params, shard_degree(scn), 0, step_on_device=True)
+    r = rank_states(params, shard_degree(scn), 0, step_on_device=False)  # the step scalars, below
     step = len(params) * (ALLOCATOR_BLOCK if on_gpu else 4)
     return StateBytes(r.params, r.grads, r.exp_avg + r.exp_avg_sq + step)
 

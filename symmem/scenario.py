@@ -345,7 +345,8 @@ def from_toml_dict(raw: dict, source: str) -> Scenario:
         comm_buffers=(bufs[0], bufs[1]),
     )
     if "global_batch_size" in tr:  # Megatron's --global-batch-size: M follows from it
-        return with_global_batch(scn, tr["global_batch_size"], f"{source} [training] global_batch_size")
+        return with_global_batch(scn, tr["global_batch_size"], f"{source} [training] global_batch_size",
+                                 tr.get("microbatches"))
     return scn
 
 
@@ -403,17 +404,19 @@ def global_batch_microbatches(global_batch: int, micro_batch: int, dp: int, flag
     return global_batch // (micro_batch * dp)
 
 
-def with_global_batch(scn: Scenario, global_batch: int, flag: str = "global_batch_size") -> Scenario:
-    """A copy whose M makes `global_batch` sequences per iteration at its micro-batch and DP.
+def with_global_batch(scn: Scenario, global_batch: int, flag: str = "global_batch_size",
+                      microbatches: int | None = None, microbatches_flag: str = "microbatches") -> Scenario:
+    """A copy whose M makes `global_batch` sequences per iteration at its micro-batch and DP; `microbatches`, an M
+    also given (named `microbatches_flag`), must be the same.
 
     >>> scn = with_global_batch(load_scenario("llama3_70b_l12_tp1_pp2_dp4_mbc4_cef"), 64)
     >>> scn.m, scn.b * scn.m * scn.parallel.dp
     (16, 64)
     """
     m = global_batch_microbatches(global_batch, scn.b, scn.parallel.dp, flag)
-    if scn.microbatches is not None and scn.microbatches != m and flag != "global_batch_size":
+    if microbatches is not None and microbatches != m:
         raise SymmemError(f"{flag} = {global_batch:,}: means {m:,} micro-batches at micro-batch {scn.b} and DP "
-                          f"{scn.parallel.dp}, not the {scn.microbatches:,} given; give one of the two")
+                          f"{scn.parallel.dp}, not {microbatches_flag} {microbatches:,}; give one of the two")
     return scn.replace(microbatches=m)
 
 

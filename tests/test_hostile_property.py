@@ -114,6 +114,11 @@ def test_mutated_scenario_toml(toml, command):
                                 st.one_of(st.sampled_from(HOSTILE_FLAG_VALUES), st.text(max_size=12))),
                       min_size=1, max_size=3))
 def test_mutated_flag_lists(command, flags):
+    _run_with_flags(command, flags)
+
+
+def _run_with_flags(command: list[str], flags: list[tuple[str, str]]) -> None:
+    """`command` with each (flag, value) appended, run in an empty folder and checked (`_check`)."""
     argv = list(command)
     for flag, value in flags:
         argv += [flag, value]
@@ -185,9 +190,4 @@ NEW_FLAGS = {
        flags=st.lists(st.sampled_from(sorted(NEW_FLAGS)).flatmap(
            lambda f: st.tuples(st.just(f), st.sampled_from(NEW_FLAGS[f]))), min_size=1, max_size=4))
 def test_mutated_flags_on_the_newer_surfaces(command, flags):
-    argv = list(command)
-    for flag, value in flags:
-        argv += [flag, value]
-    with tempfile.TemporaryDirectory() as work:
-        code, err, seconds = _run_in(Path(work), argv)
-        _check(code, err, seconds, Path(work), set(), argv)
+    _run_with_flags(command, flags)

@@ -26,7 +26,6 @@ output; an embedding's is the vocabulary; a norm's its width. Measured to the by
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from symmem.errors import SymmemError
@@ -128,8 +127,3 @@ def shard_degree(scn) -> int:
     if par.dp % r:
         raise SymmemError(f"hsdp_replicate = {r}: must divide DP = {par.dp} (HSDP's mesh is replicate x shard)")
     return par.dp // r
-
-
-def padding_elements(params: list[FsdpParam], n: int) -> int:
-    """Elements the padding adds to rank 0's (the fullest) shards over sharding every tensor exactly."""
-    return sum(p.padded(n) for p in params) - math.ceil(sum(p.d0 * p.rest for p in params) / n)

@@ -289,14 +289,9 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
             ch["act_bytes"] = dtypes[args.activation_dtype]
     scn = scn.replace(**ch)
     if getattr(args, "global_batch", None) is not None and "global_batch" not in skip:
-        from symmem.scenario import global_batch_microbatches
+        from symmem.scenario import with_global_batch
 
-        m = global_batch_microbatches(args.global_batch, scn.b, scn.parallel.dp, "--global-batch-size")
-        if args.microbatches is not None and args.microbatches != m:
-            raise SymmemError(f"--global-batch-size = {args.global_batch:,}: means {m:,} micro-batches at "
-                              f"--micro-batch-size {scn.b} and DP {scn.parallel.dp}, not --microbatches "
-                              f"{args.microbatches:,}; give one of the two")
-        scn = scn.replace(microbatches=m)
+        scn = with_global_batch(scn, args.global_batch, "--global-batch-size", args.microbatches, "--microbatches")
     return scn
 
 

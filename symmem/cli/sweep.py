@@ -250,9 +250,9 @@ def space_from_args(args: argparse.Namespace):
     microbatches = parse_microbatches(args.microbatches)
     global_batch = _global_batch(args, scn, gpus, axes)
     if global_batch is not None:
-        from symmem.sweep.space import global_batch_microbatches
+        from symmem.sweep.space import microbatch_candidates
 
-        microbatches = global_batch_microbatches(gpus, axes["tp"].tolist(), axes["cp"].tolist(),
+        microbatches = microbatch_candidates(gpus, axes["tp"].tolist(), axes["cp"].tolist(),
                                                  axes["pp"].tolist(), axes["b"].tolist(), global_batch)
         if not microbatches:
             raise SymmemError(f"--global-batch-size = {global_batch:,}: no layout of the sweep divides it (each needs "

@@ -144,7 +144,9 @@ def _linear_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> li
                   else f"all-gathered output gradient of {op.name}")]
 
 
-def _attention_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
+def _attention_backward(op: Op, flow: Dataflow, phase: str, axes: AxisSizes, cp_exchange) -> list[Saved]:
+    """The fused attention backward's workspace: cuDNN's accumulators and, under context parallelism,
+    `cp_exchange(q, k, v, out)`'s buffers (k and v at the key/value heads)."""
     if phase != "backward" or "core_attention" not in op.tags or not op.name.endswith("qk"):
         return []
     q, k = flow.tensors[op.inputs[0]], flow.tensors[op.inputs[1]]  # k at the query heads (after any repeat)
@@ -152,8 +154,13 @@ def _attention_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) ->
     v = flow.tensors[pv.inputs[1]]
     out = [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)]
     if axes.of("cp") != 1:
-        out += _cp_ring_buffers(q, _root_of_expand(op.inputs[1], flow), _root_of_expand(pv.inputs[1], flow))
+        out += cp_exchange(q, _root_of_expand(op.inputs[1], flow), _root_of_expand(pv.inputs[1], flow),
+                           flow.tensors[pv.outputs[0]])
     return out
+
+
+def _attention_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
+    return _attention_backward(op, flow, phase, axes, lambda q, k, v, _out: _cp_ring_buffers(q, k, v))
 
 
 def _cp_ring_buffers(q: Tensor, k: Tensor, v: Tensor) -> list[Saved]:
@@ -184,19 +191,16 @@ def _matmul_cp_a2a(op: Op, flow: Dataflow) -> list[Saved]:
     return inputs(0, 1)(op, flow)
 
 
+def _cp_a2a_buffers(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> list[Saved]:
+    """The attention backward under all-to-all CP: the output gradient exchanged into a new tensor
+    (context_parallel.py:3691 at TE v2.11) and dq, dk, dv exchanged back into new tensors (:3810) while the
+    kernel's own are alive; no ring buffers."""
+    return [Saved(Tensor(f"{out.name}.grad_a2a", out.dims), "output gradient after the all-to-all (TE CP a2a)")] + [
+        Saved(Tensor(f"{t.name}.grad_a2a", t.dims), "dq/dk/dv after the all-to-all (TE CP a2a)") for t in (q, k, v)]
+
+
 def _attention_workspace_a2a(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:
-    """The attention backward under all-to-all CP: cuDNN's accumulators (as without CP), the output gradient
-    exchanged into a new tensor (context_parallel.py:3691 at TE v2.11) and dq, dk, dv exchanged back into new
-    tensors (:3810) while the kernel's own are alive; no ring buffers."""
-    if phase != "backward" or "core_attention" not in op.tags or not op.name.endswith("qk"):
-        return []
-    q, k = flow.tensors[op.inputs[0]], flow.tensors[op.inputs[1]]
-    pv = next(o for o in flow.ops if "core_attention" in o.tags and o.name.endswith("pv") and o.block == op.block)
-    v, out = flow.tensors[pv.inputs[1]], flow.tensors[pv.outputs[0]]
-    kv = (_root_of_expand(op.inputs[1], flow), _root_of_expand(pv.inputs[1], flow))
-    return [Saved(Tensor(f"{t.name}.grad_accum", t.dims, FP32), CUDNN_ACCUMULATORS) for t in (q, k, v)] + [
-        Saved(Tensor(f"{out.name}.grad_a2a", out.dims), "output gradient after the all-to-all (TE CP a2a)")] + [
-        Saved(Tensor(f"{t.name}.grad_a2a", t.dims), "dq/dk/dv after the all-to-all (TE CP a2a)") for t in (q, *kv)]
+    return _attention_backward(op, flow, phase, axes, _cp_a2a_buffers)
 
 
 def _embedding_workspace(op: Op, flow: Dataflow, phase: str, axes: AxisSizes) -> list[Saved]:

@@ -141,7 +141,7 @@ def features(scn, g: GPU | None = None, constants: Constants | None = None) -> S
         per_stage.append(StepFeatures(
             flops, low, lp.gemm if lp is not None else "bf16", c.gemm_bytes, c.attention_flops, c.memory_bytes,
             tuple((a, v[0], v[1], v[2]) for a, v in sorted(c.comm.items())), c.cp_ring_bytes, 1.0, dp, calls, net,
-            optimizer_bytes(scn, st), scn.model.family.routed_experts is not None, c.kernels))
+            optimizer_bytes(scn, st), c.kernels))
     slot = [seconds(dataclasses.replace(f, dp_bytes=0.0, dp_calls=0, optimizer_bytes=0.0), g, k) for f in per_stage]
     i = max(range(len(per_stage)), key=slot.__getitem__)
     once = max(per_stage, key=lambda f: f.dp_bytes + f.optimizer_bytes)
@@ -167,7 +167,7 @@ def _mean(fs: list[StepFeatures], slots: float) -> StepFeatures:
     return StepFeatures(avg["gemm_flops"], avg["gemm_low_flops"], fs[0].low_format, avg["gemm_bytes"],
                         avg["attention_flops"], avg["memory_bytes"],
                         tuple((a, v[0], v[1], v[2]) for a, v in sorted(comm.items())), avg["cp_ring_bytes"], slots,
-                        0.0, 0, False, 0.0, fs[0].moe, avg["kernels"])
+                        0.0, 0, False, 0.0, avg["kernels"])
 
 
 def bubble_slots(schedule, pp: int) -> float:

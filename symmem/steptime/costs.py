@@ -40,8 +40,6 @@ GPUS_PER_NODE = 8  # the scale-up domain of an HGX/DGX H100, H200, H800 or B200 
 class StageCosts:
     """One micro-batch through one GPU of a stage (forward, backward and any recomputation)."""
 
-    gemm_flops: float = 0.0
-    gemm_low_flops: float = 0.0  # of gemm_flops, the GEMMs an FP8/FP4 recipe runs in low precision
     gemm_bytes: float = 0.0  # HBM bytes the GEMMs move at least
     attention_flops: float = 0.0
     memory_bytes: float = 0.0  # HBM bytes of the memory-bound ops
@@ -119,19 +117,23 @@ def _kernel_bytes(flow: Dataflow, axes, ev, act_bytes: int, fused_tags) -> list[
     return out
 
 
-def span(scn, axis: str) -> bool:
-    """Whether a group of `axis` spans nodes: its stride in Megatron's rank order (tp-cp-ep-dp-pp for the dense
-    layers; the expert layers' ETP then EP) times its size exceeds the node (GPUS_PER_NODE)."""
+def _group(scn, axis: str) -> tuple[int, int]:
+    """(stride, size) of a group of `axis` in Megatron's rank order (tp-cp-ep-dp-pp for the dense layers; the
+    expert layers' ETP then EP); DP is the distributed optimizer's DP x CP group."""
     par = scn.parallel
-    stride, size = {"tp": (1, par.tp), "etp": (1, par.etp), "cp": (par.tp, par.cp), "ep": (par.etp, par.ep),
-                    "dp": (par.tp, par.dense_shard),  # the distributed optimizer's DP x CP group
-                    "pp": (par.tp * par.cp * par.dp, par.pp)}[axis]
+    return {"tp": (1, par.tp), "etp": (1, par.etp), "cp": (par.tp, par.cp), "ep": (par.etp, par.ep),
+            "dp": (par.tp, par.dense_shard), "pp": (par.tp * par.cp * par.dp, par.pp)}[axis]
+
+
+def span(scn, axis: str) -> bool:
+    """Whether a group of `axis` spans nodes: its stride times its size exceeds the node (GPUS_PER_NODE)."""
+    stride, size = _group(scn, axis)
     return size > 1 and stride * size > GPUS_PER_NODE
 
 
 def group_size(scn, axis: str) -> int:
-    par = scn.parallel
-    return {"tp": par.tp, "etp": par.etp, "cp": par.cp, "ep": par.ep, "dp": par.dense_shard, "pp": 2}[axis]
+    """The GPUs one collective of `axis` runs over; a pipeline send is between two."""
+    return 2 if axis == "pp" else _group(scn, axis)[1]
 
 
 def stage_costs(scn, stage) -> StageCosts:
@@ -144,8 +146,6 @@ def stage_costs(scn, stage) -> StageCosts:
     for part in stage_parts(scn.model, stage, scn.convention):
         p = part_costs(scn, part)
         n = part.count
-        c.gemm_flops += n * p.gemm_flops
-        c.gemm_low_flops += n * p.gemm_low_flops
         c.gemm_bytes += n * p.gemm_bytes
         c.attention_flops += n * p.attention_flops
         c.memory_bytes += n * p.memory_bytes
@@ -212,11 +212,7 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
     c = StageCosts()
     for _module, m, k, n, e, ops in gemm_shapes(part.flow, axes, ev):
         passes = 3 + (1 if again(ops[0]) else 0)
-        flops = 2 * m * k * n * e * passes
         is_low = low and all(eligible(op) for op in ops)
-        c.gemm_flops += flops
-        if is_low:
-            c.gemm_low_flops += flops
         c.gemm_bytes += 2 * (m * k + k * n + m * n) * e * passes
         c.kernels += e * passes
         c.gemms.append((m, k, n, e, 1, passes == 4, is_low))

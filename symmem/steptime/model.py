@@ -63,7 +63,6 @@ class StepFeatures:
     dp_calls: int
     dp_network: bool
     optimizer_bytes: float
-    moe: bool = False
     kernels: float = 0.0
     # the pipeline's bubble: the other stages' mean slot (its `slots` the schedule's bubble, no once-only costs):
     # 1F1B takes (M - 1) slots of the slowest stage and one of every stage, M·max + (PP - 1)·mean(others)
@@ -77,29 +76,52 @@ def _link(g, network: bool) -> float:
     return g.network if network else g.nvlink
 
 
-def coefficients(f: StepFeatures, g) -> tuple[list[float], float]:
-    """The iteration's time as `row · (1/gemm_eff, 1/attention_eff, 1/link_eff, latency, fixed) + known`, the CP
-    ring's overlap left out (it makes the model nonlinear; no measured run has a ring)."""
-    row, known = _slot_coefficients(f, g)
-    if f.bubble is not None:
-        extra, more = _slot_coefficients(f.bubble, g)
-        row = [a + b for a, b in zip(row, extra, strict=True)]
-        known += more
-    row[2] += f.dp_bytes / _link(g, f.dp_network)
-    row[3] += f.dp_calls
-    row[4] += 1.0
-    return row, known + f.optimizer_bytes / g.hbm
+def _dot(row: list[float], known: float, k: Constants) -> float:
+    x = (1 / k.gemm_efficiency, 1 / k.attention_efficiency, 1 / k.link_efficiency, k.latency_s, k.fixed_s)
+    return sum(r * v for r, v in zip(row, x, strict=True)) + known
 
 
-def _slot_coefficients(f: StepFeatures, g) -> tuple[list[float], float]:
-    """`f.slots` micro-batch slots of `f`'s stage."""
+def _terms(f: StepFeatures, g) -> dict[str, tuple[list[float], float]]:
+    """Each component of `f.slots` micro-batch slots of `f`'s stage as `(row, known)`: its seconds are
+    `row · (1/gemm_eff, 1/attention_eff, 1/link_eff, latency, fixed) + known` (the one form `fit` and `breakdown`
+    both read)."""
     gemm = (f.gemm_flops - f.gemm_low_flops) / g.bf16
     if f.gemm_low_flops:
         gemm += f.gemm_low_flops / g.rate(f.low_format)
-    comm = sum(b / _link(g, net) for _a, b, _c, net in f.comm)
-    calls = sum(c for _a, _b, c, _n in f.comm) + f.kernels
-    row = [f.slots * gemm, f.slots * f.attention_flops / g.bf16, f.slots * comm, f.slots * calls, 0.0]
-    return row, f.slots * (f.gemm_bytes + f.memory_bytes) / g.hbm
+    n = f.slots
+    out = {"gemm": ([n * gemm, 0.0, 0.0, 0.0, 0.0], n * f.gemm_bytes / g.hbm),
+           "attention": ([0.0, n * f.attention_flops / g.bf16, 0.0, 0.0, 0.0], 0.0),
+           "memory_bound": ([0.0] * 5, n * f.memory_bytes / g.hbm),
+           "launches": ([0.0, 0.0, 0.0, n * f.kernels, 0.0], 0.0)}
+    for axis, nb, calls, net in f.comm:
+        row, _ = out.setdefault(f"comm_{axis}", ([0.0] * 5, 0.0))
+        row[2] += n * nb / _link(g, net)
+        row[3] += n * calls
+    return out
+
+
+def _once(f: StepFeatures, g) -> dict[str, tuple[list[float], float]]:
+    """The iteration's once-only components, in the same form."""
+    return {"comm_dp": ([0.0, 0.0, f.dp_bytes / _link(g, f.dp_network), f.dp_calls, 0.0], 0.0),
+            "optimizer": ([0.0] * 5, f.optimizer_bytes / g.hbm),
+            "fixed": ([0.0, 0.0, 0.0, 0.0, 1.0], 0.0)}
+
+
+def coefficients(f: StepFeatures, g) -> tuple[list[float], float]:
+    """The iteration's time as `row · (1/gemm_eff, 1/attention_eff, 1/link_eff, latency, fixed) + known`, the CP
+    ring's overlap left out (it makes the model nonlinear; no measured run has a ring)."""
+    parts = [*_terms(f, g).values(), *_once(f, g).values()]
+    if f.bubble is not None:
+        parts += _terms(f.bubble, g).values()
+    return [sum(col) for col in zip(*(r for r, _ in parts), strict=True)], sum(kn for _, kn in parts)
+
+
+def _slot_breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
+    out = {name: _dot(row, known, k) for name, (row, known) in _terms(f, g).items()}
+    if f.cp_ring_bytes:  # the ring's time beyond the attention it overlaps, per slot
+        ring = f.cp_ring_bytes / (_link(g, False) * k.link_efficiency)
+        out["comm_cp_ring_exposed"] = f.slots * max(0.0, ring - out["attention"] / f.slots)
+    return out
 
 
 def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
@@ -107,25 +129,7 @@ def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
     out = _slot_breakdown(f, g, k)
     if f.bubble is not None:
         out["bubble"] = sum(_slot_breakdown(f.bubble, g, k).values())
-    out["comm_dp"] = f.dp_bytes / (_link(g, f.dp_network) * k.link_efficiency) + f.dp_calls * k.latency_s
-    out["optimizer"] = f.optimizer_bytes / g.hbm
-    out["fixed"] = k.fixed_s
-    return out
-
-
-def _slot_breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
-    gemm = (f.gemm_flops - f.gemm_low_flops) / (g.bf16 * k.gemm_efficiency) + f.gemm_bytes / g.hbm
-    if f.gemm_low_flops:
-        gemm += f.gemm_low_flops / (g.rate(f.low_format) * k.gemm_efficiency)
-    attention = f.attention_flops / (g.bf16 * k.attention_efficiency)
-    out = {"gemm": f.slots * gemm, "attention": f.slots * attention,
-           "memory_bound": f.slots * f.memory_bytes / g.hbm, "launches": f.slots * f.kernels * k.latency_s}
-    for axis, nb, calls, net in f.comm:
-        out[f"comm_{axis}"] = out.get(f"comm_{axis}", 0.0) + f.slots * (
-            nb / (_link(g, net) * k.link_efficiency) + calls * k.latency_s)
-    if f.cp_ring_bytes:
-        ring = f.cp_ring_bytes / (_link(g, False) * k.link_efficiency)
-        out["comm_cp_ring_exposed"] = f.slots * max(0.0, ring - attention)
+    out.update({name: _dot(row, known, k) for name, (row, known) in _once(f, g).items()})
     return out
 
 

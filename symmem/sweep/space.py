@@ -34,7 +34,7 @@ from symmem.sweep.rules import RULES, check_world, global_batch_reason, make_par
 
 AXES = ("tp", "cp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
 __all__ = ["AXES", "CHUNK", "COMPONENTS", "RULES", "Block", "Rejection", "Space", "Summary", "compiled_records",
-           "iter_blocks", "pipeline_layout", "reference_records", "sweep", "global_batch_microbatches"]
+           "iter_blocks", "pipeline_layout", "reference_records", "sweep", "microbatch_candidates"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Space:
     cp: tuple[int, ...] = (1,)  # context-parallel sizes (each must divide every s)
     # Megatron's --global-batch-size: sequences per iteration; a configuration counts only where micro-batch x M x
     # DP equals it (megatron/core/num_microbatches_calculator.py: M = global batch // (micro-batch x DP), asserted
-    # to divide); `microbatches` then holds every M some layout needs (`global_batch_microbatches`)
+    # to divide); `microbatches` then holds every M some layout needs (`microbatch_candidates`)
     global_batch: int | None = None
 
     def __post_init__(self) -> None:
@@ -122,7 +122,7 @@ class Space:
         return out
 
 
-def global_batch_microbatches(gpus: int, tp, cp, pp, b, global_batch: int) -> tuple[int, ...]:
+def microbatch_candidates(gpus: int, tp, cp, pp, b, global_batch: int) -> tuple[int, ...]:
     """Every M that some layout of the axes needs for `global_batch` sequences per iteration: global batch /
     (micro-batch x DP), DP = GPUs / (TP x CP x PP), where it divides (Megatron's rule)."""
     out = set()
