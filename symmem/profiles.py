@@ -131,7 +131,14 @@ def _ddp_padding(weights: list[int], dp: int) -> int:
 
 
 def ddp_padding(scn, parts, values) -> dict[str, int]:
-    """Padding elements of the stage's DDP buffers, {"dense": ..., "expert": ...} (see `_ddp_padding`). The ops of
+    """Padding elements of the stage's DDP buffers, {"dense": ..., "expert": ...} (see `_ddp_padding`)."""
+    dense, expert = ddp_weights(scn, parts, values)
+    return {"dense": _ddp_padding(dense, scn.parallel.dense_shard),
+            "expert": _ddp_padding(expert, scn.parallel.expert_dp)}
+
+
+def ddp_weights(scn, parts, values) -> tuple[list[int], list[int]]:
+    """The local parameter sizes of the stage's dense and expert DDP buffers, in registration order. The ops of
     one fused Megatron module (tag `module:NAME`: linear_qkv, linear_fc1) are one parameter, padded once."""
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.params import weight_uses
@@ -161,8 +168,7 @@ def ddp_padding(scn, parts, values) -> dict[str, int]:
             ws.append(n)
     for part, ws in per_part.items():
         dense += [ws] * counts[part]
-    return {"dense": _ddp_padding([w for ws in dense for w in ws], scn.parallel.dense_shard),
-            "expert": _ddp_padding(expert, scn.parallel.expert_dp)}
+    return [w for ws in dense for w in ws], expert
 
 
 def _megatron_buffers(scn, stage, parts, values) -> list[Buffer]:

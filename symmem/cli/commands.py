@@ -363,4 +363,5 @@ COMMANDS = {
     "sweep": _optional("sweep"),
     "measure": _optional("measure"),
     "timeline": _optional("timeline"),
+    "html": _optional("html"),
 }

@@ -1,0 +1,260 @@
+"""`symmem html`: one self-contained page that evaluates a scenario's derived closed forms in the browser.
+
+What the page carries is what the compiled sweep evaluates (`symmem.sweep.compile`): for every structural case the
+controls can reach (pipeline layout, recomputation policy, precision recipe, context parallelism on or off, TP 1
+under a rule set whose workspaces exist only with sequence parallelism), the per-stage polynomials in b, s, t, EP,
+ETP, CP (and Megatron's padded vocabulary V) of the parameters per GPU, the saved activations per micro-batch and
+every candidate peak event, compiled to JavaScript over BigInt (`page_js`). The page adds what the engine adds
+around them, written again in JavaScript and checked against `symmem memory --json` by tests/test_html_page.py:
+
+* model states: `states.state_bytes` (dense over DP·CP, MoE over EDP; ZeRO 1/2/3 shard optimizer, gradients,
+  weights);
+* micro-batches in flight: `Schedule.in_flight` for GPipe and 1F1B (the schedules the page offers);
+* the timeline peak: the model states + the profile's framework buffers + the first largest event
+  ceil((k − 1) · saved + own + ZeRO extras) (`timeline.stage_peak`);
+* the reserved range: ceil(peak · (1 + fragmentation)) + communication buffers (`timeline.reserved_range`), in
+  the same float64 product;
+* Megatron's framework buffers (megatron-te): TransformerEngine's and PyTorch's workspaces and the RoPE table per
+  arrangement, linear in s (computed by the engine at s = 1, 2 and checked at 3), and the DDP buffers' padding from
+  the local parameter sizes (`profiles.ddp_weights`) at the page's DP (`profiles._ddp_padding`).
+
+What it does not carry is refused when the page is made, in one line: profiles that lay out their own states
+(torchtitan), the Hugging Face dataflow (its ops depend on b = 1 and s = 1), models whose sizes are step functions of
+s (V3.2, V4), histogram routing, schedules walked in their real order (ZB-H1, DualPipe) and interleaving, FP8/FP4
+recipes with quantized weight copies. The caching-allocator replay (`reserved`) and the step time are not on the
+page: `symmem memory` gives them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from symmem.accounting.params import GROUPS
+from symmem.errors import SymmemError
+from symmem.render import page_js
+from symmem.sweep.compile import Poly, compile_case, stepwise_in_s
+
+CONTROLS = ("tp", "pp", "ep", "cp", "dp", "zero", "b", "s", "global-batch-size", "recompute", "precision", "gpu")
+MAX_CASES = 400  # structural cases derived for one page (each a derivation of every stage)
+MAX_ARRANGEMENTS = 4096  # (PP, TP, CP, EP) combinations checked for one page
+
+
+@dataclass
+class PageInput:
+    """What `build` needs: `make(settings)` builds the Scenario the command line builds for those settings (the
+    CLI's own parser, so that the page and `symmem memory` agree); `initial` the page's first settings; `choices`
+    the values each discrete control offers; `command` the flags that fixed everything else, shown on the page."""
+
+    make: Callable[[dict], object]
+    initial: dict
+    choices: dict
+    command: str
+    gpus: dict  # name -> capacity in bytes
+
+
+def refusal(scn) -> str | None:
+    """Why the page cannot carry `scn`'s kind of scenario, or None."""
+    from symmem.profiles import _megatron_buffers
+    from symmem.sweep.exact import needs_exact
+
+    if scn.profile.states is not None:
+        return (f"profile = {scn.profile.name!r}: lays out its own model states (FSDP2's padded shards), which the "
+                "page does not compile; use symmem memory")
+    if scn.flow_impl is not None:
+        return ("dataflow = 'hf': Hugging Face's ops depend on whether b and s are 1, which the page does not "
+                "compile; use --dataflow paper or symmem memory")
+    if stepwise_in_s(scn):
+        return (f"model {scn.model.name}: its sizes are step functions of s, which the page does not compile; "
+                "use symmem memory")
+    if scn.routing.kind == "histogram":
+        return "routing = 'histogram': derived per EP, which the page does not compile; use symmem memory"
+    if scn.schedule.name not in ("1f1b", "gpipe"):
+        return (f"schedule = {scn.schedule.name!r}: the page offers 1F1B and GPipe (their in-flight counts are "
+                "closed forms); use symmem memory")
+    if scn.profile.buffers is not None and scn.profile.buffers is not _megatron_buffers:
+        return (f"profile = {scn.profile.name!r}: its framework buffers are not compiled for the page (megatron-te's "
+                "are); use symmem memory")
+    if needs_exact(scn, (scn.schedule,)):
+        return (f"precision = {scn.precision.name!r}: its quantized weight copies and scale tensors are not "
+                "compiled for the page; use symmem memory")
+    return None
+
+
+def _is_error(x) -> bool:
+    return isinstance(x, str)
+
+
+class _Builder:
+    def __init__(self, inp: PageInput):
+        self.inp = inp
+        self.functions: list[str] = []
+        self.terms: list[list] = []
+        self.index: dict[Poly, int] = {}
+        self.cases: list[dict] = []
+        self.case_index: dict[tuple, int] = {}
+
+    def fn(self, poly: Poly) -> int:
+        i = self.index.get(poly)
+        if i is None:
+            i = self.index[poly] = len(self.functions)
+            self.functions.append(page_js.js_function(poly))
+            self.terms.append(page_js.terms(poly))
+        return i
+
+    def case(self, scn) -> int:
+        case = compile_case(scn)
+        i = self.case_index.get(case.key)
+        if i is not None:
+            return i
+        if len(self.cases) >= MAX_CASES:
+            raise SymmemError(f"html: more than {MAX_CASES} structural cases; narrow the choices (--pp-choices, "
+                              "--recompute-choices, --precision-choices, --cp-choices)")
+        stage_class = [0] * case.pp
+        classes = []
+        for ci, c in enumerate(case.classes):
+            for m in c.members:
+                stage_class[m] = ci
+            classes.append({
+                "index": c.index, "params": [self.fn(p) for p in c.params], "activation": self.fn(c.activation),
+                "saved": self.fn(c.saved),
+                "events": [[e.label, self.fn(e.own), self.fn(e.zero2), self.fn(e.zero3)] for e in c.events],
+            })
+        self.case_index[case.key] = len(self.cases)
+        self.cases.append({"pp": case.pp, "stage_class": stage_class, "classes": classes})
+        return self.case_index[case.key]
+
+
+def _settings_key(rc: str, prec: str) -> str:
+    return f"{rc}|{prec}"
+
+
+def _derive_as(scn):
+    """As the compiled sweep derives it (`sweep.evaluate._arrangements`): TP 1 under a rule set whose workspaces
+    exist only with sequence parallelism is derived with it off (the same bytes, which a symbolic t cannot see)."""
+    import dataclasses
+
+    par = scn.parallel
+    if par.tp == 1 and par.sequence_parallel and bool(scn.rules.workspaces):
+        return scn.replace(parallel=dataclasses.replace(par, sequence_parallel=False, moe_sequence_parallel=False))
+    return scn
+
+
+def _buffers(scn, case) -> list:
+    """Per stage class: [at s = 0, per token of s, [dense n, dense total], [expert n, expert total]]: the profile's
+    buffers other than the DDP padding, linear in s, and the two DDP buffers' sizes (`profiles._ddp_padding`: the
+    padded length before the bucket's end is n, the parameters' sum is total)."""
+    from symmem.accounting.analysis import values
+    from symmem.model import stage_parts
+    from symmem.profiles import PARAM_ALIGN, _ddp_padding, ddp_weights
+
+    out = []
+    p = scn.precision
+    for c in case["classes"]:
+        stage = scn.stages[c["index"]]
+        parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+        totals = []
+        for s in (1, 2, 3):
+            vals = values(scn, s_value=s)
+            bufs = sum(b.nbytes for b in scn.profile.buffers(scn, stage, parts, vals))
+            dense, expert = ddp_weights(scn, parts, vals)
+            ddp = 0
+            for ws, group in ((dense, scn.parallel.dense_shard), (expert, scn.parallel.expert_dp)):
+                pad = _ddp_padding(ws, group)
+                ddp += pad * (p.weight_bytes + p.grad_bytes) + -(-pad // group) * (p.master_bytes + p.optimizer_bytes)
+            totals.append((bufs - ddp, dense, expert))
+        (a1, dense, expert), (a2, _, _), (a3, _, _) = totals
+        if a3 - a2 != a2 - a1:
+            raise SymmemError(f"profile {scn.profile.name!r}: its buffers are not linear in s; the page cannot "
+                              "extend them (use symmem memory)")
+
+        def sizes(ws):
+            n = (ws[0] + sum(-(-w // PARAM_ALIGN) * PARAM_ALIGN for w in ws[1:])) if ws else 0
+            return [str(n), str(sum(ws))]
+
+        out.append([str(a1 - (a2 - a1)), str(a2 - a1), sizes(dense), sizes(expert)])
+    return out
+
+
+def build_data(inp: PageInput) -> dict:
+    """The page's data: controls, arrangements (each valid one's structural cases and buffers), cases, and the
+    compiled functions with their terms."""
+    b = _Builder(inp)
+    ch = inp.choices
+    first = inp.make(dict(inp.initial))
+    why = refusal(first)
+    if why:
+        raise SymmemError(f"html: {why}")
+    combos = list(itertools.product(ch["pp"], ch["tp"], ch["cp"], ch["ep"]))
+    if len(combos) > MAX_ARRANGEMENTS:
+        raise SymmemError(f"html: {len(combos):,} (PP, TP, CP, EP) combinations, more than {MAX_ARRANGEMENTS:,}; "
+                          "narrow the choices")
+    arrangements: dict[str, dict] = {}
+    precisions: dict[str, list[int]] = {}
+    pad = first.profile.padded_vocabulary if first.model.has("V") else None
+    for pp, tp, cp, ep in combos:
+        key = f"{pp}/{tp}/{cp}/{ep}"
+        etp = first.parallel.etp
+        # a DP under which the (PP, TP, CP, EP) arrangement's own rules are checked; the page checks the DP the
+        # reader sets (EP·ETP must divide DP·TP·CP) itself
+        dp = ep * etp
+        entry: dict = {"cases": {}, "buffers": {}}
+        for rc, prec in itertools.product(ch["recompute"], ch["precision"]):
+            settings = {**inp.initial, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp, "recompute": rc,
+                        "precision": prec, "s": inp.initial["s"] * cp, "global-batch-size": None}
+            try:
+                scn = inp.make(settings)
+            except SymmemError as e:
+                entry["cases"][_settings_key(rc, prec)] = str(e)
+                continue
+            why = refusal(scn)
+            if why:
+                raise SymmemError(f"html: {why}")
+            p = scn.precision
+            precisions[p.name] = [p.weight_bytes, p.grad_bytes, p.master_bytes, p.optimizer_bytes]
+            ci = b.case(_derive_as(scn))
+            entry["cases"][_settings_key(rc, prec)] = ci
+            if scn.profile.buffers is not None and str(ci) not in entry["buffers"]:
+                entry["buffers"][str(ci)] = _buffers(scn, b.cases[ci])
+        if all(_is_error(v) for v in entry["cases"].values()):
+            reasons = set(entry["cases"].values())
+            arrangements[key] = {"error": next(iter(reasons))} if len(reasons) == 1 else entry
+            continue
+        if pad is not None:
+            entry["V"] = str(pad(first.model.value("V"), tp))
+        arrangements[key] = entry
+    if not any("error" not in a for a in arrangements.values()):
+        raise SymmemError("html: no arrangement of the choices is valid for the model; widen the choices")
+    return {
+        "controls": list(CONTROLS), "choices": ch, "initial": inp.initial, "command": inp.command,
+        "model": first.model.name, "profile": first.profile.name, "rules": first.rules.name,
+        "schedule": first.schedule.name, "etp": first.parallel.etp, "groups": list(GROUPS),
+        "fragmentation": list(first.fragmentation), "comm_buffers": [str(x) for x in first.comm_buffers],
+        "gpus": {k: str(v) for k, v in inp.gpus.items()}, "precisions": precisions,
+        "padded_vocabulary": pad is not None,
+        "arrangements": arrangements, "cases": b.cases, "terms": b.terms,
+        "latex_names": _latex_names(),
+    }, b.functions
+
+
+def _latex_names() -> dict[str, str]:
+    from symmem.symbols import SYMBOLS
+    from symmem.sweep.compile import VARIABLES
+
+    names = {v: SYMBOLS[v].latex if v in SYMBOLS else v for v in (*VARIABLES, "V")}
+    return names
+
+
+def render(inp: PageInput) -> str:
+    """The whole HTML page."""
+    import jinja2
+
+    data, functions = build_data(inp)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("symmem.render", "templates"), autoescape=False,
+                             keep_trailing_newline=True)
+    # the data is JSON inside a <script> element: "</" must not end it early
+    payload = json.dumps(data, separators=(",", ":"), sort_keys=True).replace("</", "<\\/")
+    return env.get_template("page.html.j2").render(
+        data=payload, functions=",\n".join(functions), title=f"symmem: {data['model']} ({data['profile']})")
