@@ -89,13 +89,13 @@ def _run(args) -> int:
         text = getattr(args, f"{key}_choices")
         if text is not None:
             choices[key] = _parse_list(text, key)
+    unknown = [g for g in choices["gpu"] if g not in gpus]
+    if unknown:
+        raise SymmemError(f"--gpu-choices: {unknown[0]!r} is no known GPU; known: {', '.join(gpus)}")
     for key in ("zero", "recompute", "precision", "gpu", "tp", "pp", "ep", "cp"):
         if initial[key] not in choices[key]:
             raise SymmemError(f"{LISTS[key][0]} = {','.join(map(str, choices[key]))}: must include the scenario's "
                               f"{key} = {initial[key]}")
-    unknown = [g for g in choices["gpu"] if g not in gpus]
-    if unknown:
-        raise SymmemError(f"--gpu-choices: {unknown[0]!r} is no known GPU; known: {', '.join(gpus)}")
     gpus = {g: gpus[g] for g in choices["gpu"]}
 
     def make(settings: dict):
