@@ -64,6 +64,9 @@ def main() -> None:
     import bench_sweep  # benchmarks/bench_sweep.py: the sweep planner's compiled path against its loop
 
     bench_sweep.run(args.quick)
+    import bench_html  # benchmarks/bench_html.py: the symmem html page in headless Chromium
+
+    bench_html.run(args.quick)
 
 
 if __name__ == "__main__":

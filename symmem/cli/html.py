@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import copy
 import shlex
-import sys
 
 from symmem import _numbers as num
 from symmem.cli.args import add_scenario_args, scenario_from_args
@@ -54,6 +53,24 @@ def _gpu_table(capacity: int) -> tuple[dict, str]:
             return table, name
     own = f"{capacity}B"
     return {own: capacity, **table}, own
+
+
+FLAG_NAMES = {"b": "-b", "s": "-s", "global_batch": "--global-batch-size", "first": "--first-stage-layers",
+              "last": "--last-stage-layers"}
+
+
+def _command_line(args) -> str:
+    """The flags that made the page, as a command line (shown on the page: how to make it again)."""
+    words = ["symmem", "html"]
+    for key, value in vars(args).items():
+        if key in ("command", "func", "output") or value is None or key.startswith("_"):
+            continue
+        flag = FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + flag[2:])
+        else:
+            words += [flag, str(value)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _run(args) -> int:
@@ -112,7 +129,7 @@ def _run(args) -> int:
             ns.gpu, ns.gpu_memory = None, str(gpus[gpu])
         return scenario_from_args(ns)
 
-    command = "symmem html " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "symmem html"
+    command = _command_line(args)
     page = render(PageInput(make, initial, choices, command, gpus))
     write_file(args.output, page.encode(), "--output")
     print(f"wrote {args.output} ({len(page.encode()):,} bytes): {len(choices['tp']) * len(choices['pp']) * len(choices['cp']) * len(choices['ep'])} "
