@@ -101,7 +101,13 @@ def _feature_size(t: Tensor, axes, values) -> int:
 def _te_weight_shapes(parts, axes, values) -> set[tuple[int, int]]:
     """(out, in) of every TransformerEngine weight of the stage, one per expert for grouped GEMMs: the members of a
     fused Megatron module (tag `module:NAME`, e.g. linear_qkv) are stacked along the output features."""
-    shapes: set[tuple[int, int]] = set()
+    return set(te_weight_shape_by_op(parts, axes, values).values())
+
+
+def te_weight_shape_by_op(parts, axes, values) -> dict[tuple[str, str], tuple[int, int]]:
+    """(part name, op name) -> (out, in) of the TransformerEngine weight each linear op multiplies by (`_te_weight_
+    shapes`; every member of a fused module maps to the module's stacked shape)."""
+    shapes: dict[tuple[str, str], tuple[int, int]] = {}
     for part in parts:
         flow: Dataflow = part.flow
         fused: dict[str, list[Op]] = {}
@@ -114,7 +120,8 @@ def _te_weight_shapes(parts, axes, values) -> set[tuple[int, int]]:
             x = flow.tensors[ops[0].inputs[0]]
             cols = _feature_size(x, axes, values)
             rows = sum(_feature_size(flow.tensors[o.outputs[0]], axes, values) for o in ops)
-            shapes.add((rows, cols))
+            for o in ops:
+                shapes[(part.name, o.name)] = (rows, cols)
     return shapes
 
 

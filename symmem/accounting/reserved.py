@@ -20,8 +20,9 @@ distributed optimizer) as a sequence of individual mallocs and frees:
    storage of every layer copy and micro-batch as the timeline has it (`timeline.part_timeline`: a storage is
    allocated at the first op it is alive at and freed after the last one; saved storages live until their layer's
    backward releases them), micro-batches in 1F1B order (warm-up forwards, then one forward and one backward, then
-   the cool-down backwards); TE's dummy weight-gradient buffers at the first backward; the pipeline's gradient
-   buffers through each micro-batch's backward.
+   the cool-down backwards); TE's dummy weight-gradient buffers, one tensor per weight shape made at the first
+   backward GEMM of that shape (`get_dummy_wgrad` caches them by shape, TE pytorch/module/base.py:64-92); the
+   pipeline's gradient buffers through each micro-batch's backward.
 5. **Optimizer step**: Adam's FP32 `exp_avg` and `exp_avg_sq` of each main-parameter piece, created by the first
    `step()` (TE FusedAdam, MLM megatron/core/optimizer/__init__.py:11), after the backward.
 6. **The next iteration**, with the moments alive (the measured window logs several iterations and its peak is the
@@ -141,6 +142,7 @@ def _iteration_events(scn, stage) -> tuple:
     from symmem.accounting.activations import tensor_bytes
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
     from symmem.model import stage_parts
+    from symmem.profiles import te_weight_shape_by_op
 
     vals = values(scn)
     par = scn.parallel
@@ -149,7 +151,11 @@ def _iteration_events(scn, stage) -> tuple:
     rules, policy, act_bytes = scn.rules, scn.policy, scn.act_bytes
     e_tok = _tokens_per_expert(_activation_key(scn), axes)
     timelines = [T.part_timeline(pt.flow, rules, policy, axes, act_bytes, e_tok) for pt in parts]
-    wgrad = [b for b in stage_buffers(scn, stage) if b.name.startswith("TE dummy")]
+    # TE's dummy weight gradients: one tensor per weight shape, made at the first backward GEMM of that shape
+    # (`get_dummy_wgrad` caches them by shape: TE pytorch/module/base.py:64-92)
+    wgrad_shape = te_weight_shape_by_op(parts, axes, vals) if any(
+        b.name.startswith("TE dummy") for b in stage_buffers(scn, stage)) else {}
+    made: set = set()
     sizes: dict = {}
     out: list[tuple] = []
 
@@ -174,6 +180,7 @@ def _iteration_events(scn, stage) -> tuple:
     k = scn.schedule.in_flight(stage.index, par.pp, scn.m)
     forwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "forward"] for tl in timelines]
     backwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "backward"] for tl in timelines]
+    backward_ops = [[ev.op for ev in tl.events if ev.phase == "backward"] for tl in timelines]
     kept = [{n: a for ev in fw for n, a in ev.items() if a.component == T.SAVED_CURRENT} for fw in forwards]
     fwd_mb = bwd_mb = 0
     for phase in _one_f_one_b(k, scn.m):
@@ -190,13 +197,15 @@ def _iteration_events(scn, stage) -> tuple:
                             out.append(("free", (mb, pi, copy, name), 0))
         else:
             mb, bwd_mb = bwd_mb, bwd_mb + 1
-            if mb == 0:
-                out += [("first", ("buffer", b.name), b.nbytes) for b in wgrad]
             out += [("malloc", (mb, "pipeline", name), n) for name, n in pipeline]
             for pi in range(len(parts) - 1, -1, -1):
                 for copy in range(parts[pi].count - 1, -1, -1):
                     live = kept[pi]  # kept since the forward
-                    for now in backwards[pi]:
+                    for op, now in zip(backward_ops[pi], backwards[pi], strict=True):
+                        shape = wgrad_shape.get((parts[pi].name, op))
+                        if shape is not None and shape not in made:
+                            made.add(shape)
+                            out.append(("first", ("wgrad", shape), 2 * shape[0] * shape[1]))
                         step(mb, pi, copy, live, now)
                         live = now
                     out += [("free", (mb, pi, copy, name), 0) for name in live]
@@ -273,19 +282,18 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
     return Reserved(alloc.peak_allocated, alloc.peak_reserved, alloc.segments, peak_phase[0])
 
 
-RESERVED_RANKS = 2  # ranks of a stage replayed (their shards differ): the first and the middle one
-
-
 # allocator calls one stage's replays may take: about 2 us each on this project's machines, so about a minute; the
 # replay is linear in the micro-batches and a scenario over it (say 100,000 micro-batches) is refused, not run
 REPLAY_BUDGET = 30_000_000
 
 
 def _ranks(scn) -> list[int]:
+    """The ranks of a stage replayed (their shards of the DDP buffers differ): the first of the DP×CP group (the
+    buffer's start: the output layer, the buffer being filled in reverse), the middle one and the last (the
+    embedding)."""
     par = scn.parallel
     n = par.dense_shard
-    k = min(RESERVED_RANKS, n)
-    return sorted({(j * n // k) * par.tp for j in range(k)})
+    return sorted({j * par.tp for j in (0, n // 2, n - 1)})
 
 
 def replay_calls(scn, stage) -> int:
@@ -327,7 +335,7 @@ def stage_reserved(scn, stage) -> int | None:
     """What PyTorch's caching allocator reserves at most on one GPU of `stage` over the measured window
     (`torch.cuda.max_memory_reserved()`), replayed from the order the framework allocates in; None where
     `replay_refusal` gives a reason. The stage's ranks differ in their shards of the DDP buffers: the largest over
-    up to RESERVED_RANKS of them, evenly spaced over the DP×CP group."""
+    three of them (`_ranks`)."""
     if replay_refusal(scn, stage) is not None:
         return None
     return max(replay_stage(scn, stage, r).peak_reserved for r in _ranks(scn))
