@@ -79,3 +79,35 @@ def test_hsdp_shards_over_dp_over_replicas(capsys):
     assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--dp", "8", "--hsdp-replicate",
                  "3"]) == 2
     assert "must divide DP = 8" in capsys.readouterr().err
+
+
+def test_per_op_selective_checkpointing_keeps_odd_matrix_products(capsys):
+    """torchtitan's SelectiveAC on Llama 3: the block's input, then the 1st, 3rd and 5th matrix products of the block
+    (wqkv counted once: q, k and v are one product in torchtitan; then w1 and w2), and on a GPU the attention's
+    output and logsumexp; wo and w3 (the 2nd and 4th) are recomputed, as is the CPU's flash attention."""
+    from symmem.accounting.activations import kept_tensors
+    from symmem.accounting.recompute import policy
+    from symmem.config import load_model
+    from symmem.model import stage_parts
+    from symmem.rules.torchtitan import RULES, RULES_CPU
+    from symmem.scenario import model_scenario
+
+    scn = model_scenario(load_model("llama-3-8b")).replace(profile_name="torchtitan")
+    layer = next(p for p in stage_parts(scn.model, scn.stages[0], scn.convention, scn.flow_impl) if p.is_layers)
+    sac = policy("selective-op")
+    cpu = [k.tensor.name for k in kept_tensors(layer.flow, RULES_CPU, sac)]
+    assert cpu == ["layer.x", "attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.out"]
+    gpu = [k.tensor.name for k in kept_tensors(layer.flow, RULES, sac)]
+    assert gpu == ["layer.x", "attn.q", "attn.k", "attn.v", "attn.ctx", "attn.logsumexp", "mlp.gate", "mlp.out"]
+    # on the whole stage: the per-layer difference from full checkpointing is the cached outputs, 32 layers of them
+    act = {}
+    for rc in ("selective-op", "full"):
+        code = main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--dp", "8", "-b", "2", "-s",
+                     "8192", "--recompute", rc, "--json"])
+        assert code == 0
+        act[rc] = json.loads(capsys.readouterr().out)["stages"][0]["activations_per_microbatch"]
+    b, s, h, kv, ffn, heads = 2, 8192, 4096, 1024, 14336, 32
+    per_layer = 2 * b * s * (h + 2 * kv) + 2 * b * s * ffn + 2 * b * s * h  # wqkv, w1, w2 outputs (BF16)
+    per_layer += 2 * b * s * h + 4 * b * heads * s  # the attention's output (BF16) and logsumexp (FP32)
+    assert act["selective-op"] - act["full"] == 32 * per_layer
+    # (the byte-exact check against the real torchtitan is tests/validate/test_fsdp2.py, case fsdp2-selective-op-ac)

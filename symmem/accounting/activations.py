@@ -12,9 +12,9 @@ from functools import lru_cache
 
 import sympy
 
-from symmem.accounting.recompute import Policy
+from symmem.accounting.recompute import LAYER_TAG, Policy, Recompute
 from symmem.errors import SymmemError
-from symmem.graph import AxisSizes, Dataflow, DType, Tensor, local_size
+from symmem.graph import AxisSizes, Dataflow, DType, Op, Tensor, local_size
 from symmem.model import Part
 from symmem.rules import RuleSet
 from symmem.symbols import E_tok
@@ -39,6 +39,8 @@ def kept_tensors(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, 
     produces it, whoever reads it. Either way the inputs of R that come from outside R are kept (the checkpoint
     to recompute from), and the top-k routing decision is pinned, so that recomputation routes the same way.
     """
+    if policy.kind is Recompute.SELECTIVE_OP and any(LAYER_TAG in op.tags for op in flow.ops):
+        return sac_kept(flow, rules)
     saved: dict[str, Kept] = {}
     savers: dict[str, set[str]] = {}
     for op in flow.ops:
@@ -73,6 +75,48 @@ def kept_tensors(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, 
         for t in op.inputs:
             if not from_recomputed(t) and t not in kept:
                 kept[t] = Kept(flow.tensors[t], op.name, op.block, f"checkpoint: input of recomputed {op.name}")
+    return tuple(kept.values())
+
+
+def sac_kept(flow: Dataflow, rules: RuleSet) -> tuple[Kept, ...]:
+    """What a decoder layer keeps under torchtitan's per-op selective checkpointing (torchtitan 0.3.0
+    torchtitan/distributed/activation_checkpoint.py:243-274, `SelectiveAC._wrap_block`): the checkpoint's inputs (the
+    layer's tensors made outside it) and, from the checkpoint's cache (torch/utils/checkpoint.py
+    `_CachingTorchDispatchMode`: the outputs of the ops its policy answers MUST_SAVE), the output of every odd
+    matrix product of the layer (1st, 3rd, ...: "save all compute/comm ops, except every second mm/linear"; the
+    router's matrix product is recomputed and not counted, `force_recompute_mm_shapes_by_fqns`) and of the ops of
+    `rules.sac_saved_kinds`; the top-k routing decision, on the save list too. Everything else is recomputed."""
+    layer = [op for op in flow.ops if LAYER_TAG in op.tags]
+    made = {t for op in layer for t in op.outputs}
+    kept: dict[str, Kept] = {}
+    for op in layer:
+        for t in op.inputs:
+            if t not in made and t not in kept:
+                kept[t] = Kept(flow.tensors[t], op.name, op.block, "checkpoint: input of the layer (per-op AC)")
+    count = 0
+    decided: dict[object, bool] = {}  # a GEMM group -> saved or not (its members are one matrix product)
+
+    def group(op: Op) -> object:
+        module = next((t for t in op.tags if t.startswith("module:")), None)
+        if module is not None:
+            return module
+        return next((g for g in rules.gemm_groups if op.name in g), op.name)
+
+    for op in layer:
+        save = False
+        if op.kind == "linear" and "routing" not in op.tags:
+            g = group(op)
+            if g not in decided:
+                count += 1
+                decided[g] = count % 2 == 1
+            save = decided[g]
+            why = f"per-op AC: output of matrix product {count} ({op.name}), odd: saved"
+        elif op.kind in rules.sac_saved_kinds or "routing_decision" in op.tags:
+            save = True
+            why = f"per-op AC: output of {op.kind} {op.name}, on the save list"
+        if save:
+            for t in op.outputs:
+                kept.setdefault(t, Kept(flow.tensors[t], op.name, op.block, why))
     return tuple(kept.values())
 
 

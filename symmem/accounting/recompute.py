@@ -30,6 +30,9 @@ class Recompute(Enum):
     """Recompute the attention core (QKᵀ, softmax, dropout, ·V), as Megatron's selective recomputation."""
     DEEPSEEK = "deepseek"
     """DeepSeek-V3's: recompute every RMSNorm and the MLA up-projections (with the rope/concat that feed attention)."""
+    SELECTIVE_OP = "selective-op"
+    """torchtitan's per-op selective checkpointing (`SelectiveAC`): each decoder layer keeps its input and the
+    outputs of the ops on PyTorch's save list, every other matrix product only (`activations.sac_kept`)."""
     CUSTOM = "custom"
     """A user-given set of op kinds, tags or names."""
 
@@ -42,8 +45,8 @@ class Policy:
     def recomputed(self, op: Op) -> bool:
         if self.kind is Recompute.NONE:
             return False
-        if self.kind is Recompute.FULL:
-            return LAYER_TAG in op.tags
+        if self.kind in (Recompute.FULL, Recompute.SELECTIVE_OP):  # per-op: the block's forward runs again,
+            return LAYER_TAG in op.tags  # the saved outputs taken from its cache
         if self.kind is Recompute.SELECTIVE:
             return "core_attention" in op.tags
         if self.kind is Recompute.DEEPSEEK:

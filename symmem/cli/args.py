@@ -90,7 +90,8 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
                                          "(its rules, state layout and framework buffers; --precision/--zero "
                                          "override)")
         if not swept:
-            g.add_argument("--recompute", help="none, full, selective, deepseek or custom:OPS")
+            g.add_argument("--recompute", help="none, full, selective, deepseek, selective-op (torchtitan's per-op "
+                                                "SAC) or custom:OPS")
             g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
             g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS),
                            help="virtual stages per GPU for interleaved 1F1B")

@@ -15,7 +15,7 @@ import json
 from symmem.errors import SymmemError
 
 MAX_WORLD = 8
-AC = ("none", "full")
+AC = ("none", "full", "selective-op")
 
 
 def _settings(raw: dict, args, name: str):
@@ -33,8 +33,8 @@ def _settings(raw: dict, args, name: str):
     if world % rep:
         raise SymmemError(f"--hsdp-replicate = {rep}: must divide --dp = {world} (HSDP's mesh is replicate x shard)")
     if args.ac not in AC:
-        raise SymmemError(f"--ac = {args.ac!r}: one of {', '.join(AC)} (torchtitan's selective modes are not "
-                          "predicted yet)")
+        raise SymmemError(f"--ac = {args.ac!r}: one of {', '.join(AC)} (torchtitan's per-layer selective mode is "
+                          "not predicted yet)")
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
     keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",

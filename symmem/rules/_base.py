@@ -36,6 +36,12 @@ class RuleSet:
     # Tags whose consecutive ops the framework runs as one fused kernel: their intermediate tensors (and
     # gradients) never exist (e.g. fused attention never materialises the s×s scores).
     fused_tags: tuple[str, ...] = ()
+    # Per-op selective checkpointing (torchtitan's `SelectiveAC`, recompute policy `selective-op`): the op kinds
+    # besides the matrix products whose outputs its save list keeps (the GPU's SDPA kernels are in PyTorch's
+    # compute-intensive list, torch/_functorch/partitioners.py get_default_op_list; the CPU's flash kernel is not),
+    # and the ops the framework runs as one matrix product (torchtitan's fused wqkv), counted once.
+    sac_saved_kinds: frozenset[str] = frozenset({"sdpa_flash", "sdpa_efficient"})
+    gemm_groups: tuple[frozenset[str], ...] = ()
 
     def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
         try:

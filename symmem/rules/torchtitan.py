@@ -67,12 +67,21 @@ def _cross_entropy(op: Op, flow: Dataflow) -> list[Saved]:
 # the RoPE table is a model buffer (the profile's), kept by no op
 _CHANGES = {"rotary_emb": nothing, "cross_entropy": _cross_entropy}
 
-def _rule_set(name: str, where: str, rmsnorm) -> RuleSet:
+# torchtitan's Llama 3 runs q, k and v as one matrix product (wqkv, models/llama3's fuse_qkv): one mm for the
+# per-op AC's every-other-mm count (`activations.sac_kept`)
+WQKV = frozenset({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"})
+
+
+def _rule_set(name: str, where: str, rmsnorm, sac_saved_kinds: frozenset[str]) -> RuleSet:
     return RuleSet(name, f"torchtitan 0.3.0's Llama 3 on {where} (torch 2.13): torch-eager's rules with this RMSNorm, "
                    "the RoPE table as a buffer and nll_loss's total_weight",
-                   {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": rmsnorm}, context_parallel=False)
+                   {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": rmsnorm}, context_parallel=False,
+                   sac_saved_kinds=sac_saved_kinds, gemm_groups=(WQKV,))
 
 
-RULES = _rule_set("torchtitan", "a GPU (fused rms_norm)", _rms_norm_fused)
+# Per-op AC's save list (torchtitan/distributed/activation_checkpoint.py:31-94) holds the GPU's SDPA kernels
+# (`_scaled_dot_product_flash_attention`, `_efficient_attention`, cuDNN's; FlexAttention) but not the CPU's
+# `_scaled_dot_product_flash_attention_for_cpu`: on the CPU the attention is recomputed (measured)
+RULES = _rule_set("torchtitan", "a GPU (fused rms_norm)", _rms_norm_fused, frozenset({"sdpa_flash"}))
 RULES_CPU = _rule_set("torchtitan-cpu", "the CPU (ATen's composite rms_norm; measured by symmem measure --framework "
-                      "fsdp2)", _rms_norm_composite)
+                      "fsdp2)", _rms_norm_composite, frozenset())

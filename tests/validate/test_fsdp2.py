@@ -96,6 +96,11 @@ MATRIX = {
     "fsdp2-full-ac": {"ac": "full"},
     "hsdp-2x2": {"world": 4, "replicate": 2},
     "fsdp4-uneven-b2": {"world": 4, "dim": 48, "n_heads": 3, "n_kv_heads": 1, "vocab": 250, "b": 2, "s": 12},
+    # torchtitan's per-op AC: the block input and every odd matrix product's output (wqkv, w1, w2) from the
+    # checkpoint's cache, counted by the runner beside what the saved-tensor hooks see (runner.SacCaches)
+    "fsdp2-selective-op-ac": {"ac": "selective-op"},
+    "fsdp2-selective-op-ac-3-layers-b2": {"ac": "selective-op", "n_layers": 3, "b": 2, "s": 24,
+                                          "reshard_after_forward": False},
 }
 
 
@@ -125,7 +130,7 @@ def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, caps
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["match"] and all(r["states_match"] and r["saved_match"] for r in out["ranks"])
-    for extra, words in ((["--ac", "selective-op"], "--ac = 'selective-op'"), (["--tp", "2"], "--tp"),
+    for extra, words in ((["--ac", "selective-layer:2"], "--ac = 'selective-layer:2'"), (["--tp", "2"], "--tp"),
                          (["--dp", "3", "--hsdp-replicate", "2"], "--hsdp-replicate = 2")):
         assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), *extra]) == 2
         err = capsys.readouterr().err

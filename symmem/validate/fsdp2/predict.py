@@ -9,7 +9,7 @@ import json
 import os
 import tempfile
 
-AC_RECOMPUTE = {"none": "none", "full": "full"}  # torchtitan's AC mode -> symmem's recomputation policy
+AC_RECOMPUTE = {"none": "none", "full": "full", "selective-op": "selective-op"}  # torchtitan's AC -> symmem's policy
 
 
 def hf_config(st) -> dict:
@@ -31,8 +31,8 @@ def scenario(st, raw: dict | None = None):
     from symmem.scenario import model_scenario
 
     if st.ac not in AC_RECOMPUTE:
-        raise SymmemError(f"--ac = {st.ac!r}: predicted for none and full only (torchtitan's selective modes are "
-                          "measured, not yet predicted)")
+        raise SymmemError(f"--ac = {st.ac!r}: predicted for none, full and selective-op (torchtitan's per-layer "
+                          "selective mode, every N-th block checkpointed, is measured, not predicted)")
     fd, path = tempfile.mkstemp(suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:

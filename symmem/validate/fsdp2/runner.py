@@ -99,7 +99,47 @@ def build_model(st: Settings):
     return model
 
 
-def apply_ac(model, mode: str) -> None:
+class SacCaches:
+    """The caches of torch's selective checkpointing, one per checkpointed block forward, with the layer each ran in.
+
+    Under torchtitan's per-op AC the outputs of the ops its policy saves (MUST_SAVE) are kept in the checkpoint's
+    own cache (`_CachingTorchDispatchMode.storage`, torch/utils/checkpoint.py), not through saved-tensor hooks; the
+    hooks see only the checkpoint's inputs. `create_selective_checkpoint_contexts` is wrapped where torchtitan
+    calls it (torchtitan/distributed/activation_checkpoint.py `SelectiveAC._wrap_block`) to keep each cache."""
+
+    def __init__(self):
+        self.entries: list[tuple[str | None, dict]] = []
+        self.saved = None  # the SavedPerLayer whose `layer` names the block running
+
+    def install(self) -> None:
+        import torchtitan.distributed.activation_checkpoint as tac
+
+        original = tac.create_selective_checkpoint_contexts
+
+        def recording(policy_fn, *args, **kwargs):
+            caching, cached = original(policy_fn, *args, **kwargs)
+            self.entries.append((self.saved.layer if self.saved is not None else None, caching.storage))
+            return caching, cached
+
+        tac.create_selective_checkpoint_contexts = recording
+
+    def add_to(self, saved) -> None:
+        """Count each cache's tensors as saved by its layer (distinct storages, first owner wins)."""
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        for layer, storage in self.entries:
+            for per_key in storage.values():
+                for value in per_key.values():
+                    for leaf in tree_leaves(value):
+                        t = getattr(leaf, "val", None)
+                        if isinstance(t, torch.Tensor):
+                            saved.layer = layer
+                            saved.pack(t)
+        saved.layer = None
+
+
+def apply_ac(model, mode: str, sac: SacCaches | None = None) -> None:
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 
     if mode == "none":
@@ -107,6 +147,8 @@ def apply_ac(model, mode: str) -> None:
     if mode == "full":
         FullAC(FullAC.Config()).apply(model)
     elif mode == "selective-op":
+        if sac is not None:
+            sac.install()
         SelectiveAC(SelectiveAC.Config()).apply(model)
     elif mode.startswith("selective-layer:"):
         every = int(mode.split(":", 1)[1])
@@ -217,7 +259,8 @@ def _step(rank: int, st: Settings) -> dict:
     torch.manual_seed(st.seed)  # the same full model on every rank; fully_shard keeps each rank's shard
     model = build_model(st)
     global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    apply_ac(model, st.ac)
+    sac = SacCaches()
+    apply_ac(model, st.ac, sac)
     mp = MixedPrecisionPolicy(param_dtype=getattr(torch, _DTYPES[st.param_dtype]),
                               reduce_dtype=getattr(torch, _DTYPES[st.reduce_dtype]))
     blocks = list(model.layers.items())
@@ -232,6 +275,7 @@ def _step(rank: int, st: Settings) -> dict:
     for b in model.buffers():
         excluded.add(b.untyped_storage())
     saved = SavedPerLayer(excluded)
+    sac.saved = saved
     unsharded: dict[str, int] = {}
 
     def gathered(name, mod):
@@ -269,6 +313,7 @@ def _step(rank: int, st: Settings) -> dict:
         with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
             pred = model(inputs)
             loss = cross_entropy_loss(pred, labels) / labels.numel()
+            sac.add_to(saved)  # per-op AC: what the checkpoint's cache keeps, beside what the hooks saw
             saved.active = False
             gc.collect()
             saved_layers = {f"layer {i}": 0 for i, _b in blocks}
