@@ -204,13 +204,20 @@ def _assert_equal(page, memory: dict) -> None:
         assert [int(x) for x in bars] == [r[seg] for r in stages]
     text = page.inner_text("body")
     assert "NaN" not in text and "undefined" not in text
+    step = memory["step"]
+    if step is not None:  # the step time, tokens/s per GPU and MFU: floats, the same arithmetic in another order
+        for field in ("time_s", "tokens_per_s_per_gpu", "mfu"):
+            shown = float(page.get_attribute(f"[data-field={field}]", "data-value"))
+            assert shown == pytest.approx(step[field], rel=1e-9), field
+    else:  # the flags named no GPU with speeds: memory gave no step time, or said why
+        assert page.inner_text("[data-field=step_note]") == memory["step_unavailable"]
 
 
 URL_CASES = [
     ("deepseek-v3-paper", "", ("--scenario", "paper", "--gpu", "H800")),
     ("deepseek-v3-paper", "?pp=8&dp=64&tp=1&ep=16&zero=2&recompute=full&b=2",
      ("--scenario", "paper", "--pp", "8", "--dp", "64", "--tp", "1", "--ep", "16", "--zero", "2",
-      "--recompute", "full", "-b", "2")),
+      "--recompute", "full", "-b", "2", "--gpu", "H800")),
     ("llama-8b-megatron-te", "?tp=8&cp=2&dp=2&zero=1&s=16384&precision=paper&gpu=H100",
      ("--model", "llama-3-8b", "--profile", "megatron-te", "--tp", "8", "--cp", "2", "--dp", "2", "--zero", "1",
       "-s", "16384", "--precision", "paper", "--gpu", "H100")),
@@ -219,7 +226,11 @@ URL_CASES = [
       "--gpu", "A100")),
     ("deepseek-v2-lite-megatron-te", "?tp=2&pp=2&ep=4&dp=4&zero=1&recompute=selective&global-batch-size=32",
      ("--model", "deepseek-v2-lite", "--profile", "megatron-te", "--tp", "2", "--pp", "2", "--ep", "4", "--dp",
-      "4", "--zero", "1", "--recompute", "selective", "--global-batch-size", "32")),
+      "4", "--zero", "1", "--recompute", "selective", "--global-batch-size", "32", "--gpu", "H800")),
+    # a GPU with a capacity but no speed figures: memory, and the same sentence memory prints for the step
+    ("llama-8b-megatron-te", "?gpu=H20&zero=3",
+     ("--model", "llama-3-8b", "--profile", "megatron-te", "--tp", "2", "--dp", "4", "--gpu", "H20", "--zero",
+      "3")),
 ]
 
 
@@ -279,7 +290,8 @@ def test_clicks_on_the_paper_case(browser, pages):
         _type(page, "dp", "64")
         _click(page, "recompute", "full")
         _click(page, "zero", "1")
-        flags = ("--scenario", "paper", "--pp", "8", "--dp", "64", "--recompute", "full", "--zero", "1")
+        flags = ("--scenario", "paper", "--pp", "8", "--dp", "64", "--recompute", "full", "--zero", "1", "--gpu",
+                 "H800")
         _assert_equal(page, memory_json(*flags))
         assert not errors
     finally:

@@ -16,13 +16,15 @@ around them, written again in JavaScript and checked against `symmem memory --js
   the same float64 product;
 * Megatron's framework buffers (megatron-te): TransformerEngine's and PyTorch's workspaces and the RoPE table per
   arrangement, linear in s (computed by the engine at s = 1, 2 and checked at 3), and the DDP buffers' padding from
-  the local parameter sizes (`profiles.ddp_weights`) at the page's DP (`profiles._ddp_padding`).
+  the local parameter sizes (`profiles.ddp_weights`) at the page's DP (`profiles._ddp_padding`);
+* the step time, tokens/s per GPU and MFU (`symmem.steptime`): each stage's costs of one micro-batch as functions of
+  b and s (`page_steptime`), turned into seconds as `steptime.model` does, for the GPUs with speed figures.
 
 What it does not carry is refused when the page is made, in one line: profiles that lay out their own states
 (torchtitan), the Hugging Face dataflow (its ops depend on b = 1 and s = 1), models whose sizes are step functions of
 s (V3.2, V4), histogram routing, schedules walked in their real order (ZB-H1, DualPipe) and interleaving, FP8/FP4
-recipes with quantized weight copies. The caching-allocator replay (`reserved`) and the step time are not on the
-page: `symmem memory` gives them.
+recipes with quantized weight copies. The caching-allocator replay (`reserved`) is not on the page: `symmem memory`
+gives it.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from dataclasses import dataclass
 
 from symmem.accounting.params import GROUPS
 from symmem.errors import SymmemError
-from symmem.render import page_js
+from symmem.render import page_js, page_steptime
 from symmem.sweep.compile import Poly, compile_case, stepwise_in_s
 
 CONTROLS = ("tp", "pp", "ep", "cp", "dp", "zero", "b", "s", "global-batch-size", "recompute", "precision", "gpu")
 MAX_CASES = 400  # structural cases derived for one page (each a derivation of every stage)
 MAX_ARRANGEMENTS = 4096  # (PP, TP, CP, EP) combinations checked for one page
+MAX_STEP_TEMPLATES = 300  # arrangements whose step-time costs a page reads (four points each, ~0.1 s)
 
 
 @dataclass
@@ -193,6 +196,15 @@ def build_data(inp: PageInput) -> dict:
                           "narrow the choices")
     arrangements: dict[str, dict] = {}
     precisions: dict[str, list[int]] = {}
+    # the step time's costs are read per arrangement at four (b, s) points (tens of milliseconds each): within a
+    # budget of arrangements, else the page says why it has none
+    valid_guess = len(combos) * len(ch["recompute"])
+    step_note = None
+    if valid_guess > MAX_STEP_TEMPLATES:
+        step_note = (f"step time not on this page: {valid_guess:,} arrangements x recomputations, more than the "
+                     f"{MAX_STEP_TEMPLATES:,} whose costs a page reads; make it with fewer choices (--tp-choices, "
+                     "--pp-choices, ...), or use symmem memory --gpu NAME")
+    step_budget = [0 if step_note else MAX_STEP_TEMPLATES]
     pad = first.profile.padded_vocabulary if first.model.has("V") else None
     for pp, tp, cp, ep in combos:
         key = f"{pp}/{tp}/{cp}/{ep}"
@@ -218,6 +230,9 @@ def build_data(inp: PageInput) -> dict:
             entry["cases"][_settings_key(rc, prec)] = ci
             if scn.profile.buffers is not None and str(ci) not in entry["buffers"]:
                 entry["buffers"][str(ci)] = _buffers(scn, b.cases[ci])
+            if step_budget[0] > 0 and str(ci) not in entry.setdefault("step", {}):
+                entry["step"][str(ci)] = _step_template(scn)
+                step_budget[0] -= 1
         if all(_is_error(v) for v in entry["cases"].values()):
             reasons = set(entry["cases"].values())
             arrangements[key] = {"error": next(iter(reasons))} if len(reasons) == 1 else entry
@@ -233,10 +248,19 @@ def build_data(inp: PageInput) -> dict:
         "schedule": first.schedule.name, "etp": first.parallel.etp, "groups": list(GROUPS),
         "fragmentation": list(first.fragmentation), "comm_buffers": [str(x) for x in first.comm_buffers],
         "gpus": {k: str(v) for k, v in inp.gpus.items()}, "precisions": precisions,
-        "padded_vocabulary": pad is not None,
+        "padded_vocabulary": pad is not None, "step_note": step_note, "speeds": page_steptime.gpus(),
+        "ddp_padding": bool(first.profile.ddp_padding),
         "arrangements": arrangements, "cases": b.cases, "terms": b.terms,
         "latex_names": _latex_names(),
     }, b.functions
+
+
+def _step_template(scn) -> dict | str:
+    """The step time's costs of `scn` as the page evaluates them (`page_steptime.template`), or why not."""
+    try:
+        return page_steptime.template(scn)
+    except SymmemError as e:
+        return f"step time not on the page here: {e}"
 
 
 def _latex_names() -> dict[str, str]:
