@@ -214,8 +214,14 @@ def _iteration(rank: int, st: Settings) -> dict:
         # from the same live set every run (the step's peak flickered by 4 bytes on PP 2's last stage without it)
         gc.collect()
         tracker.phase = "optimizer step"
-        with cuda_type_names():
-            optimizer.step()
+        # and no collection inside the step: when the collector runs there depends on the allocations gloo's
+        # threads make, so a cycle's scalar freed mid-step or not moved the step's peak by 4 bytes under load
+        gc.disable()
+        try:
+            with cuda_type_names():
+                optimizer.step()
+        finally:
+            gc.enable()
         tracker.phase = "end"
         gc.collect()
         end = tracker.current
