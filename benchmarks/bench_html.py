@@ -43,9 +43,10 @@ BLANK = "<button id=b>x</button><script>b.onclick=()=>{document.body.dataset.x=M
 def run(quick: bool = False) -> None:
     from playwright.sync_api import sync_playwright
 
+    from derivations.html_screenshots import find_chromium
     from symmem.cli.main import main as cli
 
-    exe = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    exe = find_chromium()
     if exe is None:
         print("symmem html page: skipped (no Chromium on PATH)")
         return
@@ -78,7 +79,8 @@ def run(quick: bool = False) -> None:
             verdict = "met" if p95 < 50 else "MISSED"
             print(f"  {label} ({path.stat().st_size:,} bytes): open {statistics.median(opens):.0f} ms (median of "
                   f"{rounds}); a move {statistics.median(moves):.1f} ms median, {p95:.1f} ms 95th percentile, "
-                  f"{moves[-1]:.1f} ms worst of {len(moves)} ({statistics.median(moves) / statistics.median(base):.0f}x "
+                  f"{moves[-1]:.1f} ms worst of {len(moves)} "
+                  f"({statistics.median(moves) / statistics.median(base):.0f}x "
                   f"the reference click); target well under 50 ms: {verdict}")
         browser.close()
     shutil.rmtree(tmp, ignore_errors=True)

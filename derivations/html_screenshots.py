@@ -26,12 +26,16 @@ PAGES = {
 }
 
 
+def find_chromium() -> str | None:
+    """A Chromium executable on the PATH (Debian's `chromium`, or another build), or None."""
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
 def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    raise SystemExit("no Chromium on PATH (apt-get install chromium)")
+    path = find_chromium()
+    if path is None:
+        raise SystemExit("no Chromium on PATH (apt-get install chromium)")
+    return path
 
 
 def run(out: Path) -> list[Path]:

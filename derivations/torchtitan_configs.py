@@ -3,7 +3,8 @@ per GPU, the model states as FSDP2 lays them out (padded shards), the activation
 the timeline peak and the reserved estimate, with the assumptions each row rests on.
 
 Configurations: Llama 3 8B (torchtitan's own headline: 8 GPUs, FSDP, local batch 2, sequence 8,192, per-op
-selective activation checkpointing) with no, per-op selective and full checkpointing; Llama 3 8B on 64 GPUs; Llama 3 70B under FSDP over 64 and 128 GPUs with full
+selective activation checkpointing) with no, per-op selective and full checkpointing; Llama 3 8B on 64 GPUs; Llama 3
+70B under FSDP over 64 and 128 GPUs with full
 checkpointing. What the profile does not model yet is named in the notes."""
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def tables() -> list[Table]:
          "tests/validate/test_fsdp2.py) through the torchtitan-cpu variant, which differs only in RMSNorm's rule.",
          "Not modelled yet, so not in these figures: FSDP2's all-gathered BF16 block and the prefetched next one, "
          "its reduce-scatter buffers, the per-layer selective checkpointing (every N-th block), TP/CP/PP, "
-         "torch.compile and Float8. The timeline peak is the engine's over the saved activations, gradients and transients of the "
-         "dataflow; the reserved estimate is that peak x (1 + 5..30 %) + 0.8-2 GB (no allocator replay for this "
-         "profile). No published GPU measurement of this stack is in the project, so no row is compared with one."),
+         "torch.compile and Float8. The timeline peak is the engine's over the saved activations, gradients and "
+         "transients of the dataflow; the reserved estimate is that peak x (1 + 5..30 %) + 0.8-2 GB (no allocator "
+         "replay for this profile). No published GPU measurement of this stack is in the project, so no row is "
+         "compared with one."),
         align="lllrlrrrrlr")]
 
 

@@ -132,9 +132,21 @@ def _ddp_padding(weights: list[int], dp: int) -> int:
     is padded to lcm(DP, 128) (:638-656; one bucket: overlap_grad_reduce is off, distributed_data_parallel.py)."""
     if not weights:
         return 0
-    n = weights[0] + sum(-(-w // PARAM_ALIGN) * PARAM_ALIGN for w in weights[1:])
+    n = ddp_span(weights)
     step = math.lcm(dp, BUCKET_ALIGN)
     return -(-n // step) * step - sum(weights)
+
+
+def ddp_span(weights: list[int]) -> int:
+    """Elements of a DDP buffer before its bucket end is padded: every parameter but the first registered followed
+    by padding to 64 elements (`_ddp_padding`)."""
+    return (weights[0] + sum(-(-w // PARAM_ALIGN) * PARAM_ALIGN for w in weights[1:])) if weights else 0
+
+
+def ddp_padding_bytes(pad: int, group: int, p) -> int:
+    """Bytes of `pad` padding elements of a DDP buffer sharded over `group`: BF16 parameter and FP32 gradient
+    buffers whole, the distributed optimizer's main copy and moments of the rank's share."""
+    return pad * (p.weight_bytes + p.grad_bytes) + -(-pad // group) * (p.master_bytes + p.optimizer_bytes)
 
 
 def ddp_padding(scn, parts, values) -> dict[str, int]:
@@ -186,7 +198,7 @@ def _megatron_buffers(scn, stage, parts, values) -> list[Buffer]:
     for label, group in (("dense", scn.parallel.dense_shard), ("expert", scn.parallel.expert_dp)):
         pad = pads[label]
         if pad:
-            nbytes = pad * (p.weight_bytes + p.grad_bytes) + -(-pad // group) * (p.master_bytes + p.optimizer_bytes)
+            nbytes = ddp_padding_bytes(pad, group, p)
             out.append(Buffer(f"DDP {label} buffer padding ({pad:,} elements)", nbytes,
                               "MLM megatron/core/distributed/param_and_grad_buffer.py:550-576"))
     shapes = _te_weight_shapes(parts, axes, values)

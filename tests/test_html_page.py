@@ -11,11 +11,11 @@ import contextlib
 import io
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
+from derivations.html_screenshots import find_chromium as _chromium
 from symmem.cli.main import main
 
 
@@ -108,14 +108,6 @@ def _eval_plain(expr: str, env: dict) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------ in a real browser
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 def _browser_reason() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401

@@ -22,7 +22,7 @@ LIMITS = {"tp": num.MAX_PARALLEL, "pp": num.MAX_PP, "ep": num.MAX_PARALLEL, "cp"
 def _args(p: argparse.ArgumentParser) -> None:
     add_scenario_args(p)
     p.add_argument("-o", "--output", default="symmem.html", help="the page to write (default: symmem.html)")
-    for key, (flag, kind) in LISTS.items():
+    for key, (flag, _kind) in LISTS.items():
         p.add_argument(flag, dest=f"{key}_choices",
                        help=f"the {key} values the page offers, comma-separated (default: see symmem html --help)")
 
@@ -132,7 +132,8 @@ def _run(args) -> int:
     command = _command_line(args)
     page = render(PageInput(make, initial, choices, command, gpus))
     write_file(args.output, page.encode(), "--output")
-    print(f"wrote {args.output} ({len(page.encode()):,} bytes): {len(choices['tp']) * len(choices['pp']) * len(choices['cp']) * len(choices['ep'])} "
+    arrangements = len(choices["tp"]) * len(choices["pp"]) * len(choices["cp"]) * len(choices["ep"])
+    print(f"wrote {args.output} ({len(page.encode()):,} bytes): {arrangements} "
           "arrangements; open it in a browser (no network needed)")
     return 0
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from symmem.accounting.params import GROUPS
 from symmem.errors import SymmemError
 from symmem.render import page_js, page_steptime
-from symmem.sweep.compile import Poly, compile_case, stepwise_in_s
+from symmem.sweep.compile import Poly, compile_case, derived_parallel, stepwise_in_s
 
 CONTROLS = ("tp", "pp", "ep", "cp", "dp", "zero", "b", "s", "global-batch-size", "recompute", "precision", "gpu")
 MAX_CASES = 400  # structural cases derived for one page (each a derivation of every stage)
@@ -134,24 +134,13 @@ def _settings_key(rc: str, prec: str) -> str:
     return f"{rc}|{prec}"
 
 
-def _derive_as(scn):
-    """As the compiled sweep derives it (`sweep.evaluate._arrangements`): TP 1 under a rule set whose workspaces
-    exist only with sequence parallelism is derived with it off (the same bytes, which a symbolic t cannot see)."""
-    import dataclasses
-
-    par = scn.parallel
-    if par.tp == 1 and par.sequence_parallel and bool(scn.rules.workspaces):
-        return scn.replace(parallel=dataclasses.replace(par, sequence_parallel=False, moe_sequence_parallel=False))
-    return scn
-
-
 def _buffers(scn, case) -> list:
     """Per stage class: [at s = 0, per token of s, [dense n, dense total], [expert n, expert total]]: the profile's
     buffers other than the DDP padding, linear in s, and the two DDP buffers' sizes (`profiles._ddp_padding`: the
     padded length before the bucket's end is n, the parameters' sum is total)."""
     from symmem.accounting.analysis import values
     from symmem.model import stage_parts
-    from symmem.profiles import PARAM_ALIGN, _ddp_padding, ddp_weights
+    from symmem.profiles import _ddp_padding, ddp_padding_bytes, ddp_span, ddp_weights
 
     out = []
     p = scn.precision
@@ -165,8 +154,7 @@ def _buffers(scn, case) -> list:
             dense, expert = ddp_weights(scn, parts, vals)
             ddp = 0
             for ws, group in ((dense, scn.parallel.dense_shard), (expert, scn.parallel.expert_dp)):
-                pad = _ddp_padding(ws, group)
-                ddp += pad * (p.weight_bytes + p.grad_bytes) + -(-pad // group) * (p.master_bytes + p.optimizer_bytes)
+                ddp += ddp_padding_bytes(_ddp_padding(ws, group), group, p)
             totals.append((bufs - ddp, dense, expert))
         (a1, dense, expert), (a2, _, _), (a3, _, _) = totals
         if a3 - a2 != a2 - a1:
@@ -174,8 +162,7 @@ def _buffers(scn, case) -> list:
                               "extend them (use symmem memory)")
 
         def sizes(ws):
-            n = (ws[0] + sum(-(-w // PARAM_ALIGN) * PARAM_ALIGN for w in ws[1:])) if ws else 0
-            return [str(n), str(sum(ws))]
+            return [str(ddp_span(ws)), str(sum(ws))]
 
         out.append([str(a1 - (a2 - a1)), str(a2 - a1), sizes(dense), sizes(expert)])
     return out
@@ -226,7 +213,7 @@ def build_data(inp: PageInput) -> dict:
                 raise SymmemError(f"html: {why}")
             p = scn.precision
             precisions[p.name] = [p.weight_bytes, p.grad_bytes, p.master_bytes, p.optimizer_bytes]
-            ci = b.case(_derive_as(scn))
+            ci = b.case(scn.replace(parallel=derived_parallel(scn.parallel, scn.rules)))
             entry["cases"][_settings_key(rc, prec)] = ci
             if scn.profile.buffers is not None and str(ci) not in entry["buffers"]:
                 entry["buffers"][str(ci)] = _buffers(scn, b.cases[ci])
@@ -264,8 +251,8 @@ def _step_template(scn) -> dict | str:
 
 
 def _latex_names() -> dict[str, str]:
-    from symmem.symbols import SYMBOLS
     from symmem.sweep.compile import VARIABLES
+    from symmem.symbols import SYMBOLS
 
     names = {v: SYMBOLS[v].latex if v in SYMBOLS else v for v in (*VARIABLES, "V")}
     return names

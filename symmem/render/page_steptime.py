@@ -6,8 +6,9 @@ the dataflows at one (b, s). What the page needs is the same at any (b, s), so t
 b in {1, 2} and s in {S, 2S, 3S}, and written in the forms the dataflows give them, each form checked at a point it
 was not read from (as the compiled sweep extends the framework buffers in s, `sweep.evaluate._buffers`):
 
-* a GEMM's rows m are the tokens it multiplies, m = m₁ · b·s / S with m₁ its rows at (1, S) (k, n, its local experts, copies, whether it is
-  recomputed and its precision do not depend on b or s); its HBM bytes follow from (m, k, n), as `costs` counts them;
+* a GEMM's rows m are the tokens it multiplies, m = m₁ · b·s / S with m₁ its rows at (1, S) (k, n, its local
+  experts, copies, whether it is recomputed and its precision do not depend on b or s); its HBM bytes follow from
+  (m, k, n), as `costs` counts them;
 * the attention's causal FLOPs, the memory-bound bytes, each collective's bytes and the CP ring's bytes are
   c0 + c1·s + c2·b·s + c3·s² + c4·b·s² (the attention's scores are b·s², most tensors b·s; a learned position
   embedding reads s rows whatever b);
@@ -128,6 +129,6 @@ def gpus() -> dict:
     from symmem.steptime import CONSTANTS
     from symmem.steptime.costs import GPUS_PER_NODE
 
-    return {"node": GPUS_PER_NODE, "names": list(GPUS), "gpus": {name: {"bf16": g.bf16, "hbm": g.hbm, "nvlink": g.nvlink, "network": g.network, "sms": g.sms}
-                     for name, g in GPUS.items()},
-            "constants": CONSTANTS.as_dict()}
+    speeds = {name: {"bf16": g.bf16, "hbm": g.hbm, "nvlink": g.nvlink, "network": g.network, "sms": g.sms}
+              for name, g in GPUS.items()}
+    return {"node": GPUS_PER_NODE, "names": list(GPUS), "gpus": speeds, "constants": CONSTANTS.as_dict()}

@@ -40,6 +40,18 @@ def swept_axes(scn: Scenario) -> bool | str:
     hold buffers only under context parallelism, which a symbolic CP cannot tell from CP = 1: such arrangements
     are their own case, `structural_key`)."""
     return SWEPT_AXES if scn.parallel.cp > 1 else True
+def derived_parallel(par, rules):
+    """The parallel sizes a case is derived at: sequence parallelism at TP 1 changes no size, but a rule set whose
+    workspaces exist only under it (megatron-te's all-gather buffers: none when the sp axis is 1) cannot see t = 1
+    in a symbolic t, so those arrangements are derived apart, with sequence parallelism off (the same bytes, as the
+    engine has them)."""
+    import dataclasses
+
+    if par.tp == 1 and par.sequence_parallel and bool(rules.workspaces):
+        return dataclasses.replace(par, sequence_parallel=False, moe_sequence_parallel=False)
+    return par
+
+
 INT64_SAFE = 2**62  # every intermediate is kept below this bound on the int64 path (int64 holds 2^63 - 1)
 
 Powers = tuple[tuple[str, int], ...]

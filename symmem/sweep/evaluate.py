@@ -16,7 +16,6 @@ Integers stay exact: a bound computed with Python integers picks int64 (no overf
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterator
@@ -30,7 +29,7 @@ from symmem.accounting.params import GROUPS, MOE_GROUPS
 from symmem.accounting.states import Precision, zero_stage
 from symmem.errors import SymmemError
 from symmem.parallel.schedule import WALKED, Schedule
-from symmem.sweep.compile import INT64_SAFE, array_maxima, compile_case
+from symmem.sweep.compile import INT64_SAFE, array_maxima, compile_case, derived_parallel
 from symmem.sweep.rules import GLOBAL_BATCH_RULE, check_world, global_batch_reason, make_parallel, pipeline_layout
 
 COMPONENTS = ("weights", "gradients", "optimizer", "dynamic")  # dynamic: what the step adds at the peak event
@@ -278,12 +277,8 @@ def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
         except SymmemError as e:
             reject("parallel", (("tp", tp), ("cp", cp), ("pp", pp), ("ep", ep), ("etp", etp)), str(e), per_combo)
             continue
-        # Sequence parallelism at TP 1 changes no size, but a rule set whose workspaces exist only under it
-        # (megatron-te's all-gather buffers: none when the sp axis is 1) cannot see t = 1 in a symbolic t: those
-        # arrangements are derived apart, with sequence parallelism off (the same bytes, as the engine has them)
-        tp1 = tp == 1 and par.sequence_parallel and bool(base.rules.workspaces)
-        key = (ep if base.routing.kind == "histogram" else None, tp1, cp > 1)
-        derive_as = dataclasses.replace(par, sequence_parallel=False, moe_sequence_parallel=False) if tp1 else par
+        derive_as = derived_parallel(par, base.rules)  # TP 1 with workspaces: derived apart
+        key = (ep if base.routing.kind == "histogram" else None, derive_as is not par, cp > 1)
         g = groups.setdefault(key, {"par": derive_as, "tp": [], "cp": [], "ep": [], "etp": [], "dp": [], "edp": [],
                                     "base": [], "pars": [], "V": []})
         for k, v in (("tp", tp), ("cp", cp), ("ep", ep), ("etp", etp), ("dp", dp), ("edp", par.expert_dp),
