@@ -489,12 +489,11 @@ def run(args: argparse.Namespace) -> int:
         raise SymmemError(f"--plot: not with {exact_reason(space)}, whose configurations are evaluated one by one "
                           "(symmem/sweep/exact.py); sweep without --plot")
     try:
-        # by time: every configuration that fits is listed by the compiled path, then timed and ranked
         if exact:  # an FP8/FP4 recipe with quantized copies: one by one, as symmem memory evaluates it
             summary = sweep_exact(space, top=0 if rank_by == "time" else top, marginal=args.marginal, progress=bar)
-        else:
-            summary = sweep(space, top=0 if rank_by == "time" else top, marginal=args.marginal,
-                            region=bool(args.plot), chunk=chunk, progress=bar, lazy_events=rank_by == "time")
+        else:  # by time: timed on the tiles' arrays, the fastest kept (symmem/sweep/timetable.py)
+            summary = sweep(space, top=top, marginal=args.marginal, region=bool(args.plot), chunk=chunk,
+                            progress=bar, lazy_events=rank_by == "time", rank_by=rank_by)
     finally:
         if bar:
             bar.close()
@@ -502,7 +501,9 @@ def run(args: argparse.Namespace) -> int:
         from symmem.sweep.evaluate import finish_events
         from symmem.sweep.timing import rank_by_time
 
-        summary.ranked = finish_events(rank_by_time(space, summary.ranked, top))
+        if exact:
+            summary.ranked = rank_by_time(space, summary.ranked, top)
+        summary.ranked = finish_events(summary.ranked)
     summary.rank_by = rank_by
     summary.global_batch_default = getattr(args, "global_batch_default", False)
     from symmem.sweep.replayed import with_reserved

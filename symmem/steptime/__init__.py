@@ -113,7 +113,9 @@ _COSTS: dict = {}  # what a stage's per-micro-batch costs depend on -> StageCost
 def _stage_costs(scn) -> dict:
     from symmem.steptime.costs import stage_costs
 
-    key = (scn.activation_key, scn.size_key, scn.b, scn.s, scn.stages, scn.precision.low_precision is not None)
+    # the schedule too: an interleaved pipeline sends once per chunk (`comm.pipeline_bytes`)
+    key = (scn.activation_key, scn.size_key, scn.b, scn.s, scn.stages, scn.precision.low_precision is not None,
+           scn.schedule)
     if key not in _COSTS:
         if len(_COSTS) > 512:
             _COSTS.clear()

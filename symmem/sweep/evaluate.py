@@ -62,6 +62,7 @@ class Block:
     kd: int = 1
     ok: np.ndarray | None = None  # bool, the alloc's shape: of the global batch (Space.global_batch), or None
     excluded: int = 0  # configurations of this tile that are not of the global batch (neither fit nor counted)
+    pars: tuple = ()  # per arrangement: its `Parallel` (the step time's tables, `sweep.timetable`)
 
     @property
     def size(self) -> int:
@@ -377,7 +378,7 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                                         np.arange(len(space.zero))[z_sl], valid[m_sl],
                                         np.arange(len(space.s))[s_sl], np.arange(len(space.b))[b_sl],
                                         m_here, *blk, reps, states[:, p_sl, z_sl],
-                                        case.classes, kn[:, m_sl], kd, ok, excluded)
+                                        case.classes, kn[:, m_sl], kd, ok, excluded, tuple(g["pars"][p_sl]))
                             if progress:
                                 progress(int(blk[0].size))
 

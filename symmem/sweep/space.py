@@ -189,11 +189,23 @@ class Summary:
 
 
 def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = False, chunk: int = CHUNK,
-          progress: Callable[[int], None] | None = None, lazy_events: bool = False) -> Summary:
+          progress: Callable[[int], None] | None = None, lazy_events: bool = False,
+          rank_by: str = "headroom") -> Summary:
     """Evaluate the space by the compiled path, streaming: counts, the `top` configurations that fit (all with
     `top` = 0) ranked by headroom (capacity − high), largest first, ties in sweep order; with `marginal`,
     those that fit only at the low end of overheads too; with `region`, the best headroom per TP·PP and b; with
-    `lazy_events` each record's binding event left to `evaluate.finish_events`."""
+    `lazy_events` each record's binding event left to `evaluate.finish_events`. With `rank_by` "time" (the
+    space's base names a GPU) they are ranked by the estimated iteration time instead, fastest first, each record
+    with its time, tokens/s and MFU (`sweep.timing`): timed on the tile's arrays (`sweep.timetable`), or one by one
+    where an arrangement's costs have no such table."""
+    from symmem.sweep import timing
+    from symmem.sweep.timetable import block_times
+
+    timed = rank_by == "time"
+    if timed:
+        timing.check_timed(space)
+    elif rank_by != "headroom":
+        raise SymmemError(f"rank_by = {rank_by!r}: must be 'headroom' or 'time'")
     t0 = time.perf_counter()
     cases: dict = {}
     cap = space.capacity
@@ -201,6 +213,7 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     raw_rej: list = []
     heap: list = []  # (headroom, -ordinal, record): the worst kept on top
     kept: list = []
+    one_by_one: list = []  # records of arrangements without a time table (timing.rank_by_time)
     sentinel = np.iinfo(np.int64).min
     for blk in iter_blocks(space, chunk, raw_rej, progress, cases):
         n = blk.size - blk.excluded
@@ -225,7 +238,14 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
         if not count:
             continue
         idx = np.flatnonzero(listed.ravel())
-        hv = cap - blk.reserved_at(idx, 1)  # headroom of the listed ones only, aligned with idx
+        if timed:
+            seconds = block_times(blk, idx)
+            if seconds is None:
+                one_by_one += [blk.record(i, lazy_events) for i in idx.tolist()]
+                continue
+            hv = -seconds  # larger is better, as headroom
+        else:
+            hv = cap - blk.reserved_at(idx, 1)  # headroom of the listed ones only, aligned with idx
         if top:
             if len(heap) >= top:
                 keep = hv >= heap[0][0]
@@ -237,15 +257,18 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
                 idx, hv = idx[first], hv[first]
         ords = blk.ordinals(idx) if idx.size else np.zeros(0, dtype=np.int64)
         for i, h, o in zip(idx.tolist(), hv.tolist(), ords.tolist(), strict=True):
-            item = (int(h), -o)
+            item = (h if timed else int(h), -o)
             if not top:
-                kept.append((item, blk.record(i, lazy_events)))
+                kept.append((item, _record(blk, i, lazy_events, timed, h)))
             elif len(heap) < top:
-                heapq.heappush(heap, (*item, blk.record(i)))
+                heapq.heappush(heap, (*item, _record(blk, i, lazy_events, timed, h)))
             elif item > heap[0][:2]:
-                heapq.heapreplace(heap, (*item, blk.record(i)))
+                heapq.heapreplace(heap, (*item, _record(blk, i, lazy_events, timed, h)))
     items = kept if not top else [((h, o), r) for h, o, r in heap]
     out.ranked = [r for _, r in sorted(items, key=lambda x: (-x[0][0], -x[0][1]))]
+    if timed:
+        out.ranked = timing.ranked(space, out.ranked, one_by_one, top)
+        out.rank_by = "time"
     agg: dict[tuple, int] = {}
     for rule, where, reason, count in raw_rej:
         agg[(rule, where, reason)] = agg.get((rule, where, reason), 0) + count
@@ -254,6 +277,14 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     out.derive_seconds = sum(c.seconds for c in cases.values() if c.created >= t0)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _record(blk, i: int, lazy_events: bool, timed: bool, value) -> dict:
+    """The record of a listed position; ranked by time, with its time (`value` is minus the seconds)."""
+    r = blk.record(i, lazy_events)
+    if timed:
+        r["time_s"] = -value
+    return r
 
 
 def compiled_records(space: Space, chunk: int = CHUNK, ordinals=None) -> tuple[dict[int, dict], list[Rejection]]:

@@ -1,9 +1,12 @@
 """Ranking a sweep's configurations by estimated step time (`symmem sweep --rank-by time`).
 
-Each configuration that fits is rebuilt as the Scenario `symmem memory` would build (the same rules as the
-per-configuration path, `space.reference_records`) and timed by `symmem.steptime.step_time`: the same estimate
-`symmem memory --gpu NAME` prints, configuration by configuration (tens of milliseconds each, so the count is
-bounded: `MAX_TIMED`). The compiled path still decides what fits.
+The compiled path times every configuration that fits on its tile's arrays (`sweep.timetable`: the step-time
+model per arrangement over the (s, b) grid, then M, ZeRO and the schedule's bubble on arrays) and keeps the
+fastest. Where an arrangement's costs have no such table (the Hugging Face dataflows, sizes stepwise in s) and on
+the one-by-one path (`sweep.exact`), each configuration that fits is rebuilt as the Scenario `symmem memory` would
+build (the same rules as `space.reference_records`) and timed by `symmem.steptime.step_time`: the same estimate
+`symmem memory --gpu NAME` prints (about a millisecond each, so that count is bounded: `MAX_TIMED`). The listed
+ones get their tokens/s and MFU from the same time (`with_rates`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,43 @@ def scenario_of(space, record: dict):
     return space.base.replace(parallel=par, layout=pipeline_layout(space.base, record["pp"]),
                               recompute_name=record["recompute"], schedule=sched, zero=zero_stage(record["zero"]),
                               microbatches=record["microbatches"], b=record["b"], s=record["s"])
+
+
+def check_timed(space) -> None:
+    """Ranking by time needs a GPU by name with speed figures (one line otherwise)."""
+    from symmem.hardware import GPUS, has_speeds
+
+    name = space.base.gpu_name
+    if name is None:
+        raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
+    if not has_speeds(name):
+        raise SymmemError(f"--gpu = {name!r}: no speed figures for it, which --rank-by time needs; GPUs with speed "
+                          f"figures: {', '.join(g for g in GPUS if has_speeds(g))} (or --rank-by headroom)")
+
+
+def with_rates(space, record: dict) -> dict:
+    """`record` (with its `time_s`) with tokens/s, tokens/s per GPU, MFU and the global batch, as
+    `steptime.step_time` derives them from the time (the model's FLOPs by Megatron's count, exact)."""
+    from symmem.hardware import gpu
+    from symmem.steptime import model_flops_value
+
+    scn = scenario_of(space, record)
+    t = record["time_s"]
+    replicas = scn.m * scn.parallel.dp
+    world = scn.parallel.world_size
+    tokens = scn.b * scn.s * replicas
+    fm = model_flops_value(scn, False) * replicas
+    return {**record, "tokens_per_s": tokens / t, "tokens_per_s_per_gpu": tokens / t / world,
+            "mfu": fm / (world * gpu(space.base.gpu_name).bf16 * t), "global_batch_size": replicas * scn.b}
+
+
+def ranked(space, fast: list[dict], one_by_one: list[dict], top: int) -> list[dict]:
+    """The fastest `top` (all with 0) of `fast` (timed on arrays, fastest first) and `one_by_one` (untimed),
+    ties in sweep order, each with its rates."""
+    slow = rank_by_time(space, one_by_one, 0) if one_by_one else []
+    merged = sorted([*fast, *slow], key=lambda r: (r["time_s"], r["ordinal"]))
+    merged = merged[:top] if top else merged
+    return [r if "mfu" in r else with_rates(space, r) for r in merged]
 
 
 def rank_by_time(space, records: list[dict], top: int) -> list[dict]:
