@@ -63,23 +63,43 @@ def fsdp_params(parts, vals: dict) -> list[FsdpParam]:
 
     out: list[FsdpParam] = []
     for use in weight_uses(parts, unique=True):
-        op = next(o for p in parts if p.name == use.part for o in p.flow.ops if o.name == use.op)
+        part = next(p for p in parts if p.name == use.part)
+        op = next(o for o in part.flow.ops if o.name == use.op)
         dims = use.weight.dims
-        if op.kind == "linear":  # symmem writes (in, out...); torch's Linear.weight is (out, in)
-            d0, rest = n(global_size(dims[1:])), n(global_size(dims[:1]))
+        if op.kind == "linear":  # symmem writes (in..., out...); torch's Linear.weight is (out, in), flattened
+            # the weight's input dims are the input's trailing ones: x = (batch..., in...), y = (batch..., out...),
+            # so in - out = len(x) - len(y) and in + out = len(w) (o_proj: (n_h, d_h, h) has two)
+            x, y = (part.flow.tensors[t] for t in (op.inputs[0], op.outputs[0]))
+            n_in = (len(dims) + len(x.dims) - len(y.dims)) // 2
+            d0, rest = n(global_size(dims[n_in:])), n(global_size(dims[:n_in]))
         else:  # embedding (V, h), norms (h,)
             d0, rest = n(global_size(dims[:1])), n(global_size(dims[1:])) if len(dims) > 1 else 1
         for copy in range(use.count):
             out.append(FsdpParam(f"{use.part}[{copy}].{use.op}", d0, rest))
+    # torchtitan's order (`model.parameters()`, the optimizer's): the part's copies one after the other
+    copy_of = {p: i for i, p in enumerate(out)}
+    out.sort(key=lambda p: (_part_order(p.name, parts), _copy(p.name), copy_of[p]))
     return _fuse_qkv(out)
 
 
+def _copy(name: str) -> int:
+    return int(name.split("[", 1)[1].split("]", 1)[0])
+
+
+def _part_order(name: str, parts) -> int:
+    part = name.split("[", 1)[0]
+    return next(i for i, p in enumerate(parts) if p.name == part)
+
+
 def _fuse_qkv(params: list[FsdpParam]) -> list[FsdpParam]:
-    """torchtitan's wqkv: the q, k and v projections of one layer are one parameter, outputs stacked on dim 0."""
+    """torchtitan's wqkv: the q, k and v projections of one layer (copy) are one parameter, outputs stacked on
+    dim 0, in q's place."""
     out: list[FsdpParam] = []
     pending: list[FsdpParam] = []
     for p in params:
         if p.name.endswith(QKV):
+            if pending and pending[0].name.rsplit(".", 1)[0] != p.name.rsplit(".", 1)[0]:
+                raise AssertionError("a layer without all of q, k and v")
             pending.append(p)
             if len(pending) == 3:
                 if len({q.rest for q in pending}) != 1:

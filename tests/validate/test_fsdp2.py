@@ -16,6 +16,7 @@ rank 1's moments are 512 bytes smaller each than rank 0's).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -59,6 +60,35 @@ def _closed_form(rank: int) -> dict[str, int]:
     return out
 
 
+def test_fsdp_params_are_torchtitans_parameters_in_its_order():
+    # accounting.fsdp.fsdp_params read a linear's first dimension as all but the weight's first symmem dim (o_proj,
+    # (n_h, d_h, h), came out 1024 x 4 rather than 64 x 64) and fused q, k and v across layers (layer 0's wqkv
+    # 160 rows, layer 1's 96): the totals held, the padding per dim 0 (and so per rank) did not
+    from symmem.accounting.analysis import values
+    from symmem.accounting.fsdp import fsdp_params
+    from symmem.model import stage_parts
+    from symmem.validate.fsdp2.peak import torchtitan_order
+    from symmem.validate.fsdp2.predict import scenario
+
+    scn = scenario(dataclasses.replace(SETTINGS, ffn_hidden=256))
+    (stage,) = scn.stages
+    params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), values(scn))
+    shapes = [(p.d0, p.rest) for p in torchtitan_order(params)]
+    assert shapes == [(s[0], math.prod(s[1:])) for s in _shapes_in_model_order()]
+
+
+def _shapes_in_model_order() -> list[tuple]:
+    """torchtitan's `model.parameters()` order: the embedding, each block (wqkv, wo, w1, w2, w3, the two norms),
+    the final norm, the output layer."""
+    s = _shapes()
+    names = ["tok_embeddings.weight"]
+    for i in range(SETTINGS.n_layers):
+        names += [f"layers.{i}.attention.qkv_linear.wqkv.weight", f"layers.{i}.attention.wo.weight",
+                  *(f"layers.{i}.feed_forward.{w}.weight" for w in ("w1", "w2", "w3")),
+                  f"layers.{i}.attention_norm.weight", f"layers.{i}.ffn_norm.weight"]
+    return [s[n] for n in [*names, "norm.weight", "lm_head.weight"]]
+
+
 @pytest.fixture(scope="module")
 def ranks():
     return run(SETTINGS)
@@ -71,6 +101,7 @@ def test_states_per_rank_match_closed_form(ranks):
         assert measured == expected
         assert r["states"] == sum(expected.values())
         assert {k: tuple(v["global"]) for k, v in r["params"].items()} == _shapes()
+        assert [tuple(v["global"]) for v in r["params"].values()] == _shapes_in_model_order()  # the order too
 
 
 def test_states_sum_over_ranks(ranks):
@@ -101,13 +132,14 @@ MATRIX = {
     "fsdp2-selective-op-ac": {"ac": "selective-op"},
     "fsdp2-selective-op-ac-3-layers-b2": {"ac": "selective-op", "n_layers": 3, "b": 2, "s": 24,
                                           "reshard_after_forward": False},
+    # the peak's closed forms (symmem/validate/fsdp2/peak.py) in FP32 compute and with three checkpointed blocks
+    "fsdp2-fp32-params": {"param_dtype": "fp32"},
+    "fsdp2-full-ac-3-layers": {"ac": "full", "n_layers": 3},
 }
 
 
 @pytest.mark.parametrize("case", list(MATRIX))
 def test_profile_equals_the_run_on_every_rank(case):
-    import dataclasses
-
     from symmem.validate.fsdp2.predict import predicted
 
     st = dataclasses.replace(SETTINGS, ffn_hidden=256, **MATRIX[case])
@@ -116,6 +148,26 @@ def test_profile_equals_the_run_on_every_rank(case):
     for m, p in zip(measured, pred, strict=True):
         assert m["states_by_kind"] | {"other": 0} == p["states_by_kind"] | {"other": 0, "total": m["states"]}, case
         assert m["states"] == p["states"] and m["saved"] == p["saved"], (case, m["rank"])
+        # the live bytes when the step begins, and each phase's most where the closed forms hold (peak.covered)
+        assert m["start"] == p["start"], (case, m["rank"])
+        pk, by_phase = p["peaks"], m["peak_by_phase"]
+        if pk.why_not:
+            assert case in NOT_PREDICTED, (case, pk.why_not)
+            continue
+        assert by_phase["forward"][0] == pk.forward, (case, m["rank"], by_phase["forward"])
+        assert by_phase["optimizer step"][0] == pk.optimizer_step, (case, m["rank"])
+        assert m["peak"] == max(by_phase[k][0] for k in ("forward", "backward", "optimizer step"))
+        if case in BACKWARD_NOT_PREDICTED:
+            continue
+        # FSDP2's order of prefetch and reduce-scatter varies from run to run: the figure is one of the moments
+        assert by_phase["backward"][0] in pk.backward.values(), (case, m["rank"], by_phase["backward"], pk.backward)
+
+
+# HSDP's all-reduce, reshard_after_forward=False and per-op AC: states and saved tensors exact, the peak not derived
+NOT_PREDICTED = {"fsdp2-no-reshard", "hsdp-2x2", "fsdp2-selective-op-ac", "fsdp2-selective-op-ac-3-layers-b2"}
+# three checkpointed blocks: one run's rank peaked in backward at an `empty` 65,536 bytes above the second block's
+# reduce-scatter, a moment of an order not derived (peak.py names the three that are)
+BACKWARD_NOT_PREDICTED = {"fsdp2-full-ac-3-layers"}
 
 
 def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, capsys):

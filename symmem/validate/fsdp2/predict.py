@@ -44,12 +44,14 @@ def scenario(st, raw: dict | None = None):
 
     return model_scenario(model).replace(
         profile_name="torchtitan-cpu", precision=recipe("fp32"), zero=zero_stage(3),
-        parallel=Parallel(dp=st.world // st.replicate), b=st.b, s=st.s, act_bytes=2,
+        parallel=Parallel(dp=st.world // st.replicate), b=st.b, s=st.s,
+        act_bytes={"bf16": 2, "fp16": 2, "fp32": 4}[st.param_dtype],  # FSDP2 casts the inputs to param_dtype
         recompute_name=AC_RECOMPUTE[st.ac])
 
 
 def predicted(st, raw: dict | None = None) -> list[dict]:
-    """Per rank: `states` (bytes, by kind) and `saved` (per block, and outside the blocks)."""
+    """Per rank: `states` (bytes, by kind), `saved` (per block, and outside the blocks), the live bytes at the
+    step's `start` and each phase's most (`peaks`: `peak.Peaks`, None where the closed forms were not checked)."""
     from symmem.accounting.analysis import stage_terms, values
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.fsdp import fsdp_params, rank_states, shard_degree
@@ -69,10 +71,13 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     outside = sum(v for k, v in per_part.items() if not k.endswith("layers"))
     params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals)
     n = shard_degree(scn)
+    from symmem.validate.fsdp2.peak import peaks
+
     out = []
     for rank in range(st.world):
         r = rank_states(params, n, rank % n, step_on_device=True)
-        out.append({"rank": rank,
+        pk = peaks(st, scn, params, rank % n, layer)
+        out.append({"rank": rank, "start": pk.start, "peaks": pk,
                     "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
                     "states": r.total,

@@ -1,0 +1,160 @@
+"""The most bytes live during one FSDP2 training step on the CPU (`runner`), per rank and phase, in closed form.
+
+The runner measures the first step of a fresh model (no gradients or optimizer states before it), forward, backward
+and `AdamW(foreach=False).step()`, over gloo. What is live at each phase's peak was found by tracing every op's
+live storages and reading torch 2.13.0's FSDP2 (`torch/distributed/fsdp/_fully_shard/`, below `_fs/`), term by
+term; the names below:
+
+* `start`: what is live when the step begins: the sharded FP32 parameters P (`accounting.fsdp.rank_states`), the
+  RoPE caches (the profile's buffer, one per block), the runner's token tensors (inputs and labels, b·s int64 each,
+  and the b·(s + 1) tokens they were cut from), the device mesh's rank map and `HARNESS_SCALAR`.
+* N: one block's parameters as FSDP2 all-gathers them, every rank's padded shard (`FsdpParam.padded` x W), in the
+  param dtype (pd bytes); the same for the root's own parameters (embedding, final norm, output): `U_root`.
+* Forward (`reshard_after_forward=True`): a block's unshard allocates the flat all-gather output (N·pd,
+  `_fs/_fsdp_collectives.py` `foreach_all_gather`, :419) and copies it out into the parameters' unsharded
+  storages (N·pd, `_fs/_fsdp_param.py:626` `alloc_storage`, the copy `split_with_sizes_copy`,
+  `_fsdp_collectives.py:485-489`); the flat output stays in the group's all-gather state until the *next* group's
+  unshard waits (`_fs/_fsdp_param_group.py` `wait_for_unshard`). So two moments compete: the last block's unshard
+  (the previous block's flat output, its own, its parameters: 3·N·pd, with the earlier blocks' saved tensors and
+  the block's input) and the last block's final op (its flat output and parameters, 2·N·pd, every block's saved
+  tensors and the ops' transients there, from the dataflow's timeline).
+* Backward (no checkpointing): the peak is at the second block's gradient reduce-scatter, while the first block's
+  parameters are gathered again: the first block's saved tensors and flat all-gather output, the reduce-scatter's
+  input in the reduce dtype (N·rd, `_fsdp_collectives.py:597`), a buffer of the same size that gloo's
+  reduce-scatter makes below the dispatcher (no op allocates it: `GLOO_REDUCE_SCATTER_COPY`, a CPU artefact),
+  the sharded gradients of the blocks reduced so far (N·rd / W each, `_fsdp_collectives.py:704`), the output
+  layer's unsharded weight gradient (reduced with the root's at the end) and the gradient of the hidden state.
+  Which of two FSDP2 orders the ranks take is not fixed: when the first block's prefetched copy-out lands before the
+  reduce-scatter, its unsharded parameters (N·pd) are live too (`backward_variants`; both seen on the same rank
+  in repeated runs).
+* Backward (full checkpointing): at the embedding's backward, every block's sharded gradient, the first block's
+  reduce-scatter input and gloo's copy still held (`reduce_scatter_states`, `_fs/_fsdp_param_group.py:107`), the
+  output layer's and the embedding's unsharded weight gradients and the final norm's.
+* Optimizer step (`_single_tensor_adam`, torch/optim/adam.py): every state (P, the gradients, AdamW's moments made
+  by `zeros_like` as it reaches each parameter, the step scalars), the loss, and at `denom =
+  (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)` the `sqrt` and `div` outputs of the parameter being
+  stepped beside the previous parameter's `denom`, still bound: max over parameters of 2·shard_i + shard_{i-1}.
+
+Predicted where the derivation was checked against the run: `reshard_after_forward=True`, FSDP (no HSDP),
+checkpointing none or full, two blocks or more (`covered`). Elsewhere the phase's figure is None, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# the runner's process holds two more tensors before the step, listed from its live tensors: the device mesh's rank
+# map, int32 [world] (torch/distributed/device_mesh.py:1582, `torch.arange(layout.numel(), dtype=torch.int)`), and an
+# FP32 scalar whose origin is not pinned (neither the model's nor FSDP2's states): the runner's baseline, not a GPU's
+MESH_RANK_BYTES = 4
+HARNESS_SCALAR = 4
+GLOO_REDUCE_SCATTER_COPY = 1  # reduce-scatter inputs' worth of bytes gloo allocates inside its reduce-scatter
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class Peaks:
+    start: int
+    forward: int | None
+    # the moments the backward's most can be at, by name: which one a run peaks at depends on the order of FSDP2's
+    # prefetch and reduce-scatter, which varies from run to run; the run's figure is one of them
+    backward: dict | None
+    optimizer_step: int | None
+    why_not: str = ""
+
+
+def covered(st) -> str:
+    """Why the settings are outside what the closed forms were checked on ('' when inside)."""
+    if not st.reshard_after_forward:
+        return "reshard_after_forward=False (the final norm's and output layer's transients not yet derived)"
+    if st.replicate != 1:
+        return "HSDP (its all-reduce over the replicas not yet traced)"
+    if st.ac not in ("none", "full"):
+        return f"activation checkpointing {st.ac!r} (checked: none and full)"
+    if st.n_layers < 2:
+        return "one block (the forward's moments assume a previous block)"
+    return ""
+
+
+def _last_forward_transient(scn) -> int:
+    """Bytes of the layer's non-saved tensors at its last forward op (the dataflow's timeline)."""
+    from symmem.accounting import timeline as T
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.model import stage_parts
+
+    (stage,) = scn.stages
+    vals, axes = values(scn), scn.parallel.axis_sizes()
+    e_tok = _tokens_per_expert(_activation_key(scn), axes)
+    layers = next(p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl) if p.is_layers)
+    tl = T.part_timeline(layers.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok)
+    last = [ev for ev in tl.events if ev.phase == "forward"][-1]
+    return sum(ceil_int(evaluate(a.nbytes, vals)) for a in last.alive if a.component != T.SAVED_CURRENT)
+
+
+# torchtitan's parameter order in a block (`model.parameters()`, the order AdamW steps them): attention's wqkv and
+# wo, feed_forward's w1 (gate), w2 (down), w3 (up), then attention_norm and ffn_norm (the Llama 3 TransformerBlock's
+# attributes as torchtitan declares them; the runner's `params` list them so); the root's embedding first, its final
+# norm and output layer last
+BLOCK_ORDER = ("self_attn.wqkv", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj", "mlp.up_proj",
+               "input_layernorm", "post_attention_layernorm")
+
+
+def torchtitan_order(params) -> list:
+    """`params` (accounting.fsdp.fsdp_params) in the order torchtitan's model lists them."""
+    def key(p):
+        part, _, op = p.name.partition("].")
+        if part.startswith("dense layers["):
+            return (1, int(part.split("[")[1]), BLOCK_ORDER.index(op))
+        return (0, 0, 0) if part.startswith("embedding") else (2, 0, 0 if op == "norm" else 1)
+    return sorted(params, key=key)
+
+
+def peaks(st, scn, params, rank: int, saved_block: int) -> Peaks:
+    """The closed forms at settings `st` (runner.Settings) for `rank`, with the scenario `scn` (predict.scenario),
+    FSDP2's parameters `params` (accounting.fsdp.fsdp_params) and one block's saved bytes (predicted)."""
+    from symmem.accounting.analysis import values
+    from symmem.model import stage_parts
+
+    (stage,) = scn.stages
+    vals = values(scn)
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    rope = sum(buf.nbytes for buf in scn.profile.buffers(scn, stage, parts, vals))
+    b, s, dim, n_layers = st.b, st.s, st.dim, st.n_layers
+    w = st.world // st.replicate  # the shard group
+    padded = 4 * sum(p.padded(w) for p in params)  # FP32 sharded parameters (and gradients): every rank the same
+    start = padded + rope + 2 * 8 * b * s + 8 * b * (s + 1) + MESH_RANK_BYTES * st.world + HARNESS_SCALAR
+    why = covered(st)
+    if why:
+        return Peaks(start, None, None, None, why)
+    pd, rd = DTYPE_BYTES[st.param_dtype], DTYPE_BYTES[st.reduce_dtype]
+
+    def gathered(group) -> int:  # all-gathered numel: every rank's padded shard
+        return sum(p.padded(w) * w for p in group)
+
+    block = [p for p in params if p.name.startswith("dense layers[0].")]
+    root = [p for p in params if not p.name.startswith("dense layers[")]
+    n_blk, u_root = gathered(block), gathered(root) * pd
+    hidden = b * s * dim * pd  # the hidden state in the param dtype (FSDP2 casts the blocks' inputs)
+    vocab_dim = next(p for p in root if p.name.endswith("lm_head")).d0 * dim
+    unshard_last = start + u_root + (n_layers - 1) * saved_block + hidden + 3 * n_blk * pd
+    end_last = start + u_root + n_layers * saved_block + 2 * n_blk * pd + _last_forward_transient(scn) + hidden
+    forward = max(unshard_last, end_last)
+    loss, shards = 4, n_blk * rd // w
+    reduce_scatter = n_blk * rd * (1 + GLOO_REDUCE_SCATTER_COPY)
+    # the second block's reduce-scatter (the first block's saved tensors and flat all-gather output, the
+    # reduce-scatter's input and gloo's copy, the shards so far, the output layer's gradient, two [dim] gradients:
+    # the final norm's and one more, and dloss), with or without the first block's copied-out parameters; and the
+    # embedding's backward with the first block's reduce-scatter still pending
+    second = (start + loss + u_root + saved_block + n_blk * pd + reduce_scatter + (n_layers - 1) * shards
+              + vocab_dim * pd + hidden + 2 * dim * pd + 4)
+    backward = {"second block's reduce-scatter": second,
+                "the same, the first block's parameters copied out": second + n_blk * pd - dim * pd,
+                "embedding's backward, the first block's reduce-scatter pending":
+                    start + loss + u_root + n_layers * shards + reduce_scatter + 2 * vocab_dim * pd + dim * pd
+                    + hidden + 4}
+    local = [4 * p.rows(rank, w) * p.rest for p in torchtitan_order(params)]  # this rank's unpadded shards
+    denom = max(2 * local[i] + (local[i - 1] if i else 0) for i in range(len(local)))
+    states = 2 * padded + 2 * sum(local) + 4 * len(params)  # parameters, gradients, moments, steps
+    optimizer = start - padded + states + loss + denom
+    return Peaks(start, forward, backward, optimizer)
