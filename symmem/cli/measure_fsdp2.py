@@ -3,9 +3,11 @@ CPU, per rank, measured (`symmem.validate.fsdp2.runner`) and predicted by the `t
 (`symmem.validate.fsdp2.predict`).
 
 Compared per rank, to the byte: `states` (the FP32 sharded parameters, their gradients, AdamW's moments and step
-scalars) and `saved` (what each transformer block, and the rest of the model, keeps for backward). Exit 0 when
-both are equal on every rank. The rank's peak of live storages is measured and shown, not predicted: FSDP2's
-all-gathered BF16 blocks, its prefetch and its reduce-scatter buffers are not in the timeline yet.
+scalars), `saved` (what each transformer block, and the rest of the model, keeps for backward), the live bytes at
+the step's start and each phase's most (`symmem.validate.fsdp2.peak`: the forward and the optimizer step to the
+byte, the backward as one of the moments FSDP2's varying order of prefetch and reduce-scatter can peak at) where
+the closed forms hold (reshard_after_forward, FSDP, AC none or full; elsewhere the phases are measured and said
+not predicted). Exit 0 when everything predicted is equal on every rank.
 """
 
 from __future__ import annotations
@@ -70,17 +72,26 @@ def run(args) -> int:
     measured = runner.run(st)
     ranks = []
     for m, p in zip(measured, pred, strict=True):
+        pk, by_phase = p["peaks"], m["peak_by_phase"]
+        phases = _phases(pk, by_phase)
         ranks.append({"rank": m["rank"], "measured": {k: m[k] for k in ("states", "states_by_kind", "saved", "peak",
-                                                                         "peak_phase", "peak_op")},
-                      "predicted": {k: p[k] for k in ("states", "states_by_kind", "saved")},
-                      "states_match": m["states"] == p["states"], "saved_match": m["saved"] == p["saved"]})
-    ok = all(r["states_match"] and r["saved_match"] for r in ranks)
+                                                                         "peak_phase", "peak_op", "start")}
+                      | {"peak_by_phase": {k: by_phase[k][0] for k in PHASES}},
+                      "predicted": {k: p[k] for k in ("states", "states_by_kind", "saved", "start")}
+                      | {"peak_by_phase": None if pk.why_not else {"forward": pk.forward,
+                                                                   "backward moments": pk.backward,
+                                                                   "optimizer step": pk.optimizer_step}},
+                      "peak_not_predicted": pk.why_not or None, "phases": phases,
+                      "states_match": m["states"] == p["states"], "saved_match": m["saved"] == p["saved"],
+                      "start_match": m["start"] == p["start"],
+                      "peak_match": None if pk.why_not else all(ok for ok, _ in phases.values())})
+    ok = all(r["states_match"] and r["saved_match"] and r["start_match"] and r["peak_match"] is not False
+             for r in ranks)
     out = {"framework": "fsdp2", "torchtitan": "0.3.0", "config": args.config, "world": st.world,
            "hsdp_replicate": st.replicate, "reshard_after_forward": st.reshard_after_forward, "ac": st.ac,
            "b": st.b, "s": st.s, "unit": "bytes", "match": ok, "ranks": ranks,
-           "notes": "profile torchtitan-cpu (symmem/rules/torchtitan.py, symmem/accounting/fsdp.py); peak: "
-                    "measured, not predicted (FSDP2's unsharded blocks, prefetch and reduce-scatter buffers are not "
-                    "in the timeline yet)"}
+           "notes": "profile torchtitan-cpu (symmem/rules/torchtitan.py, symmem/accounting/fsdp.py); the step's peaks: "
+                    "symmem/validate/fsdp2/peak.py (the first step of a fresh model, on this CPU over gloo)"}
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
         return 0 if ok else 1
@@ -91,6 +102,30 @@ def run(args) -> int:
         m, p = r["measured"], r["predicted"]
         print(f"  rank {r['rank']}: states {m['states']:,} measured, {p['states']:,} predicted "
               f"({'EQUAL' if r['states_match'] else 'DIFFERENT'}); saved per block and outside "
-              f"{'EQUAL' if r['saved_match'] else 'DIFFERENT'} ({sum(m['saved'].values()):,} bytes); peak "
-              f"{m['peak']:,} measured at {m['peak_phase']}, {m['peak_op']} (not predicted)")
+              f"{'EQUAL' if r['saved_match'] else 'DIFFERENT'} ({sum(m['saved'].values()):,} bytes); live at the "
+              f"start {m['start']:,} ({'EQUAL' if r['start_match'] else 'DIFFERENT'}); peak {m['peak']:,} at "
+              f"{m['peak_phase']}, {m['peak_op']}")
+        if r["peak_not_predicted"]:
+            print(f"    each phase's most: measured, not predicted ({r['peak_not_predicted']})")
+        for phase, (same, text) in r["phases"].items():
+            print(f"    {phase}: {text} ({'EQUAL' if same else 'DIFFERENT'})")
     return 0 if ok else 1
+
+
+PHASES = ("forward", "backward", "optimizer step")
+
+
+def _phases(pk, by_phase: dict) -> dict:
+    """Per phase: (equal, a line) of the measured most against the closed form's (empty when not predicted)."""
+    if pk.why_not:
+        return {}
+    out = {}
+    for phase, want in (("forward", pk.forward), ("optimizer step", pk.optimizer_step)):
+        got, op = by_phase[phase]
+        out[phase] = (got == want, f"{got:,} measured at {op}, {want:,} predicted")
+    got, op = by_phase["backward"]
+    moment = next((name for name, v in pk.backward.items() if v == got), None)
+    listed = "; ".join(f"{name} {v:,}" for name, v in pk.backward.items())
+    out["backward"] = (moment is not None, f"{got:,} measured at {op}: " + (
+        f"the moment '{moment}'" if moment else f"none of the moments predicted ({listed})"))
+    return out

@@ -182,6 +182,12 @@ def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, caps
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["match"] and all(r["states_match"] and r["saved_match"] for r in out["ranks"])
+    for r in out["ranks"]:  # the step's phases predicted and equal (reshard_after_forward, FSDP, no AC)
+        assert r["start_match"] and r["peak_match"] and set(r["phases"]) == {"forward", "backward", "optimizer step"}
+        assert r["measured"]["peak_by_phase"]["forward"] == r["predicted"]["peak_by_phase"]["forward"]
+    main(["measure", "--framework", "fsdp2", "--config", str(cfg), "--dp", "2", "-b", "1", "-s", "16"])
+    text = capsys.readouterr().out
+    assert text.count("forward: ") == 2 and "(DIFFERENT)" not in text, text
     for extra, words in ((["--ac", "selective-layer:2"], "--ac = 'selective-layer:2'"), (["--tp", "2"], "--tp"),
                          (["--dp", "3", "--hsdp-replicate", "2"], "--hsdp-replicate = 2")):
         assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), *extra]) == 2
