@@ -44,7 +44,7 @@ def _check_every_fitting_configuration(space):
 
 def test_through_the_forms_equals_step_time():
     # 4 sequence lengths x 3 micro-batch sizes: more points than are read directly, so the costs go through the
-    # forms read at six (b, s) points (render/page_steptime.py), extrapolated here to 4x the first s
+    # forms read at six (b, s) points (steptime/forms.py), extrapolated here to 4x the first s
     _check_every_fitting_configuration(_space(s=(2048, 4096, 6144, 8192), b=(1, 2, 4)))
 
 

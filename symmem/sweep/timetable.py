@@ -8,7 +8,7 @@ the once-only costs on ZeRO and M (ZeRO-3's gathers per micro-batch). So, per pa
 recomputation (as the memory's structural cases):
 
 * each stage's slot over the swept (s, b) grid, as arrays: read directly at every (s, b) when the grid has at most
-  `DIRECT_POINTS` points, else through the forms the dataflows give the costs (`render.page_steptime`: read at six
+  `DIRECT_POINTS` points, else through the forms the dataflows give the costs (`steptime.forms`: read at six
   (b, s) points, each form checked at a point it was not read from; a GEMM's rows proportional to b·s, its tiles
   counted at every (s, b));
 * the slowest stage per (s, b) (the first on ties, as `features` picks it) and the other stages' mean slot, both in
@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from symmem.errors import SymmemError
+from symmem.steptime.costs import TILE as _TILE
+from symmem.steptime.costs import TILE_N as _TILE_N
 
 DIRECT_POINTS = 6  # up to this many (s, b) points, read every point directly (the forms cost six readings)
 
@@ -46,15 +48,6 @@ def _pass(rows, cols: float, inner, experts: int, sms: int):
     products in the same order, in float64)."""
     tiles = np.ceil(rows / _TILE) * math.ceil(cols / _TILE_N) * experts
     return 2 * inner * _TILE * _TILE_N * np.ceil(tiles / sms) * sms
-
-
-def _tile_consts() -> tuple[int, int]:
-    from symmem.steptime.costs import TILE, TILE_N
-
-    return TILE, TILE_N
-
-
-_TILE, _TILE_N = _tile_consts()
 
 
 def _gemm_arrays(gemms, m_scale, sms: int):
@@ -105,7 +98,7 @@ def stage_arrays(scn, s_values: tuple[int, ...], b_values: tuple[int, ...], sms:
                             raise SymmemError(f"the {axis} collectives' calls depend on b or s")
                         entry[0][i, j] = nb
         return out
-    from symmem.render.page_steptime import stage_templates
+    from symmem.steptime.forms import stage_templates
 
     big_s = s_values[0]
     s = np.array(s_values, dtype=np.float64)[:, None]
