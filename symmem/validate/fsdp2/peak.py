@@ -25,18 +25,31 @@ term; the names below:
   the sharded gradients of the blocks reduced so far (N·rd / W each, `_fsdp_collectives.py:704`), the output
   layer's unsharded weight gradient (reduced with the root's at the end) and the gradient of the hidden state.
   Which of two FSDP2 orders the ranks take is not fixed: when the first block's prefetched copy-out lands before the
-  reduce-scatter, its unsharded parameters (N·pd) are live too (`backward_variants`; both seen on the same rank
-  in repeated runs).
-* Backward (full checkpointing): at the embedding's backward, every block's sharded gradient, the first block's
-  reduce-scatter input and gloo's copy still held (`reduce_scatter_states`, `_fs/_fsdp_param_group.py:107`), the
-  output layer's and the embedding's unsharded weight gradients and the final norm's.
+  reduce-scatter, its unsharded parameters (N·pd) are live too (both seen on the same rank in repeated runs). Other
+  runs held still another buffer (+82,176 bytes once with FP32 parameters): the moments are a floor the run
+  reaches, equal to its figure in most runs, not a prediction of every run's figure.
+* Backward (full checkpointing): not predicted. Among its moments are the two above (with the checkpointed
+  blocks' inputs as their saved tensors) and the embedding's backward with the first block's reduce-scatter still
+  pending (every block's sharded gradient, that reduce-scatter's input and gloo's copy still held,
+  `_fs/_fsdp_param_group.py:107`, the output layer's and the embedding's unsharded weight gradients and the final
+  norm's), each seen exactly; but the recomputed forward of each block runs inside the backward, and its
+  transients can exceed them (`BACKWARD_FULL_AC`).
 * Optimizer step (`_single_tensor_adam`, torch/optim/adam.py): every state (P, the gradients, AdamW's moments made
   by `zeros_like` as it reaches each parameter, the step scalars), the loss, and at `denom =
   (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)` the `sqrt` and `div` outputs of the parameter being
   stepped beside the previous parameter's `denom`, still bound: max over parameters of 2·shard_i + shard_{i-1}.
 
-Predicted where the derivation was checked against the run: `reshard_after_forward=True`, FSDP (no HSDP),
-checkpointing none or full, two blocks or more (`covered`). Elsewhere the phase's figure is None, with the reason.
+* Without `reshard_after_forward` no block is resharded: every block's unsharded parameters stay, and the last
+  block's flat all-gather output; the forward's most is then at the output layer's GEMM, the loss (FP32 logits),
+  the last block's unshard or its last op, the backward's at the last block's reduce-scatter or the loss's
+  backward, whichever is larger (the same in every run traced).
+* HSDP (FP32 reduce): the all-reduce over the replicas runs in place on the reduce-scatter's output, which becomes
+  the gradient (`_fsdp_collectives.py:658`, :704): the same forms over the shard group.
+
+Predicted where the derivation was checked against the run (tracing every byte, researched in
+/work/reports/fsdp2_peak*.md): with and without `reshard_after_forward`, FSDP and HSDP, checkpointing none or full
+(under full checkpointing the forward and the optimizer step only), FP32 reduce, two blocks or more (`covered`).
+Elsewhere the phases' figures are None, with the reason.
 """
 
 from __future__ import annotations
@@ -56,19 +69,21 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 class Peaks:
     start: int
     forward: int | None
-    # the moments the backward's most can be at, by name: which one a run peaks at depends on the order of FSDP2's
-    # prefetch and reduce-scatter, which varies from run to run; the run's figure is one of them
+    # the moments the backward reaches, by name: the run's most is at least the smallest, and in most runs equal to
+    # one; FSDP2's order of prefetch and reduce-scatter (and how long gloo's copy lives) varies from run to run, and
+    # some runs hold a buffer more at one of them
     backward: dict | None
     optimizer_step: int | None
     why_not: str = ""
+    forward_moments: dict | None = None  # the forward's candidate moments by name (`forward` is the largest)
+    why_not_backward: str = ""  # why the backward is None while the other phases are predicted
 
 
 def covered(st) -> str:
     """Why the settings are outside what the closed forms were checked on ('' when inside)."""
-    if not st.reshard_after_forward:
-        return "reshard_after_forward=False (the final norm's and output layer's transients not yet derived)"
-    if st.replicate != 1:
-        return "HSDP (its all-reduce over the replicas not yet traced)"
+    if st.reduce_dtype != "fp32":
+        return (f"reduce dtype {st.reduce_dtype} (the backward's most moves into a block's backward, whose own "
+                "tensors there are not yet in closed form)")
     if st.ac not in ("none", "full"):
         return f"activation checkpointing {st.ac!r} (checked: none and full)"
     if st.n_layers < 2:
@@ -137,24 +152,58 @@ def peaks(st, scn, params, rank: int, saved_block: int) -> Peaks:
     n_blk, u_root = gathered(block), gathered(root) * pd
     hidden = b * s * dim * pd  # the hidden state in the param dtype (FSDP2 casts the blocks' inputs)
     vocab_dim = next(p for p in root if p.name.endswith("lm_head")).d0 * dim
-    unshard_last = start + u_root + (n_layers - 1) * saved_block + hidden + 3 * n_blk * pd
-    end_last = start + u_root + n_layers * saved_block + 2 * n_blk * pd + _last_forward_transient(scn) + hidden
-    forward = max(unshard_last, end_last)
-    loss, shards = 4, n_blk * rd // w
+    vocab = vocab_dim // dim
+    loss = 4
+    shards = n_blk * 4 // w  # the gradient shards are FP32 whatever the reduce dtype (_fsdp_collectives.py:696)
     reduce_scatter = n_blk * rd * (1 + GLOO_REDUCE_SCATTER_COPY)
-    # the second block's reduce-scatter (the first block's saved tensors and flat all-gather output, the
-    # reduce-scatter's input and gloo's copy, the shards so far, the output layer's gradient, two [dim] gradients:
-    # the final norm's and one more, and dloss), with or without the first block's copied-out parameters; and the
-    # embedding's backward with the first block's reduce-scatter still pending
-    second = (start + loss + u_root + saved_block + n_blk * pd + reduce_scatter + (n_layers - 1) * shards
-              + vocab_dim * pd + hidden + 2 * dim * pd + 4)
-    backward = {"second block's reduce-scatter": second,
-                "the same, the first block's parameters copied out": second + n_blk * pd - dim * pd,
-                "embedding's backward, the first block's reduce-scatter pending":
-                    start + loss + u_root + n_layers * shards + reduce_scatter + 2 * vocab_dim * pd + dim * pd
-                    + hidden + 4}
+    end_last = start + u_root + n_layers * saved_block + 2 * n_blk * pd + _last_forward_transient(scn) + hidden
+    if st.reshard_after_forward:
+        forward = {"the last block's unshard":
+                   start + u_root + (n_layers - 1) * saved_block + hidden + 3 * n_blk * pd,
+                   "the last block's last op": end_last}
+        # the second block's reduce-scatter (the first block's saved tensors and flat all-gather output, the
+        # reduce-scatter's input and gloo's copy, the shards so far, the output layer's gradient, two [dim]
+        # gradients: the final norm's and one more, and dloss), with or without the first block's copied-out
+        # parameters; and the embedding's backward with the first block's reduce-scatter still pending
+        second = (start + loss + u_root + saved_block + n_blk * pd + reduce_scatter + (n_layers - 1) * shards
+                  + vocab_dim * pd + hidden + 2 * dim * pd + 4)
+        backward = {"second block's reduce-scatter": second,
+                    "the same, the first block's parameters copied out": second + n_blk * pd - dim * pd,
+                    "embedding's backward, the first block's reduce-scatter pending":
+                        start + loss + u_root + n_layers * shards + reduce_scatter + 2 * vocab_dim * pd + dim * pd
+                        + hidden + 4}
+    else:
+        # no block is resharded: every block's unsharded parameters stay (L N pd), and the last block's flat
+        # all-gather output, which no later group waits on. The final norm (torchtitan's RMSNorm is nn.RMSNorm,
+        # models/common/nn_modules.py:134; aten's rms_norm saves its FP32 cast of the input and x·rsqrt, b·s·dim
+        # FP32 each, and the b·s FP32 rstd, beside the input) and the loss's FP32 logits (components/loss.py:60-61,
+        # `.float()` then log_softmax) are live at the output layer and the loss
+        norm = 2 * b * s * dim * 4 + b * s * 4 + hidden
+        at_head = start + u_root + (n_layers + 1) * n_blk * pd + n_layers * saved_block + norm + b * s * vocab * pd
+        forward = {"the output layer's GEMM": at_head,
+                   "the last block's unshard": start + u_root + (n_layers + 2) * n_blk * pd
+                   + (n_layers - 1) * saved_block + hidden,
+                   "the last block's last op": end_last + (n_layers - 1) * n_blk * pd,
+                   "the loss": at_head - n_blk * pd + 2 * b * s * vocab * 4 + 8}
+        # the first reduce-scatter (the last block's; every later one is lower), or the loss's backward (the
+        # log-softmax's saved output and the two FP32 [b, s, vocab] gradients): the larger, in every run traced
+        moments = {"the last block's reduce-scatter":
+                   start + loss + u_root + (n_layers - 1) * (n_blk * pd + saved_block) + reduce_scatter + shards
+                   + vocab_dim * pd + hidden + 2 * dim * pd + 4,
+                   "the loss's backward": start + u_root + n_layers * n_blk * pd + n_layers * saved_block + norm
+                   + 3 * b * s * vocab * 4 + 8}
+        top = max(moments, key=moments.__getitem__)
+        backward = {top: moments[top]}
     local = [4 * p.rows(rank, w) * p.rest for p in torchtitan_order(params)]  # this rank's unpadded shards
     denom = max(2 * local[i] + (local[i - 1] if i else 0) for i in range(len(local)))
     states = 2 * padded + 2 * sum(local) + 4 * len(params)  # parameters, gradients, moments, steps
     optimizer = start - padded + states + loss + denom
-    return Peaks(start, forward, backward, optimizer)
+    if st.ac == "full":  # the backward recomputes each block's forward, whose transients are not among the moments
+        return Peaks(start, max(forward.values()), None, optimizer, forward_moments=forward,
+                     why_not_backward=BACKWARD_FULL_AC)
+    return Peaks(start, max(forward.values()), backward, optimizer, forward_moments=forward)
+
+
+BACKWARD_FULL_AC = ("full checkpointing: the backward recomputes each block's forward, and those transients are not "
+                    "yet among the moments (without resharding, 3 blocks, s 64, one peaked 118,912 bytes above the "
+                    "last block's reduce-scatter, at a `_to_copy`)")
