@@ -14,8 +14,8 @@ Measured side by side in one run, each in a child process pinned to one core:
 Targets, the pass marks below: >= 10,000,000 configurations/s on one core ranking by the timeline's peak (a
 maximum over the undominated candidate events of every stage, each compiled; the loop calls
 `stage_memory(...).peak_allocated`), >= 100x the loop like for like (both on the realistic space), 10 million
-configurations in < 1 GiB; ranked by time, >= 10,000,000 configurations/s on one core. The wide space's rate is never divided by the loop's: the loop was timed on another
-space.
+configurations in < 1 GiB; ranked by time, >= 10,000,000 configurations/s on one core. The wide space's rate is
+never divided by the loop's: the loop was timed on another space.
 
 `--update-docs` rewrites the "Measured" table of docs/sweep.md (between its `bench_sweep` markers) from this run.
 """
