@@ -304,5 +304,5 @@ def _dp_one(scn, stage) -> Fraction:
         elif z < 3:
             total += params * (p.grad_bytes + p.weight_bytes) * ring
         else:
-            total += params * (p.grad_bytes + 2 * scn.m * p.weight_bytes) * ring
+            total += params * (p.grad_bytes + 2 * scn.m * scn.gather_bytes) * ring  # gathered per micro-batch
     return total

@@ -68,6 +68,9 @@ class Profile:
     # the dataflow and attention implementation the framework's modules are (None: the scenario's)
     dataflow: str | None = None
     attn_impl: str | None = None
+    # bytes per element ZeRO-3 all-gathers the parameters in, when not the stored weights' (FSDP2 gathers in its
+    # MixedPrecisionPolicy's param_dtype: the gathered blocks are BF16 while the shards are FP32)
+    gather_bytes: int | None = None
 
 
 # --------------------------------------------------------------------------------------------- megatron-te
@@ -332,7 +335,11 @@ def _torchtitan_profile(name: str, on_gpu: bool) -> Profile:
     return Profile(
         name, name, f"torchtitan 0.3.0's Llama 3 under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
         buffers=_rope_cache, precision="fp32", zero=3, states=partial(_torchtitan_states, on_gpu=on_gpu),
-        dataflow="hf", attn_impl="sdpa")
+        dataflow="hf", attn_impl="sdpa",
+        # torchtitan's default mixed_precision_param = "bfloat16" (torchtitan/config/job_config.py), the
+        # MixedPrecisionPolicy of apply_fsdp_to_decoder (torchtitan/models/llama3/parallelize.py): FSDP2 casts the
+        # FP32 shard to BF16 before the all-gather (_fully_shard/_fsdp_collectives.py foreach_all_gather copy-in)
+        gather_bytes=2)
 
 
 PROFILES = {

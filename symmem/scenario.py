@@ -193,6 +193,13 @@ class Scenario:
             vals[sym("V")] = pad(self.model.value("V"), self.parallel.tp)
         return vals
 
+    @property
+    def gather_bytes(self) -> int:
+        """Bytes per parameter element ZeRO-3 all-gathers in: the profile's (FSDP2: its param dtype), else the stored
+        weights'."""
+        g = self.profile.gather_bytes
+        return self.precision.weight_bytes if g is None else g
+
     @cached_property
     def size_key(self) -> tuple:
         """`size_values` as a sorted tuple: a cache key of the derivations that depend on the sizes."""

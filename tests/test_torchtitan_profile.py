@@ -111,3 +111,18 @@ def test_per_op_selective_checkpointing_keeps_odd_matrix_products(capsys):
     per_layer += 2 * b * s * h + 4 * b * heads * s  # the attention's output (BF16) and logsumexp (FP32)
     assert act["selective-op"] - act["full"] == 32 * per_layer
     # (the byte-exact check against the real torchtitan is tests/validate/test_fsdp2.py, case fsdp2-selective-op-ac)
+
+
+def test_gathered_layers_are_counted_in_fsdp2s_param_dtype(capsys):
+    # FSDP2 all-gathers in its MixedPrecisionPolicy's param_dtype (torchtitan: BF16) while the shards are FP32: two
+    # layers gathered (the one computed and the all-gather output FSDP2 keeps until the next one's wait) are
+    # 2 x 2 bytes x a Llama-3-70B layer's parameters, by hand: attention 2 x 8192^2 (q, o) + 2 x 8192 x 1024 (k, v),
+    # the MLP 3 x 8192 x 28672, two norms of 8192 (counted in the FP32 of the shards before: twice this). The
+    # unreduced gradients, the reduce-scatter's input in FP32, are one layer's in 4 bytes: the same figure
+    layer = 2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
+    assert main(["memory", "--model", "llama-3-70b", "--profile", "torchtitan", "--dp", "64", "--recompute", "full",
+                 "-b", "1", "-s", "8192", "--json"]) == 0
+    (stage,) = json.loads(capsys.readouterr().out)["stages"]
+    assert stage["peak_event"]["part"] == "dense layers"
+    assert stage["peak_breakdown"]["gathered parameters (ZeRO-3)"] == 2 * 2 * layer
+    assert stage["peak_breakdown"]["unreduced gradients (ZeRO-2/3)"] == 4 * layer

@@ -306,7 +306,7 @@ def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
-    return _events(key, parts, k, int(scn.zero), scn.precision.weight_bytes, scn.precision.grad_bytes, axes, back)
+    return _events(key, parts, k, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
 
 
 @lru_cache(maxsize=256)
@@ -337,7 +337,7 @@ def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
     return step_series(chunks, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order, int(scn.zero),
-                       scn.precision.weight_bytes, scn.precision.grad_bytes, back)
+                       scn.gather_bytes, scn.precision.grad_bytes, back)
 
 
 def stage_buffers(scn: Scenario, stage: Stage) -> list:
