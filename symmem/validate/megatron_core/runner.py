@@ -171,6 +171,9 @@ def _iteration(rank: int, st: Settings) -> dict:
     seen: set[int] = set()  # the chunks that ran a micro-batch already
 
     def forward_step(data_iterator, model):
+        # garbage in reference cycles from the micro-batch before freed here, every run alike (the collector itself
+        # is off during forward and backward, below: when it ran there depended on gloo's threads' allocations)
+        gc.collect()
         tokens = next(data_iterator)
         first = id(model) not in seen
         if first and seen:  # a later chunk's first micro-batch: addresses released since may be reused
@@ -203,12 +206,18 @@ def _iteration(rank: int, st: Settings) -> dict:
         tracker.add_tensors(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
         start = tracker.current
         tracker.phase = "forward-backward"
-        with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
-            get_forward_backward_func()(forward_step_func=forward_step,
-                                        data_iterator=[iter(batches) for _ in model] if vpp else iter(batches),
-                                        model=model,
-                                        num_microbatches=st.microbatches, seq_length=st.s,
-                                        micro_batch_size=st.b, forward_only=False)
+        # no automatic collection during forward and backward: a cycle's tensors freed mid-step or not moved the
+        # BF16 loss run's peak by 20,864 bytes once in a full test run
+        gc.disable()
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+                get_forward_backward_func()(forward_step_func=forward_step,
+                                            data_iterator=[iter(batches) for _ in model] if vpp else iter(batches),
+                                            model=model,
+                                            num_microbatches=st.microbatches, seq_length=st.s,
+                                            micro_batch_size=st.b, forward_only=False)
+        finally:
+            gc.enable()
         # Garbage in reference cycles (a 4-byte scalar, once in a few runs) is freed whenever Python's collector
         # happens to run, which gloo's threads make vary between runs: collected here, the optimizer step starts
         # from the same live set every run (the step's peak flickered by 4 bytes on PP 2's last stage without it)
