@@ -321,10 +321,20 @@ def _step(rank: int, st: Settings) -> dict:
             saved_detail = saved.detail()
             del pred
             tracker.phase = "backward"
-            loss.backward()
+            # no automatic collection in backward and the step (as the Megatron-Core runner): when Python's
+            # collector runs depends on the allocations gloo's threads make, and a cycle freed or not moves a peak
+            gc.disable()
+            try:
+                loss.backward()
+            finally:
+                gc.enable()
         gc.collect()
         tracker.phase = "optimizer step"
-        optimizer.step()
+        gc.disable()
+        try:
+            optimizer.step()
+        finally:
+            gc.enable()
         tracker.phase = "end"
         gc.collect()
         tracker._check("(end)")
