@@ -22,7 +22,8 @@ term; the names below:
   parameters are gathered again: the first block's saved tensors and flat all-gather output, the reduce-scatter's
   input in the reduce dtype (N·rd, `_fsdp_collectives.py:597`), a buffer of the same size that gloo's
   reduce-scatter makes below the dispatcher (no op allocates it: `GLOO_REDUCE_SCATTER_COPY`, a CPU artefact),
-  the sharded gradients of the blocks reduced so far (N·rd / W each, `_fsdp_collectives.py:704`), the output
+  the sharded gradients of the blocks reduced so far (FP32 whatever the reduce dtype, N·4 / W each,
+  `_fsdp_collectives.py:696`, :704), the output
   layer's unsharded weight gradient (reduced with the root's at the end) and the gradient of the hidden state.
   Which of two FSDP2 orders the ranks take is not fixed: when the first block's prefetched copy-out lands before the
   reduce-scatter, its unsharded parameters (N·pd) are live too (both seen on the same rank in repeated runs). Other
@@ -46,8 +47,7 @@ term; the names below:
 * HSDP (FP32 reduce): the all-reduce over the replicas runs in place on the reduce-scatter's output, which becomes
   the gradient (`_fsdp_collectives.py:658`, :704): the same forms over the shard group.
 
-Predicted where the derivation was checked against the run (tracing every byte, researched in
-/work/reports/fsdp2_peak*.md): with and without `reshard_after_forward`, FSDP and HSDP, checkpointing none or full
+Predicted where the derivation was checked against the run (every byte traced): with and without `reshard_after_forward`, FSDP and HSDP, checkpointing none or full
 (under full checkpointing the forward and the optimizer step only), FP32 reduce, two blocks or more (`covered`).
 Elsewhere the phases' figures are None, with the reason.
 """

@@ -2,8 +2,8 @@
 
 `run(settings)` spawns `world` processes (`torch.multiprocessing`, gloo); each builds torchtitan's `Llama3Model`
 from a tiny flavor (or a named torchtitan flavor) in FP32 with `ScaledDotProductAttention` as the inner attention
-(torchtitan 0.3.0 refuses `sdpa` for language models and FlexAttention has no CPU backward:
-/work/shared/frameworks_on_cpu.md), applies torchtitan's activation checkpointing
+(torchtitan 0.3.0 refuses `sdpa` for language models, torchtitan/models/common/config_utils.py:71-89
+`get_attention_config`, and FlexAttention has no backward on the CPU), applies torchtitan's activation checkpointing
 (`torchtitan.distributed.activation_checkpoint`), `fully_shard`s every block and then the root with
 `MixedPrecisionPolicy(param_dtype, reduce_dtype)`, builds `torch.optim.AdamW(foreach=False)` and runs one step:
 forward on random tokens, torchtitan's `cross_entropy_loss` (sum) divided by the number of tokens, backward,
@@ -74,7 +74,7 @@ def build_model(st: Settings):
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm, compute_ffn_hidden_dim
     from torchtitan.models.common.attention import ScaledDotProductAttention
 
-    # the workaround of frameworks_on_cpu.md: get_attention_config("sdpa") raises for language models
+    # get_attention_config("sdpa") raises for language models (config_utils.py:89): its own SDPA module instead
     l3.get_attention_config = lambda backend: ScaledDotProductAttention.Config()
     if st.flavor is not None:
         config = l3.model_registry(st.flavor, attn_backend="sdpa").model
