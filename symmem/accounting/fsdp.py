@@ -61,9 +61,9 @@ def fsdp_params(parts, vals: dict) -> list[FsdpParam]:
             raise AssertionError("a fractional parameter size")
         return int(v)
 
-    out: list[FsdpParam] = []
-    for use in weight_uses(parts, unique=True):
-        part = next(p for p in parts if p.name == use.part)
+    found: list[tuple[int, int, int, FsdpParam]] = []  # (part, copy, use): torchtitan's order, below
+    for i, use in enumerate(weight_uses(parts, unique=True)):
+        j, part = next((j, p) for j, p in enumerate(parts) if p.name == use.part)
         op = next(o for o in part.flow.ops if o.name == use.op)
         dims = use.weight.dims
         if op.kind == "linear":  # symmem writes (in..., out...); torch's Linear.weight is (out, in), flattened
@@ -74,21 +74,9 @@ def fsdp_params(parts, vals: dict) -> list[FsdpParam]:
             d0, rest = n(global_size(dims[n_in:])), n(global_size(dims[:n_in]))
         else:  # embedding (V, h), norms (h,)
             d0, rest = n(global_size(dims[:1])), n(global_size(dims[1:])) if len(dims) > 1 else 1
-        for copy in range(use.count):
-            out.append(FsdpParam(f"{use.part}[{copy}].{use.op}", d0, rest))
-    # torchtitan's order (`model.parameters()`, the optimizer's): the part's copies one after the other
-    copy_of = {p: i for i, p in enumerate(out)}
-    out.sort(key=lambda p: (_part_order(p.name, parts), _copy(p.name), copy_of[p]))
-    return _fuse_qkv(out)
-
-
-def _copy(name: str) -> int:
-    return int(name.split("[", 1)[1].split("]", 1)[0])
-
-
-def _part_order(name: str, parts) -> int:
-    part = name.split("[", 1)[0]
-    return next(i for i, p in enumerate(parts) if p.name == part)
+        found += [(j, copy, i, FsdpParam(f"{use.part}[{copy}].{use.op}", d0, rest)) for copy in range(use.count)]
+    # torchtitan's order (`model.parameters()`, the optimizer's): part by part, each copy's parameters together
+    return _fuse_qkv([p for *_, p in sorted(found, key=lambda x: x[:3])])
 
 
 def _fuse_qkv(params: list[FsdpParam]) -> list[FsdpParam]:

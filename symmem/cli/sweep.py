@@ -471,15 +471,13 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)
     bar = Progress(space.size, eager=args.progress) if (args.progress or sys.stderr.isatty()) else None
-    from symmem.hardware import GPUS, has_speeds
+    from symmem.hardware import has_speeds
+    from symmem.sweep.timing import check_timed
 
     timed = space.base.gpu_name is not None and has_speeds(space.base.gpu_name)
     rank_by = args.rank_by or ("time" if timed else "headroom")
-    if rank_by == "time" and space.base.gpu_name is not None and not timed:
-        raise SymmemError(f"--gpu = {space.base.gpu_name!r}: no speed figures for it, which --rank-by time needs; "
-                          f"GPUs with speed figures: {', '.join(GPUS)} (or --rank-by headroom)")
-    if rank_by == "time" and space.base.gpu_name is None:
-        raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
+    if rank_by == "time":
+        check_timed(space)  # a GPU with speed figures, before any work
     from symmem.sweep.exact import exact_reason, needs_exact, sweep_exact
 
     replay = num.int_text(args.replay, "--replay", 0, 1000)  # checked before any work

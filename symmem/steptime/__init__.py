@@ -13,6 +13,7 @@ between groups sharing a link, the network's own latency (the fitted latency is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -23,7 +24,8 @@ from symmem.hardware import GPU, gpu
 from symmem.steptime.model import Constants, StepFeatures, breakdown, fit, leave_one_run_out, seconds
 
 __all__ = ["CONSTANTS", "NEUTRAL", "Constants", "StepFeatures", "StepTime", "breakdown", "bubble_slots", "check_gpu",
-           "features", "fit", "leave_one_run_out", "model_flops_value", "seconds", "step_time"]
+           "features", "fit", "leave_one_run_out", "model_flops_value", "once_costs", "rates", "seconds",
+           "stage_features", "step_time"]
 
 # fitted by `fit` on the 22 measured iterations (derivations/measured_step_times.py shows the fit and each run's
 # leave-one-run-out figure; a test checks these are its result to the digits shown)
@@ -123,35 +125,46 @@ def _stage_costs(scn) -> dict:
     return _COSTS[key]
 
 
+def stage_features(c, lp, sms: int, ceil=math.ceil) -> StepFeatures:
+    """One micro-batch slot of a stage as the model reads it (`c` its `costs.StageCosts`, `lp` the precision recipe's
+    low-precision GEMMs or None), without once-only costs. `c`'s figures may be arrays, with `ceil` numpy's: the
+    sweep's time tables (`sweep.timetable`) read a whole (s, b) grid at once."""
+    from symmem.steptime.costs import tiled_flops
+
+    flops, low = tiled_flops(c.gemms, sms, ceil)
+    if lp is not None:
+        low = low * lp.low_passes[0] / lp.low_passes[1]  # e.g. torchao's rowwise_with_gw_hp: wgrad in BF16
+    return StepFeatures(flops, low, lp.gemm if lp is not None else "bf16", c.gemm_bytes, c.attention_flops,
+                        c.memory_bytes, tuple((a, v[0], v[1], v[2]) for a, v in sorted(c.comm.items())),
+                        c.cp_ring_bytes, 1.0, 0.0, 0, False, 0.0, c.kernels)
+
+
+def once_costs(scn) -> tuple[float, int, bool, float]:
+    """(bytes, calls, crosses nodes) of the data-parallel traffic and the optimizer step's bytes of the stage with
+    the most of both (the first of equals): the iteration's once-only costs."""
+    from symmem.steptime.costs import dp_cost, optimizer_bytes
+
+    per_stage = [(*dp_cost(scn, st), optimizer_bytes(scn, st)) for st in scn.stages]
+    return max(per_stage, key=lambda x: x[0] + x[3])
+
+
 def features(scn, g: GPU | None = None, constants: Constants | None = None) -> StepFeatures:
     """The model's reading of `scn` on `g` (B200 by default): M slots of the slowest stage (under `constants`,
     CONSTANTS by default), the bubble's slots at the other stages' mean, and the iteration's once-only costs (the
     data-parallel traffic and the optimizer step of the stage with the most)."""
     import dataclasses
 
-    from symmem.steptime.costs import dp_cost, optimizer_bytes, tiled_flops
-
     g = g or gpu("B200")
     k = constants or CONSTANTS
-    lp = scn.precision.low_precision
-    per_stage = []
-    for st, c in _stage_costs(scn).items():
-        flops, low = tiled_flops(c.gemms, g.sms)
-        if lp is not None:
-            low = low * lp.low_passes[0] / lp.low_passes[1]  # e.g. torchao's rowwise_with_gw_hp: wgrad in BF16
-        dp, calls, net = dp_cost(scn, st)
-        per_stage.append(StepFeatures(
-            flops, low, lp.gemm if lp is not None else "bf16", c.gemm_bytes, c.attention_flops, c.memory_bytes,
-            tuple((a, v[0], v[1], v[2]) for a, v in sorted(c.comm.items())), c.cp_ring_bytes, 1.0, dp, calls, net,
-            optimizer_bytes(scn, st), c.kernels))
-    slot = [seconds(dataclasses.replace(f, dp_bytes=0.0, dp_calls=0, optimizer_bytes=0.0), g, k) for f in per_stage]
+    per_stage = [stage_features(c, scn.precision.low_precision, g.sms) for c in _stage_costs(scn).values()]
+    slot = [seconds(f, g, k) for f in per_stage]
     i = max(range(len(per_stage)), key=slot.__getitem__)
-    once = max(per_stage, key=lambda f: f.dp_bytes + f.optimizer_bytes)
+    dp, calls, net, opt = once_costs(scn)
     bubble = bubble_slots(scn.schedule, scn.parallel.pp)
     others = [f for j, f in enumerate(per_stage) if j != i] or [per_stage[i]]
     mean = _mean(others, bubble) if bubble else None
-    return dataclasses.replace(per_stage[i], slots=float(scn.m), dp_bytes=once.dp_bytes, dp_calls=once.dp_calls,
-                               dp_network=once.dp_network, optimizer_bytes=once.optimizer_bytes, bubble=mean)
+    return dataclasses.replace(per_stage[i], slots=float(scn.m), dp_bytes=dp, dp_calls=calls, dp_network=net,
+                               optimizer_bytes=opt, bubble=mean)
 
 
 def _mean(fs: list[StepFeatures], slots: float) -> StepFeatures:
@@ -215,12 +228,19 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     parts = breakdown(f, g, CONSTANTS)
     t = sum(parts.values())
     par = scn.parallel
-    replicas = scn.m * par.dp
-    fm = model_flops_value(scn, False) * replicas
-    fh = model_flops_value(scn, True) * replicas
-    tokens = scn.b * scn.s * replicas
+    fm, tokens_per_s, mfu = rates(scn, g, t)
+    fh = model_flops_value(scn, True) * scn.m * par.dp
     comm = {a: int(f.comm_bytes(a) * scn.m) for a in ("tp", "cp", "ep", "pp")}
     comm["cp"] += int(f.cp_ring_bytes * scn.m)
     comm["tp"] += int(f.comm_bytes("etp") * scn.m)
     comm["dp"] = int(f.dp_bytes)
-    return StepTime(g.name, fm, fh, t, tokens / t, fm / (par.world_size * g.bf16 * t), comm, parts, par.world_size)
+    return StepTime(g.name, fm, fh, t, tokens_per_s, mfu, comm, parts, par.world_size)
+
+
+def rates(scn, g: GPU, t: float) -> tuple[int, float, float]:
+    """(the iteration's model FLOPs by Megatron's count, tokens/s, MFU) of `scn` at `t` seconds an iteration on
+    `g`: M·DP micro-batches of b·s tokens."""
+    par = scn.parallel
+    replicas = scn.m * par.dp
+    fm = model_flops_value(scn, False) * replicas
+    return fm, scn.b * scn.s * replicas / t, fm / (par.world_size * g.bf16 * t)

@@ -213,7 +213,7 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
     for _module, m, k, n, e, ops in gemm_shapes(part.flow, axes, ev):
         passes = 3 + (1 if again(ops[0]) else 0)
         is_low = low and all(eligible(op) for op in ops)
-        c.gemm_bytes += 2 * (m * k + k * n + m * n) * e * passes
+        c.gemm_bytes += gemm_bytes(m, k, n, e, passes)
         c.kernels += e * passes
         c.gemms.append((m, k, n, e, 1, passes == 4, is_low))
     for op, nb in _kernel_bytes(part.flow, axes, ev, scn.act_bytes, scn.rules.fused_tags):
@@ -244,25 +244,33 @@ TILE = 128
 TILE_N = 256
 
 
-def wave_flops(m: float, k: float, n: float, experts: int, sms: int) -> float:
+def gemm_bytes(m, k: float, n: float, experts: int, passes: int):
+    """The HBM bytes a GEMM must move at least over its passes: its BF16 operands and result once each pass,
+    2·(m·k + k·n + m·n) per local expert (m a number or an array)."""
+    return 2 * (m * k + k * n + m * n) * experts * passes
+
+
+def wave_flops(m, k: float, n: float, experts: int, sms: int, ceil=math.ceil):
     """The FLOPs the tensor cores spend on a GEMM whose output is cut into TILE x TILE_N tiles, run in waves of one
     tile per SM: every tile is full, and the last wave occupies every SM (an m of 154 rows costs 256; 48 tiles on
     148 SMs cost a whole wave). A routed experts' GEMM is one grouped launch of all local experts' tiles. Forward
-    (m x n output), data gradient (m x k) and weight gradient (k x n) tile their own outputs."""
-    return sum(_pass_flops(rows, cols, inner, experts, sms) for rows, cols, inner in ((m, n, k), (m, k, n), (k, n, m)))
+    (m x n output), data gradient (m x k) and weight gradient (k x n) tile their own outputs. With `ceil` numpy's,
+    m may be an array (the sweep's time tables, `sweep.timetable`)."""
+    return sum(_pass_flops(rows, cols, inner, experts, sms, ceil)
+               for rows, cols, inner in ((m, n, k), (m, k, n), (k, n, m)))
 
 
-def _pass_flops(rows: float, cols: float, inner: float, experts: int, sms: int) -> float:
-    tiles = math.ceil(rows / TILE) * math.ceil(cols / TILE_N) * experts
-    return 2 * inner * TILE * TILE_N * math.ceil(tiles / sms) * sms
+def _pass_flops(rows, cols, inner, experts: int, sms: int, ceil=math.ceil):
+    tiles = ceil(rows / TILE) * ceil(cols / TILE_N) * experts
+    return 2 * inner * TILE * TILE_N * ceil(tiles / sms) * sms
 
 
-def tiled_flops(gemms, sms: int) -> tuple[float, float]:
+def tiled_flops(gemms, sms: int, ceil=math.ceil) -> tuple:
     """(all, low-precision) FLOPs of `StageCosts.gemms` as the tensor cores spend them (`wave_flops`), the
-    recomputed forward once more."""
+    recomputed forward once more (with `ceil` numpy's, rows m may be arrays)."""
     total = low = 0.0
     for m, k, n, e, count, again, is_low in gemms:
-        f = count * (wave_flops(m, k, n, e, sms) + (_pass_flops(m, n, k, e, sms) if again else 0.0))
+        f = count * (wave_flops(m, k, n, e, sms, ceil) + (_pass_flops(m, n, k, e, sms, ceil) if again else 0.0))
         total += f
         if is_low:
             low += f

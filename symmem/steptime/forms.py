@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from symmem.errors import SymmemError
-from symmem.steptime.costs import TILE
+from symmem.steptime.costs import TILE, gemm_bytes
 
 REL = 1e-9  # how close a form must come at the point it was not read from (the costs are floats)
 
@@ -78,7 +78,7 @@ def stage_templates(scn) -> list[dict]:
             gemms.append([m, k, n, e, copies, bool(again), bool(low)])
         for (b, ks), c in zip(POINTS, cs, strict=True):  # the bytes `costs` counted follow from the shapes
             tokens = b * ks * big_s
-            nb = sum(cp * 2 * (m * tokens / big_s * k + k * n + m * tokens / big_s * n) * e * (4 if again else 3)
+            nb = sum(cp * gemm_bytes(m * tokens / big_s, k, n, e, 4 if again else 3)
                      for m, k, n, e, cp, again, _low in gemms)
             if not _close(nb, c.gemm_bytes):
                 raise SymmemError(f"stage {j}: the GEMMs' bytes do not follow from their shapes")

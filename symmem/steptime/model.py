@@ -72,6 +72,15 @@ class StepFeatures:
         return sum(b for a, b, _c, _n in self.comm if a == axis)
 
 
+def _any(x) -> bool:
+    """Whether a figure (a number, or an array of them: the sweep's time tables) is anywhere nonzero."""
+    return bool(x.any()) if hasattr(x, "any") else bool(x)
+
+
+def _not_below_zero(x):
+    return x.clip(min=0.0) if hasattr(x, "clip") else max(0.0, x)
+
+
 def _link(g, network: bool) -> float:
     return g.network if network else g.nvlink
 
@@ -86,7 +95,7 @@ def _terms(f: StepFeatures, g) -> dict[str, tuple[list[float], float]]:
     `row · (1/gemm_eff, 1/attention_eff, 1/link_eff, latency, fixed) + known` (the one form `fit` and `breakdown`
     both read)."""
     gemm = (f.gemm_flops - f.gemm_low_flops) / g.bf16
-    if f.gemm_low_flops:
+    if _any(f.gemm_low_flops):
         gemm += f.gemm_low_flops / g.rate(f.low_format)
     n = f.slots
     out = {"gemm": ([n * gemm, 0.0, 0.0, 0.0, 0.0], n * f.gemm_bytes / g.hbm),
@@ -118,9 +127,9 @@ def coefficients(f: StepFeatures, g) -> tuple[list[float], float]:
 
 def _slot_breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
     out = {name: _dot(row, known, k) for name, (row, known) in _terms(f, g).items()}
-    if f.cp_ring_bytes:  # the ring's time beyond the attention it overlaps, per slot
+    if _any(f.cp_ring_bytes):  # the ring's time beyond the attention it overlaps, per slot
         ring = f.cp_ring_bytes / (_link(g, False) * k.link_efficiency)
-        out["comm_cp_ring_exposed"] = f.slots * max(0.0, ring - out["attention"] / f.slots)
+        out["comm_cp_ring_exposed"] = f.slots * _not_below_zero(ring - out["attention"] / f.slots)
     return out
 
 
@@ -135,6 +144,18 @@ def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
 
 def seconds(f: StepFeatures, g, k: Constants) -> float:
     return sum(breakdown(f, g, k).values())
+
+
+def slot_seconds(f: StepFeatures, g, k: Constants):
+    """Seconds of `f.slots` micro-batch slots of `f`'s stage, without the iteration's once-only costs (a
+    StepFeatures of arrays gives an array: the sweep's time tables)."""
+    return sum(_slot_breakdown(f, g, k).values())
+
+
+def once_seconds(f: StepFeatures, g, k: Constants) -> float:
+    """Seconds of the iteration's once-only costs of `f` but the fixed constant: its data-parallel traffic and
+    optimizer step."""
+    return sum(_dot(row, known, k) for name, (row, known) in _once(f, g).items() if name != "fixed")
 
 
 def _nnls(a, y):

@@ -23,14 +23,11 @@ no table: the caller times their configurations one by one (`timing.rank_by_time
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from symmem.errors import SymmemError
-from symmem.steptime.costs import TILE as _TILE
-from symmem.steptime.costs import TILE_N as _TILE_N
 
 DIRECT_POINTS = 6  # up to this many (s, b) points, read every point directly (the forms cost six readings)
 
@@ -43,61 +40,37 @@ class SlotTable:
     mean: np.ndarray  # (s, b): the other stages' mean slot (the slowest stage's own when there is one stage)
 
 
-def _pass(rows, cols: float, inner, experts: int, sms: int):
-    """`costs._pass_flops` with the rows, or the inner size, an array: full tiles in waves over the SMs (the same
-    products in the same order, in float64)."""
-    tiles = np.ceil(rows / _TILE) * math.ceil(cols / _TILE_N) * experts
-    return 2 * inner * _TILE * _TILE_N * np.ceil(tiles / sms) * sms
+def _stacked(points: list, shape: tuple[int, int]):
+    """One stage's `StageCosts` read at every (s, b) point (C order) as one `StageCosts` of arrays shaped `shape`:
+    the GEMMs' rows and every figure an array; what does not depend on b or s (the GEMMs' other sizes, the
+    collectives' calls and spans) checked to be the same at every point."""
+    from symmem.steptime.costs import StageCosts
+
+    first = points[0]
+
+    def grid(values) -> np.ndarray:
+        return np.array(list(values), dtype=np.float64).reshape(shape)
+
+    if any(len(c.gemms) != len(first.gemms) or [g[1:] for g in c.gemms] != [g[1:] for g in first.gemms]
+           or {a: v[1:] for a, v in c.comm.items()} != {a: v[1:] for a, v in first.comm.items()} for c in points):
+        raise SymmemError("a GEMM's sizes or a collective's calls depend on b or s")
+    gemms = [(grid(c.gemms[i][0] for c in points), *g[1:]) for i, g in enumerate(first.gemms)]
+    comm = {a: [grid(c.comm[a][0] for c in points), *v[1:]] for a, v in first.comm.items()}
+    return StageCosts(*(grid(getattr(c, name) for c in points) for name in
+                        ("gemm_bytes", "attention_flops", "memory_bytes")), comm,
+                      grid(c.kernels for c in points), grid(c.cp_ring_bytes for c in points), gemms)
 
 
-def _gemm_arrays(gemms, m_scale, sms: int):
-    """(tiled FLOPs, of them low precision, HBM bytes) of template GEMMs whose rows are m1·m_scale (arrays):
-    `costs.wave_flops` (forward m x n, data gradient m x k, weight gradient k x n over m) and the recomputed
-    forward again, as `costs.tiled_flops`; the bytes as `costs` counts them."""
-    total = low = nbytes = 0.0
-    for m1, k, n, e, copies, again, is_low in gemms:
-        m = m1 * m_scale
-        f = _pass(m, n, k, e, sms) + _pass(m, k, n, e, sms) + _pass(np.full_like(m, k), n, m, e, sms)
-        if again:
-            f = f + _pass(m, n, k, e, sms)
-        f = copies * f
-        total = total + f
-        if is_low:
-            low = low + f
-        nbytes = nbytes + copies * 2 * (m * k + k * n + m * n) * e * (4 if again else 3)
-    return total, low, nbytes
-
-
-def _form(c, basis):
-    return sum(ci * xi for ci, xi in zip(c, basis, strict=True))
-
-
-def stage_arrays(scn, s_values: tuple[int, ...], b_values: tuple[int, ...], sms: int) -> list[dict]:
-    """Each stage's per-micro-batch costs over the (s, b) grid, shaped (len(s), len(b)): tiled GEMM FLOPs (`flops`,
-    of them `low`), GEMM bytes, attention FLOPs, memory-bound bytes, kernels, the CP ring's bytes and, per
-    collective group, (bytes, calls, spans nodes)."""
-    from symmem.steptime.costs import span, stage_costs, tiled_flops
+def stage_arrays(scn, s_values: tuple[int, ...], b_values: tuple[int, ...]) -> list:
+    """Each stage's `costs.StageCosts` of one micro-batch over the (s, b) grid, its figures (and the GEMMs' rows)
+    arrays shaped (len(s), len(b)): read at every point when there are at most `DIRECT_POINTS`, else through the
+    forms in b and s (`steptime.forms`)."""
+    from symmem.steptime.costs import StageCosts, gemm_bytes, span, stage_costs
 
     shape = (len(s_values), len(b_values))
     if shape[0] * shape[1] <= DIRECT_POINTS:
-        out = [{"flops": np.zeros(shape), "low": np.zeros(shape), "gemm_bytes": np.zeros(shape),
-                "attention": np.zeros(shape), "memory": np.zeros(shape), "kernels": np.zeros(shape),
-                "ring": np.zeros(shape), "comm": {}} for _ in scn.stages]
-        for i, s in enumerate(s_values):
-            for j, b in enumerate(b_values):
-                at = scn.replace(b=b, s=s)
-                for st, o in zip(at.stages, out, strict=True):
-                    c = stage_costs(at, st)
-                    o["flops"][i, j], o["low"][i, j] = tiled_flops(c.gemms, sms)
-                    for name, v in (("gemm_bytes", c.gemm_bytes), ("attention", c.attention_flops),
-                                    ("memory", c.memory_bytes), ("kernels", c.kernels), ("ring", c.cp_ring_bytes)):
-                        o[name][i, j] = v
-                    for axis, (nb, calls, net) in c.comm.items():
-                        entry = o["comm"].setdefault(axis, [np.zeros(shape), calls, net])
-                        if entry[1:] != [calls, net]:
-                            raise SymmemError(f"the {axis} collectives' calls depend on b or s")
-                        entry[0][i, j] = nb
-        return out
+        at = [scn.replace(b=b, s=s) for s in s_values for b in b_values]
+        return [_stacked([stage_costs(p, p.stages[j]) for p in at], shape) for j in range(len(scn.stages))]
     from symmem.steptime.forms import stage_templates
 
     big_s = s_values[0]
@@ -105,71 +78,67 @@ def stage_arrays(scn, s_values: tuple[int, ...], b_values: tuple[int, ...], sms:
     b = np.array(b_values, dtype=np.float64)[None, :]
     k = s / big_s
     basis = [np.ones(shape), np.broadcast_to(k, shape), b * k, np.broadcast_to(k * k, shape), b * k * k]
-    m_scale = (b * s) / big_s  # a GEMM's rows at (s, b) over its rows at (1, S)
+
+    def form(c) -> np.ndarray:
+        return sum(ci * xi for ci, xi in zip(c, basis, strict=True))
+
+    m_scale = np.broadcast_to((b * s) / big_s, shape)  # a GEMM's rows at (s, b) over its rows at (1, S)
     out = []
     for t in stage_templates(scn.replace(b=1, s=big_s)):
-        flops, low, nbytes = _gemm_arrays(t["gemms"], m_scale, sms)
-        comm = {axis: [np.broadcast_to(_form(c, basis), shape), calls, span(scn, axis)]
-                for axis, (c, calls) in t["comm"].items()}
-        out.append({"flops": np.broadcast_to(flops, shape), "low": np.broadcast_to(low, shape),
-                    "gemm_bytes": np.broadcast_to(nbytes, shape), "attention": _form(t["attention"], basis),
-                    "memory": _form(t["memory"], basis), "kernels": np.full(shape, float(t["kernels"])),
-                    "ring": _form(t["ring"], basis), "comm": comm})
+        gemms = [(m1 * m_scale, k_, n, e, copies, again, low) for m1, k_, n, e, copies, again, low in t["gemms"]]
+        nbytes = sum(copies * gemm_bytes(m, k_, n, e, 4 if again else 3) for m, k_, n, e, copies, again, _ in gemms)
+        comm = {axis: [form(c), calls, span(scn, axis)] for axis, (c, calls) in t["comm"].items()}
+        out.append(StageCosts(nbytes + np.zeros(shape), form(t["attention"]), form(t["memory"]), comm,
+                              np.full(shape, float(t["kernels"])), form(t["ring"]), gemms))
     return out
 
 
 def slot_table(scn, s_values: tuple[int, ...], b_values: tuple[int, ...], gpu, schedule_bubble: float) -> SlotTable:
-    """`SlotTable` of `scn` (its arrangement, recomputation and schedule) on `gpu` over the grid, as
-    `steptime.features` and `model.breakdown` compute it configuration by configuration."""
-    from symmem.steptime import CONSTANTS
+    """`SlotTable` of `scn` (its arrangement, recomputation and schedule) on `gpu` over the grid: each stage read as
+    `steptime.features` reads it (`stage_features`, on arrays) and timed by the model's own `slot_seconds`; the
+    slowest per (s, b), the first of equals as `features` picks it; the other stages' mean as `steptime._mean`
+    takes it (each figure averaged, then timed)."""
+    from symmem.steptime import CONSTANTS, StepFeatures, stage_features
+    from symmem.steptime.model import slot_seconds
 
-    k = CONSTANTS
-    lp = scn.precision.low_precision
-    arrays = stage_arrays(scn, s_values, b_values, gpu.sms)
-    lin, att, ring = [], [], []
-    for a in arrays:
-        low = a["low"] * (lp.low_passes[0] / lp.low_passes[1]) if lp is not None else 0.0
-        gemm = (a["flops"] - low) / gpu.bf16
-        if lp is not None:
-            gemm = gemm + low / gpu.rate(lp.gemm)
-        attention = a["attention"] / gpu.bf16 / k.attention_efficiency
-        t = gemm / k.gemm_efficiency + a["gemm_bytes"] / gpu.hbm + attention + a["memory"] / gpu.hbm \
-            + a["kernels"] * k.latency_s
-        for nb, calls, net in a["comm"].values():
-            t = t + nb / (gpu.network if net else gpu.nvlink) / k.link_efficiency + calls * k.latency_s
-        lin.append(t)
-        att.append(attention)
-        ring.append(a["ring"] / (gpu.nvlink * k.link_efficiency))
-    lin, att, ring = (np.array(np.broadcast_arrays(*x)) for x in (lin, att, ring))
-    slot = lin + np.maximum(0.0, ring - att)  # (stages, s, b)
-    i = np.argmax(slot, axis=0)  # the first of the slowest, as `features`' max
-    pick = np.take_along_axis(slot, i[None], axis=0)[0]
-    n = slot.shape[0]
+    shape = (len(s_values), len(b_values))
+    fs = [stage_features(c, scn.precision.low_precision, gpu.sms, np.ceil)
+          for c in stage_arrays(scn, s_values, b_values)]
+    slot = np.array([np.broadcast_to(slot_seconds(f, gpu, CONSTANTS), shape) for f in fs])  # (stages, s, b)
+    i = np.argmax(slot, axis=0)[None]
+    pick = np.take_along_axis(slot, i, axis=0)[0]
+    n = len(fs)
     if n == 1 or not schedule_bubble:
         return SlotTable(pick, pick)
 
-    def others(x):
-        return (x.sum(axis=0) - np.take_along_axis(x, i[None], axis=0)[0]) / (n - 1)
+    def others(values) -> np.ndarray:  # the mean over the stages but the slowest, per (s, b)
+        x = np.array([np.broadcast_to(v, shape) for v in values], dtype=np.float64)
+        return (x.sum(axis=0) - np.take_along_axis(x, i, axis=0)[0]) / (n - 1)
 
-    mean = others(lin) + np.maximum(0.0, others(ring) - others(att))
-    return SlotTable(pick, mean)
+    def field(name: str) -> np.ndarray:
+        return others(getattr(f, name) for f in fs)
+
+    axes = dict.fromkeys(a for f in fs for a, *_ in f.comm)  # in order, each with the first stage's span
+    comm = []
+    for a in sorted(axes):
+        rows = [{ax: (nb, calls) for ax, nb, calls, _net in f.comm}.get(a, (0.0, 0)) for f in fs]
+        net = next(x[3] for f in fs for x in f.comm if x[0] == a)
+        comm.append((a, others(r[0] for r in rows), others(r[1] for r in rows), net))
+    mean = StepFeatures(field("gemm_flops"), field("gemm_low_flops"), fs[0].low_format, field("gemm_bytes"),
+                        field("attention_flops"), field("memory_bytes"), tuple(comm), field("cp_ring_bytes"), 1.0,
+                        0.0, 0, False, 0.0, field("kernels"))
+    return SlotTable(pick, np.broadcast_to(slot_seconds(mean, gpu, CONSTANTS), shape))
 
 
 def once_seconds(scn, gpu) -> float:
     """The iteration's once-only seconds (without the fixed constant): the data-parallel traffic and the optimizer
-    step of the stage with the most bytes of both (`steptime.features`)."""
-    from symmem.steptime import CONSTANTS
-    from symmem.steptime.costs import dp_cost, optimizer_bytes
+    step of the stage with the most bytes of both (`steptime.once_costs`), timed by the model's `once_seconds`."""
+    from symmem.steptime import CONSTANTS, StepFeatures, once_costs
+    from symmem.steptime import model as step_model
 
-    k = CONSTANTS
-    best = None
-    for st in scn.stages:
-        dp, calls, net = dp_cost(scn, st)
-        opt = optimizer_bytes(scn, st)
-        if best is None or dp + opt > best[0] + best[3]:
-            best = (dp, calls, net, opt)
-    dp, calls, net, opt = best
-    return dp / (gpu.network if net else gpu.nvlink) / k.link_efficiency + calls * k.latency_s + opt / gpu.hbm
+    dp, calls, net, opt = once_costs(scn)
+    f = StepFeatures(0.0, 0.0, "bf16", 0.0, 0.0, 0.0, (), 0.0, 0.0, dp, calls, net, opt)
+    return step_model.once_seconds(f, gpu, CONSTANTS)
 
 
 _SLOTS: dict = {}  # (arrangement's scenario, grid, GPU, bubble or not) -> SlotTable, or False: no forms

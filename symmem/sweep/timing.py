@@ -46,16 +46,12 @@ def with_rates(space, record: dict) -> dict:
     """`record` (with its `time_s`) with tokens/s, tokens/s per GPU, MFU and the global batch, as
     `steptime.step_time` derives them from the time (the model's FLOPs by Megatron's count, exact)."""
     from symmem.hardware import gpu
-    from symmem.steptime import model_flops_value
+    from symmem.steptime import rates
 
     scn = scenario_of(space, record)
-    t = record["time_s"]
-    replicas = scn.m * scn.parallel.dp
-    world = scn.parallel.world_size
-    tokens = scn.b * scn.s * replicas
-    fm = model_flops_value(scn, False) * replicas
-    return {**record, "tokens_per_s": tokens / t, "tokens_per_s_per_gpu": tokens / t / world,
-            "mfu": fm / (world * gpu(space.base.gpu_name).bf16 * t), "global_batch_size": replicas * scn.b}
+    _fm, tokens_per_s, mfu = rates(scn, gpu(space.base.gpu_name), record["time_s"])
+    return {**record, "tokens_per_s": tokens_per_s, "tokens_per_s_per_gpu": tokens_per_s / scn.parallel.world_size,
+            "mfu": mfu, "global_batch_size": scn.b * scn.m * scn.parallel.dp}
 
 
 def ranked(space, fast: list[dict], one_by_one: list[dict], top: int) -> list[dict]:

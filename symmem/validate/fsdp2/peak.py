@@ -47,8 +47,9 @@ term; the names below:
 * HSDP (FP32 reduce): the all-reduce over the replicas runs in place on the reduce-scatter's output, which becomes
   the gradient (`_fsdp_collectives.py:658`, :704): the same forms over the shard group.
 
-Predicted where the derivation was checked against the run (every byte traced): with and without `reshard_after_forward`, FSDP and HSDP, checkpointing none or full
-(under full checkpointing the forward and the optimizer step only), FP32 reduce, two blocks or more (`covered`).
+Predicted where the derivation was checked against the run (every byte traced): with and without
+`reshard_after_forward`, FSDP and HSDP, checkpointing none or full (under full checkpointing the forward and the
+optimizer step only), FP32 reduce, two blocks or more (`covered`).
 Elsewhere the phases' figures are None, with the reason.
 """
 
@@ -136,8 +137,11 @@ def peaks(st, scn, params, rank: int, saved_block: int) -> Peaks:
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     rope = sum(buf.nbytes for buf in scn.profile.buffers(scn, stage, parts, vals))
     b, s, dim, n_layers = st.b, st.s, st.dim, st.n_layers
+    from symmem.accounting.fsdp import rank_states
+
     w = st.world // st.replicate  # the shard group
-    padded = 4 * sum(p.padded(w) for p in params)  # FP32 sharded parameters (and gradients): every rank the same
+    states = rank_states(params, w, rank, step_on_device=True)  # all of them after the step's first moments
+    padded = states.params  # the FP32 sharded parameters, padded: every rank the same
     start = padded + rope + 2 * 8 * b * s + 8 * b * (s + 1) + MESH_RANK_BYTES * st.world + HARNESS_SCALAR
     why = covered(st)
     if why:
@@ -196,8 +200,7 @@ def peaks(st, scn, params, rank: int, saved_block: int) -> Peaks:
         backward = {top: moments[top]}
     local = [4 * p.rows(rank, w) * p.rest for p in torchtitan_order(params)]  # this rank's unpadded shards
     denom = max(2 * local[i] + (local[i - 1] if i else 0) for i in range(len(local)))
-    states = 2 * padded + 2 * sum(local) + 4 * len(params)  # parameters, gradients, moments, steps
-    optimizer = start - padded + states + loss + denom
+    optimizer = start - padded + states.total + loss + denom
     if st.ac == "full":  # the backward recomputes each block's forward, whose transients are not among the moments
         return Peaks(start, max(forward.values()), None, optimizer, forward_moments=forward,
                      why_not_backward=BACKWARD_FULL_AC)
