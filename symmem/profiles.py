@@ -59,9 +59,11 @@ class Profile:
     # Megatron's DDP buffers: each parameter's start and each bucket's end padded (`_ddp_padding`); the distributed
     # optimizer's reduce-scatter and all-gather move the padding too (symmem.comm.dp_bytes)
     ddp_padding: bool = False
-    # whether symmem.accounting.reserved knows the order the framework allocates in (model build, buffers,
-    # optimizer, steps): then each stage's reserved memory is derived by replaying PyTorch's caching allocator
-    allocation_order: bool = False
+    # the order the framework allocates in (model build, buffers, optimizer, steps), when symmem knows it: then each
+    # stage's reserved memory is derived by replaying PyTorch's caching allocator: "megatron"
+    # (symmem.accounting.reserved: Megatron-LM's DDP and distributed optimizer) or "fsdp2"
+    # (symmem.accounting.fsdp2_reserved: torchtitan 9dec370 under FSDP2, expandable segments)
+    allocation_order: str | None = None
     # the model states of one GPU when the framework lays them out itself (FSDP2's padded shards): (scenario,
     # stage, parts, values) -> StateBytes; None: symmem.accounting.states' ZeRO layout
     states: Callable | None = None
@@ -298,17 +300,24 @@ def _torchtitan_check(scn) -> None:
                           "is the one modelled (its DeepSeek-V3 and Qwen3 are not yet)")
 
 
-def _torchtitan_states(scn, stage, parts, values, on_gpu: bool):
+def fuses_qkv(scn) -> bool:
+    """torchtitan 0.3.0 runs q, k and v as one `wqkv` parameter; 9dec370 (the `torchtitan-2412` profile) as three."""
+    return scn.profile.name != "torchtitan-2412"
+
+
+def _torchtitan_states(scn, stage, parts, values, on_gpu: bool, step_on_host: bool = False):
     """FSDP2's padded shards on rank 0, the fullest (symmem.accounting.fsdp): FP32 parameters and gradients, AdamW's
     two FP32 moments and its step scalars; on a GPU the fused AdamW's steps are device scalars, each taking the
-    allocator's smallest block; on the CPU 4 bytes each."""
+    allocator's smallest block; on the CPU 4 bytes each. The foreach AdamW (torchtitan 9dec370's default,
+    torchtitan/optimizer.py:132-138 at that commit, `--optimizer.fused` off) keeps them on the host
+    (torch/optim/adam.py `_init_group`: a device scalar only when fused or capturable): none on the GPU."""
     from symmem.accounting.fsdp import fsdp_params, rank_states, shard_degree
     from symmem.accounting.states import StateBytes
 
     _torchtitan_check(scn)
-    params = fsdp_params(parts, values)
+    params = fsdp_params(parts, values, fuse_qkv=fuses_qkv(scn))
     r = rank_states(params, shard_degree(scn), 0, step_on_device=False)  # the step scalars, below
-    step = len(params) * (ALLOCATOR_BLOCK if on_gpu else 4)
+    step = 0 if step_on_host else len(params) * (ALLOCATOR_BLOCK if on_gpu else 4)
     return StateBytes(r.params, r.grads, r.exp_avg + r.exp_avg_sq + step)
 
 
@@ -328,13 +337,28 @@ def _rope_cache(scn, stage, parts, values) -> list[Buffer]:
                    len(stage.layers) * n * (head // 2) * 8, "torchtitan/models/common/rope.py:185-193")]
 
 
-def _torchtitan_profile(name: str, on_gpu: bool) -> Profile:
+def _freqs_cis_2412(scn, stage, parts, values) -> list[Buffer]:
+    """torchtitan 9dec370's one RoPE table, a buffer of the model (not per layer): `precompute_freqs_cis(dim //
+    n_heads, max_seq_len * 2)`, complex64, with max_seq_len the training sequence (train.py:107 at that commit,
+    `model_config.max_seq_len = job_config.training.seq_len`; torchtitan/models/llama/model.py:417-422)."""
+    m = scn.model
+    head = m.value("h") // m.value("n_h")
+    n = 2 * int(values[s_symbol])
+    return [Buffer(f"RoPE table freqs_cis [{n:,}, {head // 2}] complex64", n * (head // 2) * 8,
+                   "torchtitan/models/llama/model.py:368, :417-422 (9dec370)")]
+
+
+def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.0's Llama 3",
+                        buffers: Callable = _rope_cache, step_on_host: bool = False,
+                        allocation_order: str | None = None) -> Profile:
     from functools import partial
 
     where = "a GPU: fused RMSNorm, fused AdamW" if on_gpu else "the CPU: composite RMSNorm, for-loop AdamW"
+    if name == "torchtitan-2412":
+        where = "a GPU: its own RMSNorm, foreach AdamW"
     return Profile(
-        name, name, f"torchtitan 0.3.0's Llama 3 under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
-        buffers=_rope_cache, precision="fp32", zero=3, states=partial(_torchtitan_states, on_gpu=on_gpu),
+        name, name, f"{version} under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
+        buffers=buffers, precision="fp32", zero=3, allocation_order=allocation_order, states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
         dataflow="hf", attn_impl="sdpa",
         # torchtitan's default mixed_precision_param = "bfloat16" (torchtitan/config/job_config.py), the
         # MixedPrecisionPolicy of apply_fsdp_to_decoder (torchtitan/models/llama3/parallelize.py): FSDP2 casts the
@@ -354,7 +378,7 @@ PROFILES = {
         # megatron/core/model_parallel_config.py:388-391 requires it with expert and tensor parallelism together;
         # megatron/training/arguments.py:836-842 turns it off at TP 1, where it changes nothing), its MoE block
         # sequence-sharded
-        sequence_parallel=True, allocation_order=True, ddp_padding=True),
+        sequence_parallel=True, allocation_order="megatron", ddp_padding=True),
     "megatron-local": Profile(
         "megatron-local", "megatron-local",
         "Megatron-Core 0.16.1, local (non-TE) spec, FP32, distributed optimizer, no sequence parallelism "
@@ -362,6 +386,11 @@ PROFILES = {
         buffers=_local_buffers, precision="fp32", zero=1, ddp_padding=True),
     "torchtitan": _torchtitan_profile("torchtitan", on_gpu=True),
     "torchtitan-cpu": _torchtitan_profile("torchtitan-cpu", on_gpu=False),
+    # the code of torchtitan's published H100 benchmarks (benchmarks/llama3_h100_202412_torchtitan.md): torchtitan
+    # 9dec370 (2024-12-26) with the torch of 2024-12-23 (symmem/rules/torchtitan.py)
+    "torchtitan-2412": _torchtitan_profile("torchtitan-2412", on_gpu=True,
+                                           version="torchtitan 9dec370's Llama 3 (2024-12-26)",
+                                           buffers=_freqs_cis_2412, step_on_host=True, allocation_order="fsdp2"),
 }
 
 

@@ -160,3 +160,134 @@ def replay(events) -> CachingAllocator:
         else:
             raise SymmemError(f"allocator event {ev[0]!r}: must be 'malloc' or 'free'")
     return alloc
+
+
+# ------------------------------------------------------------------------------------------ expandable segments
+SMALL_PAGE = SMALL_BUFFER  # an expandable segment of the small pool grows by kSmallBuffer
+LARGE_PAGE = LARGE_BUFFER  # of the large pool by kLargeBuffer (the segment size `ExpandableSegment` maps in)
+
+
+@dataclass(eq=False, slots=True)
+class _Segment:
+    """One expandable segment: a virtual range mapped from its start up to `mapped` bytes; `last` its block at the
+    end of the mapped range."""
+
+    mapped: int = 0
+    last: _Block | None = None
+
+
+@dataclass
+class ExpandableAllocator:
+    """The caching allocator under `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (c10/cuda/
+    CUDACachingAllocator.cpp, `ExpandableSegment`, `find_expandable_block`, `try_allocate_expandable_block`,
+    `map_block`; the rules as the default allocator's above otherwise):
+
+    * one segment per stream and pool (small: requests up to 1 MiB; large), each a virtual range mapped in pages of
+      2 MiB (small) or 20 MiB (large) from its start;
+    * a request takes the smallest cached free block of its stream and pool that fits (`get_free_block`); a larger
+      block is split whenever 512 bytes or more remain (`should_split` with expandable segments);
+    * with none, the segment grows at its end: a free block at the end of the mapped range is extended by the pages
+      it lacks, else new pages are mapped after the last block (`try_allocate_expandable_block`);
+    * freed blocks merge with free neighbours and stay mapped: `reserved` (`max_memory_reserved()`) is the mapped
+      bytes of all segments, never lowered without `empty_cache`.
+
+    Streams are names (`malloc(key, nbytes, stream)`): memory freed on one stream serves only that stream."""
+
+    allocated: int = 0
+    reserved: int = 0
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    _free: dict = field(default_factory=dict)  # (stream, small) -> sorted [(size, address, block)]
+    _segments: dict = field(default_factory=dict)  # (stream, small) -> _Segment
+    _live: dict = field(default_factory=dict)  # key -> (block, pool)
+
+    def malloc(self, key: object, nbytes: int, stream: str = "default") -> None:
+        if nbytes.__class__ is not int or nbytes < 0:
+            raise SymmemError(f"allocation {key!r}: {nbytes!r} bytes: must be a non-negative integer")
+        if key in self._live:
+            raise SymmemError(f"allocation {key!r}: allocated twice without a free")
+        size = MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
+        small = size <= SMALL_SIZE
+        pool_key = (stream, small)
+        pool = self._free.setdefault(pool_key, [])
+        i = bisect.bisect_left(pool, (size, -1))
+        if i < len(pool):
+            _, _, block = pool.pop(i)
+        else:
+            block = self._grow(pool_key, size, small)
+        remaining = block.size - size
+        if remaining >= MIN_BLOCK:
+            rest = _Block(block.address + size, remaining, small, prev=block, next=block.next)
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            seg = self._segments[pool_key]
+            if seg.last is block:
+                seg.last = rest
+            bisect.insort(pool, (remaining, rest.address, rest))
+        block.allocated = True
+        self._live[key] = (block, pool_key)
+        self.allocated += block.size
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+
+    def _grow(self, pool_key, size: int, small: bool) -> _Block:
+        """Map the pages the request lacks at the segment's end; the (free, unlisted) block that serves it."""
+        page = SMALL_PAGE if small else LARGE_PAGE
+        seg = self._segments.setdefault(pool_key, _Segment())
+        tail = seg.last if seg.last is not None and not seg.last.allocated else None
+        have = tail.size if tail is not None else 0
+        more = -(-(size - have) // page) * page
+        seg.mapped += more
+        self.reserved += more
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        if tail is not None:
+            self._remove(pool_key, tail)
+            tail.size += more
+            return tail
+        block = _Block(seg.mapped - more, more, small, prev=seg.last)
+        if seg.last is not None:
+            seg.last.next = block
+        seg.last = block
+        return block
+
+    def free(self, key: object) -> None:
+        try:
+            block, pool_key = self._live.pop(key)
+        except KeyError:
+            raise SymmemError(f"allocation {key!r}: freed but not allocated") from None
+        block.allocated = False
+        self.allocated -= block.size
+        seg = self._segments[pool_key]
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.allocated:
+                self._remove(pool_key, neighbour)
+                if neighbour is block.prev:
+                    block.address = neighbour.address
+                    block.prev = neighbour.prev
+                    if block.prev is not None:
+                        block.prev.next = block
+                else:
+                    block.next = neighbour.next
+                    if block.next is not None:
+                        block.next.prev = block
+                    if seg.last is neighbour:
+                        seg.last = block
+                block.size += neighbour.size
+        bisect.insort(self._free[pool_key], (block.size, block.address, block))
+
+    def live(self) -> int:
+        return len(self._live)
+
+    def mapped(self, stream: str) -> int:
+        """Bytes mapped by one stream's segments."""
+        return sum(seg.mapped for (st, _), seg in self._segments.items() if st == stream)
+
+    def _remove(self, pool_key, block: _Block) -> None:
+        pool = self._free[pool_key]
+        i = bisect.bisect_left(pool, (block.size, block.address))
+        if i >= len(pool) or pool[i][2] is not block:
+            raise AssertionError("a free block missing from its pool")  # a bug of this module, never input
+        pool.pop(i)

@@ -49,8 +49,9 @@ class FsdpParam:
         return -(-self.d0 // n) * self.rest
 
 
-def fsdp_params(parts, vals: dict) -> list[FsdpParam]:
-    """The parameters of a stage's `parts` as FSDP2 shards them (global sizes at `vals`, the scenario's values)."""
+def fsdp_params(parts, vals: dict, fuse_qkv: bool = True) -> list[FsdpParam]:
+    """The parameters of a stage's `parts` as FSDP2 shards them (global sizes at `vals`, the scenario's values);
+    q, k and v one `wqkv` parameter when `fuse_qkv` (torchtitan 0.3.0), three otherwise (torchtitan 9dec370)."""
     from symmem.accounting.evaluate import evaluate
     from symmem.accounting.params import weight_uses
     from symmem.graph import global_size
@@ -76,7 +77,8 @@ def fsdp_params(parts, vals: dict) -> list[FsdpParam]:
             d0, rest = n(global_size(dims[:1])), n(global_size(dims[1:])) if len(dims) > 1 else 1
         found += [(j, copy, i, FsdpParam(f"{use.part}[{copy}].{use.op}", d0, rest)) for copy in range(use.count)]
     # torchtitan's order (`model.parameters()`, the optimizer's): part by part, each copy's parameters together
-    return _fuse_qkv([p for *_, p in sorted(found, key=lambda x: x[:3])])
+    ordered = [p for *_, p in sorted(found, key=lambda x: x[:3])]
+    return _fuse_qkv(ordered) if fuse_qkv else ordered
 
 
 def _fuse_qkv(params: list[FsdpParam]) -> list[FsdpParam]:

@@ -314,6 +314,10 @@ def replay_refusal(scn, stage) -> str | None:
     is over budget."""
     if not scn.profile.allocation_order:
         return f"profile {scn.profile.name} does not say the order its framework allocates in"
+    if scn.profile.allocation_order == "fsdp2":
+        from symmem.accounting.fsdp2_reserved import refusal
+
+        return refusal(scn)
     if int(scn.zero) > 1:
         return (f"ZeRO {int(scn.zero)}: the replay writes Megatron-LM's DDP and distributed optimizer, ZeRO 1 (the "
                 "whole BF16 parameters and FP32 gradient buffer on every rank); ZeRO 2 and 3 allocate otherwise "
@@ -338,4 +342,8 @@ def stage_reserved(scn, stage) -> int | None:
     three of them (`_ranks`)."""
     if replay_refusal(scn, stage) is not None:
         return None
+    if scn.profile.allocation_order == "fsdp2":
+        from symmem.accounting.fsdp2_reserved import replay
+
+        return replay(scn).peak_reserved
     return max(replay_stage(scn, stage, r).peak_reserved for r in _ranks(scn))

@@ -219,6 +219,15 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _verdict(low: int, high: int, reserved: int | None, capacity: int) -> str:
+    """From the replayed reserved memory where the profile has one (what the job fails on), else from the range."""
+    from symmem.accounting.analysis import verdict
+
+    if reserved is None:
+        return verdict(low, high, capacity)
+    return "fits (replayed reserved)" if reserved <= capacity else "does not fit (replayed reserved)"
+
+
 def memory_rows(scn):
     from symmem.accounting.analysis import QUANTIZED, memory, stage_params, verdict
     from symmem.accounting.reserved import replay_refusal, stage_reserved
@@ -230,6 +239,7 @@ def memory_rows(scn):
         ev = m.peak.event
         low, high = m.reserved
         held = scn.schedule.held_stages(m.stage.index, scn.parallel.pp)  # DualPipe: two stages' parameters
+        reserved = stage_reserved(scn, m.stage)
         params = sum(stage_params(scn, scn.stages[i]).total for i in held)
         rows.append({"stage": m.stage.index, "params_per_gpu": params, "held_stages": list(held),
                      "weights": m.states.weights,
@@ -248,10 +258,10 @@ def memory_rows(scn):
                      "peak_breakdown": {**m.peak.static, **m.peak.dynamic},
                      "reserved_low": low, "reserved_high": high,
                      # the caching allocator replayed (profiles that say their allocation order), else null
-                     "reserved": stage_reserved(scn, m.stage),
+                     "reserved": reserved,
                      "reserved_not_replayed": (replay_refusal(scn, m.stage)
                                                if scn.profile.allocation_order else None),
-                     "verdict": verdict(low, high, scn.gpu_memory), "peak": m is top})
+                     "verdict": _verdict(low, high, reserved, scn.gpu_memory), "peak": m is top})
     return rows, top
 
 
@@ -291,8 +301,10 @@ def _memory_run(args) -> int:
         print(f"reserved not derived for stage(s) {', '.join(str(r['stage']) for r in refused)}; stage "
               f"{refused[0]['stage']}: {refused[0]['reserved_not_replayed']}")
     if derived:
+        where = ("symmem/accounting/fsdp2_reserved.py, expandable segments" if scn.profile.allocation_order == "fsdp2"
+                 else "symmem/accounting/reserved.py")
         print("reserved: PyTorch's caching allocator replayed over the step as the framework allocates "
-              "(symmem/accounting/reserved.py); NCCL's buffers are outside it")
+              f"({where}); NCCL's buffers are outside it")
     print(f"{'stage':>5} {'weights':>8} " + (f"{'fp8/fp4':>8} " if quant else "") + f"{'grads':>8} {'optim':>8} "
           f"{'act/mb':>8} {'x':>5} {'sum':>8} {'peak':>8} "
           + (f"{'reserved':>9} " if derived else "") + f"{'reserved (low-high)':>20}  verdict; peak event")

@@ -18,12 +18,13 @@ def _registry() -> dict[str, RuleSet]:
     from symmem.rules import megatron_local_ops, megatron_te, paper, torch_eager, torchtitan
 
     return {**{r.RULES.name: r.RULES for r in (paper, torch_eager, megatron_te, megatron_local_ops, torchtitan)},
-            torchtitan.RULES_CPU.name: torchtitan.RULES_CPU}
+            torchtitan.RULES_CPU.name: torchtitan.RULES_CPU,
+            torchtitan.RULES_2412.name: torchtitan.RULES_2412}
 
 
 def rule_set(name: str) -> RuleSet:
     """The rule set called `name`: `paper`, `torch-eager`, `megatron-te`, `megatron-local`, `torchtitan` or
-    `torchtitan-cpu`.
+    `torchtitan-cpu` or `torchtitan-2412`.
 
     >>> rule_set("paper").rules["softmax"].__name__
     'rule'

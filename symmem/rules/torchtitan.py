@@ -28,8 +28,24 @@ transformers' Llama layers) over the same Hugging Face dataflow with SDPA attent
   FP32 `total_weight` scalar (tools/autograd/derivatives.yaml, nll_loss_forward: target, total_weight; measured:
   4 bytes).
 
+  Its transients (the op's workspaces, beside the BF16 logits and the saved FP32 log-probabilities): in the forward
+  the FP32 copy of the logits `.float()` makes, which `log_softmax` reads; in the backward `nll_loss_backward`'s
+  FP32 gradient of the log-probabilities (a zeros tensor of the logits' shape, aten/src/ATen/native/LossNLL.cpp
+  `nll_loss_backward_out_cpu_template` / its CUDA twin) alive while `_log_softmax_backward_data` writes the FP32
+  gradient of the FP32 logits (tools/autograd/derivatives.yaml, _log_softmax: grad_input from grad and the saved
+  output). Only then does the `.float()`'s backward cast that gradient to the BF16 gradient of the logits, when the
+  first of the two and the saved log-probabilities are released: so the BF16 gradient is not alive beside them
+  (`grad_in_place`, which keeps it out of the loss's own backward event), and 3 FP32 logits-sized tensors are the
+  most the loss ever holds.
+
 `torchtitan` is the GPU's rule set (fused RMSNorm); `torchtitan-cpu` is what runs on the CPU, where the
-measurements are made: they differ only in the RMSNorm rule.
+measurements are made: they differ only in the RMSNorm rule. `torchtitan-2412` is the code torchtitan's published
+GPU benchmarks ran (torchtitan 9dec370, 2024-12-26; its benchmarks/llama3_h100_202412_torchtitan.md): q, k and v
+three matrix products (torchtitan/models/llama/model.py at that commit, `Attention.forward`: `self.wq(x),
+self.wk(x), self.wv(x)`), so its per-op checkpointing keeps the 1st, 3rd, 5th and 7th (wq, wv, w1, w2); and its
+own `RMSNorm` (torchtitan/models/norms.py at that commit, `norm_type = "rmsnorm"` in train_configs/llama3_8b.toml:
+`self._norm(x.float()).type_as(x) * self.weight`, `_norm` = `x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) +
+eps)`), the same ops as Hugging Face's LlamaRMSNorm, so torch-eager's rule (measured on it).
 """
 
 from __future__ import annotations
@@ -64,6 +80,18 @@ def _cross_entropy(op: Op, flow: Dataflow) -> list[Saved]:
             Saved(Tensor(f"{logits.name}.total_weight", (), FP32), f"nll_loss's FP32 total_weight of {op.name}")]
 
 
+def _loss_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[Saved]:
+    """The loss's FP32 transients (module docstring): the `.float()` copy in the forward; in the backward the FP32
+    gradient of the log-probabilities and the FP32 gradient of the logits, together."""
+    logits = flow.tensors[op.inputs[0]]
+    if phase == "forward":
+        return [Saved(Tensor(f"{logits.name}.fp32", logits.dims, FP32), f"FP32 copy of the logits ({op.name})")]
+    return [Saved(Tensor(f"{logits.name}.grad_log_softmax", logits.dims, FP32),
+                  f"nll_loss_backward's FP32 gradient of the log-probabilities ({op.name})"),
+            Saved(Tensor(f"{logits.name}.grad_fp32", logits.dims, FP32),
+                  f"_log_softmax_backward_data's FP32 gradient of the logits ({op.name})")]
+
+
 # the RoPE table is a model buffer (the profile's), kept by no op
 _CHANGES = {"rotary_emb": nothing, "cross_entropy": _cross_entropy}
 
@@ -72,11 +100,13 @@ _CHANGES = {"rotary_emb": nothing, "cross_entropy": _cross_entropy}
 WQKV = frozenset({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"})
 
 
-def _rule_set(name: str, where: str, rmsnorm, sac_saved_kinds: frozenset[str]) -> RuleSet:
-    return RuleSet(name, f"torchtitan 0.3.0's Llama 3 on {where} (torch 2.13): torch-eager's rules with this RMSNorm, "
+def _rule_set(name: str, where: str, rmsnorm, sac_saved_kinds: frozenset[str],
+              gemm_groups: tuple = (WQKV,), version: str = "torchtitan 0.3.0's Llama 3", torch: str = "2.13") -> RuleSet:
+    return RuleSet(name, f"{version} on {where} (torch {torch}): torch-eager's rules with this RMSNorm, "
                    "the RoPE table as a buffer and nll_loss's total_weight",
                    {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": rmsnorm}, context_parallel=False,
-                   sac_saved_kinds=sac_saved_kinds, gemm_groups=(WQKV,))
+                   workspaces={"cross_entropy": _loss_workspace}, grad_in_place=frozenset({"cross_entropy"}),
+                   sac_saved_kinds=sac_saved_kinds, gemm_groups=gemm_groups)
 
 
 # Per-op AC's save list (torchtitan/distributed/activation_checkpoint.py:31-94) holds the GPU's SDPA kernels
@@ -85,3 +115,9 @@ def _rule_set(name: str, where: str, rmsnorm, sac_saved_kinds: frozenset[str]) -
 RULES = _rule_set("torchtitan", "a GPU (fused rms_norm)", _rms_norm_fused, frozenset({"sdpa_flash"}))
 RULES_CPU = _rule_set("torchtitan-cpu", "the CPU (ATen's composite rms_norm; measured by symmem measure --framework "
                       "fsdp2)", _rms_norm_composite, frozenset())
+# torchtitan 9dec370 (2024-12-26), the code of its published H100 benchmarks: three q, k, v products, its RMSNorm
+# (module docstring); its per-op save list (torchtitan/parallelisms/parallelize_llama.py at that commit, `_save_list`:
+# mm, the efficient and flash SDPA kernels, reduce_scatter_tensor, abs and max) keeps the GPU's SDPA outputs
+RULES_2412 = _rule_set("torchtitan-2412", "a GPU (its own RMSNorm)", torch_eager.RULES.rules["rmsnorm"],
+                       frozenset({"sdpa_flash", "sdpa_efficient"}), gemm_groups=(),
+                       version="torchtitan 9dec370's Llama 3 (2024-12-26)", torch="of 2024-12-23")

@@ -1,0 +1,266 @@
+"""Reserved memory of one GPU under torchtitan + FSDP2, replayed: the step's allocations and frees in the order
+FSDP2 and autograd make them, through PyTorch's caching allocator with expandable segments
+(`symmem.accounting.allocator.ExpandableAllocator`; torchtitan launches with
+`PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"`, run_llama_train.sh at torchtitan 9dec370).
+
+What torchtitan logs as "memory" is `torch.cuda.memory_stats()["reserved_bytes.all.peak"]` (torchtitan/metrics.py
+at 9dec370, `get_peak_stats`), reset after each logged step: a steady-state step's reserved peak, which, segments
+never being unmapped without `empty_cache`, is the most the allocator ever mapped. The sequence, per step (FSDP2 in
+torch/distributed/fsdp/_fully_shard/, line numbers of torch 2.13, whose logic here is the 2024 one unless said):
+
+* **Model states**: each parameter's FP32 shard, padded to ceil(d0/N) rows (`symmem.accounting.fsdp`), made at
+  the model's build; AdamW's two FP32 moments per parameter (its local rows) at the first `step()`.
+* **zero_grad** first (train.py:266 at 9dec370): the sharded gradients of the last step are freed.
+* **Unshard of a group** (the root: embedding, final norm and output; then each block): on the all-gather copy-in
+  stream the BF16 cast of the shard (freed at once, _fsdp_collectives.py:419) and the flat BF16 all-gather output
+  of the padded group (:351); on the compute stream each parameter's BF16 unsharded storage (`alloc_storage`,
+  _fsdp_param.py:823, :1066) for the copy-out. In the forward the flat output is freed at the *next* group's
+  copy-out (_fsdp_param_group.py:429-432, :480-486), in the backward right after its own (:487-489).
+* **Reshard**: after its forward, a block's unsharded storages are freed (`resize_(0)`, _fsdp_param.py:827-831),
+  except the last block's (torchtitan's `reshard_after_forward = int(layer_id) < len(model.layers) - 1`,
+  parallelisms/parallelize_llama.py:333 at 9dec370) and the root's (FSDP2's `_lazy_init` keeps the root unsharded
+  after forward); in the backward after its gradients are taken (:606-633).
+* **Activations**: every storage of every layer as the dataflow's timeline has it (`timeline.part_timeline`: a
+  storage allocated at the first op it is alive at, freed after the last; saved ones kept to their backward),
+  under the scenario's recomputation; in the backward each weight's BF16 gradient is made at its op's backward and
+  kept to its group's reduce-scatter.
+* **Backward prefetch**: at a block's pre-backward the previous block's all-gather is issued (`_backward_prefetch`).
+* **Reduce-scatter** at a group's post-backward (_fsdp_collectives.py:522-775): the previous group's FP32 input is
+  released (one kept, the 2024 `reduce_scatter_state`), the FP32 input of the padded group allocated on the compute
+  stream (:583), the BF16 gradients freed after the copy-in (:605), the FP32 shard output allocated on the
+  reduce-scatter stream (:611), kept as the sharded gradients. The root's runs after the whole backward
+  (`_root_post_backward_final_callback`: its forward input, token ids, needs no gradient), with its BF16
+  gradients alive until then.
+* **Optimizer step**: foreach AdamW (torchtitan 9dec370's default) allocates `torch._foreach_sqrt(exp_avg_sqs)`,
+  one FP32 tensor per parameter's local shard, freed at the step's end (torch/optim/adam.py `_multi_tensor_adam`).
+
+Left out, named: NCCL's own buffers (cudaMalloc'd outside PyTorch's allocator, so outside the figure); token ids,
+the loss and other tensors of a few KiB; the order of allocations inside one op (its outputs and workspaces are
+allocated before its inputs are freed, as the timeline has them alive together).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from symmem.accounting import timeline as T
+from symmem.accounting.allocator import ExpandableAllocator
+from symmem.accounting.evaluate import ceil_int, evaluate
+from symmem.errors import SymmemError
+
+ITERATIONS = 3  # the first (moments made), then steady steps: a third changes nothing the second did not
+COPY_IN, RS, DEFAULT = "all-gather copy-in", "reduce-scatter", "default"
+
+
+@dataclass(frozen=True)
+class Fsdp2Reserved:
+    """The replay's figures for one GPU (bytes): peaks of allocated and reserved, the reserved of each stream at the
+    end, and the moment at which reserved last grew (the event of the step that mapped its last pages)."""
+
+    peak_allocated: int
+    peak_reserved: int
+    by_stream: dict
+    reserved_at: str
+
+
+@dataclass(frozen=True)
+class _Group:
+    """One FSDP2 unit: its parameters' (name, padded shard elements, unsharded elements, local shard elements)."""
+
+    name: str
+    params: tuple[tuple[str, int, int, int], ...]
+
+    def padded(self, n: int) -> int:
+        return sum(p[1] for p in self.params) * n
+
+
+def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
+    """The root group (every parameter outside the decoder layers), the blocks' groups in layer order, and each
+    (part, copy, op) -> the unsharded BF16 gradient bytes its backward makes."""
+    from symmem.accounting.fsdp import fsdp_params
+    from symmem.profiles import fuses_qkv
+
+    fused = fuses_qkv(scn)
+    params = fsdp_params(parts, vals, fuse_qkv=fused)
+    layers = next((p for p in parts if p.is_layers), None)
+    blocks: dict[int, list] = {}
+    root: list = []
+    grads: dict = {}
+    for p in params:
+        part, rest = p.name.split("[", 1)
+        copy, op = rest.split("].", 1)
+        entry = (p.name, p.padded(n), p.d0 * p.rest, p.rows(0, n) * p.rest)
+        if layers is not None and part == layers.name:
+            blocks.setdefault(int(copy), []).append(entry)
+        else:
+            root.append(entry)
+        # the gradient appears at the op's backward; a fused wqkv's at q_proj's, the first of the three
+        ops = ("self_attn.q_proj",) if op == "self_attn.wqkv" else (op,)
+        for o in ops:
+            grads.setdefault((part, int(copy), o), []).append((p.name, 2 * p.d0 * p.rest))
+    return (_Group("root", tuple(root)), [_Group(f"block {i}", tuple(blocks[i])) for i in sorted(blocks)], grads)
+
+
+def refusal(scn) -> str | None:
+    """Why a scenario's FSDP2 step is not replayed, or None."""
+    if scn.profile.allocation_order != "fsdp2":
+        return f"profile {scn.profile.name} does not allocate as torchtitan 9dec370 does; use --profile torchtitan-2412"
+    if len(scn.stages) != 1 or scn.m != 1:
+        return ("the replay writes torchtitan's step without pipelining or gradient accumulation; this scenario has "
+                f"{len(scn.stages)} stage(s) and M = {scn.m} micro-batches per step (set --pp 1 and the global batch "
+                "to local batch x DP)")
+    if scn.precision.low_precision is not None:
+        return f"precision {scn.precision.name}: the replay does not allocate Float8's copies and scales"
+    return None
+
+
+def replay(scn) -> Fsdp2Reserved:
+    """Replay one GPU's steps (rank 0, the fullest shards) of a torchtitan profile scenario: FSDP (or HSDP's shard
+    group) over the scenario's DP, one pipeline stage."""
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
+    from symmem.accounting.fsdp import shard_degree
+    from symmem.model import stage_parts
+
+    why = refusal(scn)
+    if why is not None:
+        raise SymmemError(f"reserved memory not replayed: {why}")
+    (stage,) = scn.stages
+    vals = values(scn)
+    axes = scn.parallel.axis_sizes()
+    n = shard_degree(scn)
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    e_tok = _tokens_per_expert(_activation_key(scn), axes)
+    timelines = {p.name: T.part_timeline(p.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok) for p in parts}
+    root, blocks, grad_of = _groups(scn, parts, vals, n)
+    pd = scn.gather_bytes or 2
+    alloc = ExpandableAllocator()
+    phase = ["model build"]
+    step = [0]  # 0: the model's build
+    peak_phase = ["model build"]
+    sizes: dict = {}
+
+    def malloc(key, nbytes: int, stream: str = DEFAULT) -> None:
+        before = alloc.peak_reserved
+        alloc.malloc(key, nbytes, stream)
+        if alloc.peak_reserved > before:
+            peak_phase[0] = f"step {step[0]}, {phase[0]}"
+
+    def size(a) -> int:
+        if a.nbytes not in sizes:
+            sizes[a.nbytes] = ceil_int(evaluate(a.nbytes, vals))
+        return sizes[a.nbytes]
+
+    # model states and buffers
+    for g in (root, *blocks):
+        for name, shard, *_ in g.params:
+            malloc(("param", name), 4 * shard)
+    for b in stage_buffers(scn, stage):
+        malloc(("buffer", b.name), b.nbytes)
+
+    stash: list = []  # the forward's flat all-gather output kept to the next group's copy-out
+    rs_state: list = []  # the last reduce-scatter's FP32 input
+
+    def all_gather(it, g: _Group) -> None:
+        phase[0] = f"all-gather of {g.name}"
+        malloc((it, "cast", g.name), pd * g.padded(n) // n, COPY_IN)
+        malloc((it, "all-gather", g.name), pd * g.padded(n), COPY_IN)
+        alloc.free((it, "cast", g.name))
+
+    def copy_out(it, g: _Group, forward: bool) -> None:
+        while stash:
+            alloc.free(stash.pop())
+        phase[0] = f"copy-out of {g.name}"
+        for name, shard, *_ in g.params:
+            malloc((it, "unsharded", name), pd * shard * n)
+        if forward:
+            stash.append((it, "all-gather", g.name))
+        else:
+            alloc.free((it, "all-gather", g.name))
+
+    def reshard(it, g: _Group) -> None:
+        for name, *_ in g.params:
+            alloc.free((it, "unsharded", name))
+
+    def reduce_scatter(it, g: _Group, grads: list) -> None:
+        while rs_state:
+            alloc.free(rs_state.pop())
+        phase[0] = f"reduce-scatter of {g.name}"
+        malloc((it, "rs input", g.name), 4 * g.padded(n))
+        for key in grads:
+            alloc.free(key)
+        malloc(("rs output", g.name), 4 * g.padded(n) // n, RS)
+        rs_state.append((it, "rs input", g.name))
+
+    def run(it, part, copy: int, events, live: dict, grads: list | None) -> dict:
+        for ev in events:
+            phase[0] = f"{ev.phase}, {part.name}" + (f" {copy}" if part.is_layers else "") + f", {ev.op}"
+            now = {a.what: a for a in ev.alive}
+            for name in live:
+                if name not in now:
+                    alloc.free((it, part.name, copy, name))
+            for name, a in now.items():
+                if name not in live:
+                    malloc((it, part.name, copy, name), size(a))
+            if grads is not None:
+                for gname, nbytes in grad_of.get((part.name, copy if part.is_layers else 0, ev.op), ()):
+                    malloc((it, "grad", gname), nbytes)
+                    grads.append((it, "grad", gname))
+            live = now
+        return live
+
+    last = len(blocks) - 1
+    for it in range(ITERATIONS):
+        step[0] = it + 1
+        if it:  # zero_grad(set_to_none=True) before the forward
+            for g in (root, *blocks):
+                alloc.free(("rs output", g.name))
+        all_gather(it, root)
+        copy_out(it, root, True)
+        kept: dict = {}
+        for part in parts:
+            tl = timelines[part.name]
+            fw = [ev for ev in tl.events if ev.phase == "forward"]
+            for copy in range(part.count):
+                if part.is_layers:
+                    all_gather(it, blocks[copy])
+                    copy_out(it, blocks[copy], True)
+                live = run(it, part, copy, fw, {}, None)
+                for name, a in live.items():  # what the part does not keep dies with its forward
+                    if a.component != T.SAVED_CURRENT:
+                        alloc.free((it, part.name, copy, name))
+                kept[(part.name, copy)] = {k: a for k, a in live.items() if a.component == T.SAVED_CURRENT}
+                if part.is_layers and copy < last:
+                    reshard(it, blocks[copy])
+        root_grads: list = []
+        for part in reversed(parts):
+            tl = timelines[part.name]
+            bw = [ev for ev in tl.events if ev.phase == "backward"]
+            for copy in range(part.count - 1, -1, -1):
+                grads: list = root_grads if not part.is_layers else []
+                if part.is_layers:
+                    if copy < last:
+                        copy_out(it, blocks[copy], False)
+                    if copy > 0:
+                        all_gather(it, blocks[copy - 1])  # the backward prefetch
+                live = run(it, part, copy, bw, kept[(part.name, copy)], grads)
+                for name in live:
+                    alloc.free((it, part.name, copy, name))
+                if part.is_layers:
+                    reshard(it, blocks[copy])
+                    reduce_scatter(it, blocks[copy], grads)
+        reshard(it, root)
+        reduce_scatter(it, root, root_grads)
+        while rs_state:
+            alloc.free(rs_state.pop())
+        phase[0] = "optimizer step"
+        for g in (root, *blocks):
+            for name, _, _, local in g.params:
+                if it == 0:
+                    malloc(("exp_avg", name), 4 * local)
+                    malloc(("exp_avg_sq", name), 4 * local)
+                malloc((it, "sqrt", name), 4 * local)
+        for g in (root, *blocks):
+            for name, *_ in g.params:
+                alloc.free((it, "sqrt", name))
+    by_stream = {s: alloc.mapped(s) for s in (DEFAULT, COPY_IN, RS)}
+    return Fsdp2Reserved(alloc.peak_allocated, alloc.peak_reserved, by_stream, peak_phase[0])

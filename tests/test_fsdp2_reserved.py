@@ -1,0 +1,107 @@
+"""The FSDP2 step replayed through the caching allocator with expandable segments (issue 28): the allocator's rules
+worked by hand, the loss's FP32 transients, and the replay against torchtitan's published H100 measurements
+(pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: "Memory(GiB)", torchtitan's
+`max_reserved`, for FSDP in eager BF16 with per-op selective checkpointing, local batch 2, sequence 8,192)."""
+
+from __future__ import annotations
+
+import pytest
+
+from symmem.accounting.allocator import ExpandableAllocator
+from symmem.errors import SymmemError
+
+MiB, GiB = 1 << 20, 1 << 30
+
+
+def _scenario(dp: int, profile: str = "torchtitan-2412", **changes):
+    from symmem.accounting.states import recipe, zero_stage
+    from symmem.config import load_model
+    from symmem.parallel.sizes import Parallel
+    from symmem.scenario import model_scenario
+
+    base = dict(profile_name=profile, precision=recipe("fp32"), zero=zero_stage(3), parallel=Parallel(dp=dp), b=2,
+                s=8192, recompute_name="selective-op", gpu_memory=96 * 10**9)
+    return model_scenario(load_model("llama-3-8b")).replace(**{**base, **changes})
+
+
+def test_expandable_segments_by_hand():
+    a = ExpandableAllocator()
+    a.malloc("a", 30 * MiB)  # a new large segment: two 20 MiB pages mapped
+    assert (a.reserved, a.allocated) == (40 * MiB, 30 * MiB)
+    a.malloc("b", 5 * MiB)  # served by the 10 MiB left at the end, split
+    assert a.reserved == 40 * MiB
+    a.free("a")  # stays mapped
+    assert (a.reserved, a.allocated) == (40 * MiB, 5 * MiB)
+    # 31 MiB fits no free block (30 at the start, 5 at the end): the segment grows by the pages its free tail
+    # lacks, 31 - 5 = 26 MiB -> two more pages, not a new 40 MiB
+    a.malloc("c", 31 * MiB)
+    assert a.reserved == 80 * MiB
+    a.free("b")
+    a.free("c")  # everything free and merged: 80 MiB in one block serves 45 MiB without growing
+    a.malloc("d", 45 * MiB)
+    assert a.reserved == 80 * MiB and a.peak_reserved == 80 * MiB
+    # another stream has its own segment; the small pool maps 2 MiB pages; 100 bytes round to 512
+    a.malloc("e", 100, stream="other")
+    assert a.reserved == 82 * MiB and a.allocated == 45 * MiB + 512
+    assert a.mapped("other") == 2 * MiB
+
+
+def test_memory_freed_on_one_stream_does_not_serve_another():
+    a = ExpandableAllocator()
+    a.malloc("x", 40 * MiB, stream="s1")
+    a.free("x")
+    a.malloc("y", 40 * MiB, stream="s2")
+    assert a.reserved == 80 * MiB and a.peak_allocated == 40 * MiB
+
+
+def test_expandable_allocator_refuses_bad_calls():
+    a = ExpandableAllocator()
+    with pytest.raises(SymmemError, match="freed but not allocated"):
+        a.free("nothing")
+    a.malloc("k", 1)
+    with pytest.raises(SymmemError, match="allocated twice"):
+        a.malloc("k", 1)
+    with pytest.raises(SymmemError, match="non-negative integer"):
+        a.malloc("m", -1)
+
+
+def test_the_loss_holds_three_fp32_logits_at_its_backward():
+    # torchtitan's loss: cross_entropy(pred.float()): at _log_softmax_backward_data the saved FP32 log-probabilities,
+    # nll_loss's FP32 gradient of them and the FP32 gradient of the logits; by hand, b s V 4 bytes each
+    from symmem.accounting.analysis import memory, values
+    from symmem.accounting.timeline import _component_sums
+
+    scn = _scenario(8)
+    (m,) = memory(scn)
+    ev = next(e for e, _ in m.peak.events if e.part == "head" and e.op == "loss" and e.phase == "backward")
+    parts = _component_sums(ev.amounts, values(scn))
+    logits_fp32 = 2 * 8192 * 128256 * 4
+    assert parts["op workspaces"] == 2 * logits_fp32
+    # only the loss's own FP32 gradient, a scalar: the logits' BF16 gradient comes after, at the .float()'s backward
+    assert parts["activation gradients"] == 4
+    fwd = next(e for e, _ in m.peak.events if e.part == "head" and e.op == "loss" and e.phase == "forward")
+    assert _component_sums(fwd.amounts, values(scn))["op workspaces"] == logits_fp32  # the .float() copy
+
+
+@pytest.mark.parametrize(("dp", "measured_gib"), [(8, 82.4), (128, 67.0)])
+def test_replay_within_5_percent_of_torchtitans_published_reserved(dp, measured_gib):
+    from symmem.accounting.fsdp2_reserved import replay
+
+    r = replay(_scenario(dp))
+    error = r.peak_reserved / GiB / measured_gib - 1
+    assert abs(error) <= 0.05, f"FSDP {dp}: replayed {r.peak_reserved / GiB:.2f} GiB against {measured_gib} GiB"
+    # its parts: the reduce-scatter stream holds the sharded FP32 gradients (4 bytes x the padded shard), rounded
+    # up to its 20 MiB pages
+    from symmem.accounting.analysis import memory
+
+    (m,) = memory(_scenario(dp))
+    grads = m.states.gradients
+    assert grads <= r.by_stream["reduce-scatter"] < grads + 20 * MiB * 34  # one page at most per group (33 groups)
+
+
+def test_replay_refusals_name_the_fix():
+    from symmem.accounting.fsdp2_reserved import refusal, replay
+
+    assert "use --profile torchtitan-2412" in refusal(_scenario(8, profile="torchtitan"))
+    with pytest.raises(SymmemError, match="M = 2 micro-batches"):
+        replay(_scenario(8, microbatches=2))
