@@ -26,4 +26,5 @@ MODULES = (
     "measured_runs",
     "measured_step_times",
     "torchtitan_configs",
+    "torchtitan_published",
 )

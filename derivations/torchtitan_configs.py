@@ -53,7 +53,8 @@ def tables() -> list[Table]:
         body,
         ("Profile torchtitan (symmem/profiles.py, symmem/rules/torchtitan.py, symmem/accounting/fsdp.py): torchtitan "
          "0.3.0's Llama 3 (fused wqkv, nn.RMSNorm fused on the GPU, SDPA/flex attention keeping q, k, v, output and "
-         "FP32 logsumexp, the FP32 log-softmax of the loss; per-op selective checkpointing keeps each block's input, "
+         "FP32 logsumexp, the FP32 log-softmax of the loss and its FP32 transients: the .float() copy in the forward, "
+         "two FP32 gradients of the logits' size at its backward; per-op selective checkpointing keeps each block's input, "
          "the outputs of its 1st, 3rd and 5th matrix products (wqkv, w1, w2) and the attention's output and "
          "logsumexp), FSDP2 with BF16 compute and FP32 reduce: FP32 sharded "
          "parameters and gradients padded to ceil(d0/N) rows, AdamW's FP32 moments, fused AdamW's step scalars on "
@@ -64,8 +65,9 @@ def tables() -> list[Table]:
          "its reduce-scatter buffers, the per-layer selective checkpointing (every N-th block), TP/CP/PP, "
          "torch.compile and Float8. The timeline peak is the engine's over the saved activations, gradients and "
          "transients of the dataflow; the reserved estimate is that peak x (1 + 5..30 %) + 0.8-2 GB (no allocator "
-         "replay for this profile). No published GPU measurement of this stack is in the project, so no row is "
-         "compared with one."),
+         "replay for this profile: 0.3.0 groups the embedding and [norm, output] as FSDP units of their own). The "
+         "code of torchtitan's published H100 runs (9dec370) is profile torchtitan-2412, replayed and compared in "
+         "torchtitan_published.md."),
         align="lllrlrrrrlr")]
 
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 BIBLIOGRAPHY: dict[str, str] = {
     "torchtitan": r"Wanchao Liang et al. \emph{TorchTitan: One-stop PyTorch native solution for production ready "
                   r"LLM pre-training}. arXiv:2410.06511, 2024; pytorch/torchtitan 0.3.0.",
+    "torchtitanbench": r"The torchtitan team. \emph{Llama 3.1 performance benchmarks on H100}, "
+                       r"pytorch/torchtitan \texttt{benchmarks/llama3\_h100\_202412\_torchtitan.md} (torchtitan "
+                       r"9dec370, 2024-12-26); Trainy, \texttt{benchmarks/llama3-8b\_h200\_202506\_trainy-whitefiber.md}.",
     "fsdp2": r"PyTorch 2.13, \texttt{torch.distributed.fsdp.fully\_shard} (FSDP2), "
              r"torch/distributed/fsdp/\_fully\_shard/.",
     "zhang2025memory": r"Ping Zhang and Lei Su. \emph{Memory Analysis on the Training Course of DeepSeek Models}. "
@@ -95,8 +98,12 @@ CAPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fig:deepseek_generations_activations": ("Rule set paper, b = 1, no recomputation, 1F1B with M = PP, BF16",
                                              ("zhang2025memory", "deepseekv3")),
     "torchtitan_configs": ("Profile torchtitan: FSDP2 with torchtitan 0.3.0's Llama 3, BF16 compute, FP32 states "
-                           "and reduce; not modelled: FSDP2's unsharded blocks, selective per-op checkpointing",
+                           "and reduce; the engine's timeline peak (two layers gathered), the reserved a range",
                            ("torchtitan", "fsdp2")),
+    "torchtitan_published": ("Profile torchtitan-2412 (torchtitan 9dec370, eager BF16, FSDP2, per-op selective "
+                             "checkpointing) replayed through the caching allocator with expandable segments, "
+                             "beside torchtitan's and Trainy's published reserved memory",
+                             ("torchtitanbench", "torchtitan", "fsdp2")),
     "fig:measured_runs": (_MEASURED[0].upper() + _MEASURED[1:], ("simumax", "megatronlm", "transformerengine")),
     "fig:measured_step_times": ("symmem's step-time model (symmem/steptime/); " + _MEASURED,
                                 ("simumax", "megatronlm", "transformerengine")),
