@@ -86,9 +86,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
             g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
             g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
         g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
-        g.add_argument("--profile", help="implementation profile: paper, torch-eager, megatron-te, megatron-local "
-                                         "(its rules, state layout and framework buffers; --precision/--zero "
-                                         "override)")
+        g.add_argument("--profile", help="implementation profile: paper, torch-eager, megatron-te, megatron-local, "
+                                         "torchtitan, torchtitan-cpu, torchtitan-2412 (its rules, state layout and "
+                                         "framework buffers; --precision/--zero override)")
         if not swept:
             g.add_argument("--recompute", help="none, full, selective, deepseek, selective-op (torchtitan's per-op "
                                                 "SAC) or custom:OPS")
