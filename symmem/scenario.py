@@ -12,7 +12,7 @@ from pathlib import Path
 
 from symmem import _toml
 from symmem._files import read_named_or_path
-from symmem.accounting.recompute import Policy, policy
+from symmem.accounting.recompute import Policy, Recompute, policy
 from symmem.accounting.states import Precision, ZeroStage, recipe, zero_stage
 from symmem.config import ModelConfig, load_model
 from symmem.errors import SymmemError
@@ -231,7 +231,13 @@ class Scenario:
 
     @cached_property
     def policy(self) -> Policy:
-        return policy(self.recompute_name)
+        pol = policy(self.recompute_name)
+        if pol.kind is Recompute.SELECTIVE_LAYER and self.parallel.pp > 1:
+            # torchtitan counts the blocks of each pipeline rank's own model chunk; symmem's stages would count
+            # the whole model's
+            raise SymmemError(f"recompute = {pol.label!r} with PP = {self.parallel.pp}: per-layer checkpointing is "
+                              "modelled without pipelining; set --pp 1")
+        return pol
 
     @cached_property
     def stages(self) -> tuple[Stage, ...]:

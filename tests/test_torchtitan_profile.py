@@ -142,3 +142,44 @@ def test_gathered_layers_are_counted_in_fsdp2s_param_dtype(capsys):
     parts = _component_sums(ev.amounts, values(scn))
     assert parts["gathered parameters (ZeRO-3)"] == 2 * 2 * layer
     assert parts["unreduced gradients (ZeRO-2/3)"] == 4 * layer
+
+
+def test_per_layer_checkpointing_counts_each_layer_by_its_policy():
+    # torchtitan 9dec370's selective-layer:N: 0-based layer i fully recomputed when (i + 1) % N == 0, the rest keep
+    # everything: of Llama 3 8B's 32 layers, N = 2 checkpoints 16, N = 3 checkpoints 10 (2, 5, ..., 29)
+    from symmem.accounting.analysis import memory
+
+    def act(rc):
+        (m,) = memory(_scenario("llama-3-8b", "torchtitan-2412", 8, 2, 8192, rc))
+        return m.activation_per_microbatch
+
+    none, full = act("none"), act("full")
+    per_layer = (none - full) // 32
+    assert (none - full) % 32 == 0
+    assert act("selective-layer:2") == full + 16 * per_layer
+    assert act("selective-layer:3") == full + 22 * per_layer
+    assert act("selective-layer:1") == full and act("selective-layer:33") == none
+
+
+def test_per_layer_checkpointing_peak_and_replay_lie_between_full_and_none():
+    from symmem.accounting.analysis import memory
+    from symmem.accounting.fsdp2_reserved import replay
+
+    figures = {}
+    for rc in ("full", "selective-layer:2", "none"):
+        scn = _scenario("llama-3-8b", "torchtitan-2412", 8, 2, 8192, rc)
+        (m,) = memory(scn)
+        figures[rc] = (m.peak_allocated, replay(scn).peak_reserved)
+    for i in range(2):
+        assert figures["full"][i] < figures["selective-layer:2"][i] < figures["none"][i]
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--recompute", "selective-layer"], "give the period"),
+    (["--recompute", "selective-layer:0"], "from 1 to 1,000,000"),
+    (["--recompute", "selective-layer:2", "--pp", "2", "--profile", "torch-eager"], "set --pp 1"),
+])
+def test_per_layer_checkpointing_refusals(flags, words, capsys):
+    code = main(["memory", "--model", "llama-3-8b", "--dp", "8", "-b", "1", "-s", "1024", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and err.count("\n") == 1, err

@@ -175,15 +175,20 @@ def storage_of(tensor: Tensor, flow: Dataflow, act_bytes: int) -> Tensor:
 def part_terms(part: Part, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
                e_tok: sympy.Expr) -> list[Term]:
     """One term per distinct storage kept: tensors that alias one storage (views, no-op conversions) count once,
-    at the size of the whole storage."""
-    terms: dict[str, Term] = {}
-    for k in kept_tensors(part.flow, rules, policy):
-        root = storage_of(k.tensor, part.flow, act_bytes)
-        if root.name in terms:
-            continue
-        why = k.why if root is k.tensor else f"{k.why}: the storage of {root.name}"
-        terms[root.name] = Term(part.name, k.block, k.op, root.name, root.dtype.name, why,
-                                tensor_bytes(root, axes, act_bytes, e_tok), part.count)
+    at the size of the whole storage. Under a per-layer policy (`selective-layer:N`) a part's layers count by the
+    policy each runs under (`Policy.layer_split`), a term per storage and policy."""
+    terms: dict[tuple, Term] = {}
+    split = (policy.layer_split(part.layers or tuple(range(part.count))) if part.is_layers
+             else [(policy.outside_layers(), part.count)])
+    for pol, count in split:
+        note = f" (layers under recompute {pol.label})" if part.is_layers and pol is not policy else ""
+        for k in kept_tensors(part.flow, rules, pol):
+            root = storage_of(k.tensor, part.flow, act_bytes)
+            if (pol, root.name) in terms:
+                continue
+            why = k.why if root is k.tensor else f"{k.why}: the storage of {root.name}"
+            terms[(pol, root.name)] = Term(part.name, k.block, k.op, root.name, root.dtype.name, why + note,
+                                           tensor_bytes(root, axes, act_bytes, e_tok), count)
     return list(terms.values())
 
 

@@ -22,7 +22,7 @@ torch/distributed/fsdp/_fully_shard/, line numbers of torch 2.13, whose logic he
   after forward); in the backward after its gradients are taken (:606-633).
 * **Activations**: every storage of every layer as the dataflow's timeline has it (`timeline.part_timeline`: a
   storage allocated at the first op it is alive at, freed after the last; saved ones kept to their backward),
-  under the scenario's recomputation; in the backward each weight's BF16 gradient is made at its op's backward and
+  under the scenario's recomputation (per-layer checkpointing: each block under its own, full or none); in the backward each weight's BF16 gradient is made at its op's backward and
   kept to its group's reduce-scatter.
 * **Backward prefetch**: at a block's pre-backward the previous block's all-gather is issued (`_backward_prefetch`).
 * **Reduce-scatter** at a group's post-backward (_fsdp_collectives.py:522-775): the previous group's FP32 input is
@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from symmem.accounting import timeline as T
 from symmem.accounting.allocator import ExpandableAllocator
 from symmem.accounting.evaluate import ceil_int, evaluate
+from symmem.accounting.recompute import Policy, Recompute
 from symmem.errors import SymmemError
 
 ITERATIONS = 3  # the first (moments made), then steady steps: a third changes nothing the second did not
@@ -130,7 +131,19 @@ def replay(scn) -> Fsdp2Reserved:
     n = shard_degree(scn)
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     e_tok = _tokens_per_expert(_activation_key(scn), axes)
-    timelines = {p.name: T.part_timeline(p.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok) for p in parts}
+    timelines: dict = {}
+
+    def timeline(part, copy: int):
+        """The part's timeline under the policy its `copy` runs (per-layer checkpointing: full or none)."""
+        pol = scn.policy
+        if pol.kind is Recompute.SELECTIVE_LAYER:
+            layers = part.layers or tuple(range(part.count))
+            pol = (Policy(Recompute.FULL) if part.is_layers and pol.checkpoints_layer(layers[copy])
+                   else Policy(Recompute.NONE))
+        if (part.name, pol) not in timelines:
+            timelines[(part.name, pol)] = T.part_timeline(part.flow, scn.rules, pol, axes, scn.act_bytes, e_tok)
+        return timelines[(part.name, pol)]
+
     root, blocks, grad_of = _groups(scn, parts, vals, n)
     pd = scn.gather_bytes or 2
     alloc = ExpandableAllocator()
@@ -218,9 +231,8 @@ def replay(scn) -> Fsdp2Reserved:
         copy_out(it, root, True)
         kept: dict = {}
         for part in parts:
-            tl = timelines[part.name]
-            fw = [ev for ev in tl.events if ev.phase == "forward"]
             for copy in range(part.count):
+                fw = [ev for ev in timeline(part, copy).events if ev.phase == "forward"]
                 if part.is_layers:
                     all_gather(it, blocks[copy])
                     copy_out(it, blocks[copy], True)
@@ -233,9 +245,8 @@ def replay(scn) -> Fsdp2Reserved:
                     reshard(it, blocks[copy])
         root_grads: list = []
         for part in reversed(parts):
-            tl = timelines[part.name]
-            bw = [ev for ev in tl.events if ev.phase == "backward"]
             for copy in range(part.count - 1, -1, -1):
+                bw = [ev for ev in timeline(part, copy).events if ev.phase == "backward"]
                 grads: list = root_grads if not part.is_layers else []
                 if part.is_layers:
                     if copy < last:

@@ -33,6 +33,12 @@ class Recompute(Enum):
     SELECTIVE_OP = "selective-op"
     """torchtitan's per-op selective checkpointing (`SelectiveAC`): each decoder layer keeps its input and the
     outputs of the ops on PyTorch's save list, every other matrix product only (`activations.sac_kept`)."""
+    SELECTIVE_LAYER = "selective-layer"
+    """torchtitan's per-layer selective checkpointing, `selective-layer:N`: every N-th decoder layer fully
+    recomputed, the others keep everything (torchtitan 9dec370, parallelisms/parallelize_llama.py
+    `_apply_ac_to_transformer_block`: a counter from 1 over the blocks, a block wrapped when it is a multiple of N,
+    so 0-based layer i when (i + 1) % N == 0). Layers differ, so a quantity is derived per kind of layer
+    (`Policy.layer_split`); one that treats every layer alike refuses it (`recomputed`)."""
     CUSTOM = "custom"
     """A user-given set of op kinds, tags or names."""
 
@@ -41,8 +47,13 @@ class Recompute(Enum):
 class Policy:
     kind: Recompute
     ops: frozenset[str] = frozenset()  # for CUSTOM: op kinds, tags or names
+    every: int = 0  # for SELECTIVE_LAYER: N
 
     def recomputed(self, op: Op) -> bool:
+        if self.kind is Recompute.SELECTIVE_LAYER:
+            raise SymmemError(f"recompute = {self.label!r}: per-layer checkpointing is derived by symmem memory's "
+                              "activations and peak and the FSDP2 replay; this quantity treats every layer alike "
+                              "(use --recompute full, none or selective-op)")
         if self.kind is Recompute.NONE:
             return False
         if self.kind in (Recompute.FULL, Recompute.SELECTIVE_OP):  # per-op: the block's forward runs again,
@@ -60,15 +71,43 @@ class Policy:
         outputs read by ops outside R stay."""
         return self.kind in (Recompute.DEEPSEEK, Recompute.CUSTOM)
 
+    def checkpoints_layer(self, layer: int) -> bool:
+        """Under `selective-layer:N`, whether 0-based decoder layer `layer` is the one fully recomputed."""
+        return (layer + 1) % self.every == 0
+
+    def layer_split(self, layers: tuple[int, ...]) -> list[tuple[Policy, int]]:
+        """The layers of a part by the policy each runs under, as (policy, how many), the kind of the part's last
+        layer last (the one a step's forward ends and its backward starts with); one entry for a uniform policy."""
+        if self.kind is not Recompute.SELECTIVE_LAYER:
+            return [(self, len(layers))]
+        full = sum(1 for i in layers if self.checkpoints_layer(i))
+        split = [(Policy(Recompute.FULL), full), (Policy(Recompute.NONE), len(layers) - full)]
+        if layers and self.checkpoints_layer(layers[-1]):
+            split.reverse()
+        return [(p, n) for p, n in split if n]
+
+    def outside_layers(self) -> Policy:
+        """The policy of the ops outside the decoder layers (every layer policy recomputes none of them)."""
+        return Policy(Recompute.NONE) if self.kind is Recompute.SELECTIVE_LAYER else self
+
     @property
     def label(self) -> str:
+        if self.kind is Recompute.SELECTIVE_LAYER:
+            return f"selective-layer:{self.every}"
         if self.kind is Recompute.CUSTOM:
             return "custom:" + ",".join(sorted(self.ops))
         return self.kind.value
 
 
 def policy(text: str) -> Policy:
-    """`none`, `full`, `selective`, `deepseek`, or `custom:KIND_OR_TAG_OR_NAME,...`."""
+    """`none`, `full`, `selective`, `deepseek`, `selective-op`, `selective-layer:N`, or
+    `custom:KIND_OR_TAG_OR_NAME,...`."""
+    if text.startswith("selective-layer:"):
+        n = text[len("selective-layer:"):]
+        if not n.isdigit() or not 1 <= int(n) <= 1_000_000:
+            raise SymmemError(f"recompute = {text!r}: selective-layer:N needs a whole number N from 1 to 1,000,000 "
+                              "(every N-th layer fully recomputed)")
+        return Policy(Recompute.SELECTIVE_LAYER, every=int(n))
     if text.startswith("custom:"):
         names = frozenset(x.strip() for x in text[len("custom:"):].split(",") if x.strip())
         if not names:
@@ -81,4 +120,7 @@ def policy(text: str) -> Policy:
         raise SymmemError(f"recompute = {text!r}: unknown policy; known: {known}, custom:OPS") from None
     if kind is Recompute.CUSTOM:
         raise SymmemError("recompute = 'custom': name the ops, as custom:rmsnorm,core_attention")
+    if kind is Recompute.SELECTIVE_LAYER:
+        raise SymmemError("recompute = 'selective-layer': give the period, as selective-layer:2 (every 2nd layer "
+                          "fully recomputed)")
     return Policy(kind)

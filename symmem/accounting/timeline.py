@@ -241,15 +241,25 @@ def _component_sums(amounts, values) -> dict[str, int]:
 def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
                  e_tok: sympy.Expr, in_flight: Fraction, zero: int, weight_bytes: int, grad_bytes: int,
                  backward_extra: tuple[Amount, ...] = ()) -> list[Event]:
-    """Every candidate peak event of one GPU of a stage (dynamic amounts only)."""
-    timelines = [part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts]
-    per_mb = sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, timelines, strict=True)])
+    """Every candidate peak event of one GPU of a stage (dynamic amounts only). Under a per-layer policy
+    (`selective-layer:N`) a part's layers are taken by the policy each runs under, the kind of the part's last layer
+    last (`Policy.layer_split`): its last copy then sees every other layer of the part saved, as the step's last
+    layer does; the other kind's last copy sees those of its own kind (a floor for the moment it stands for)."""
+    units = []  # (part, policy, copies, label)
+    for p in parts:
+        split = (policy.layer_split(p.layers or tuple(range(p.count))) if p.is_layers
+                 else [(policy.outside_layers(), p.count)])
+        for pol, n in split:
+            label = p.name if pol is policy or not p.is_layers else f"{p.name} ({pol.label})"
+            units.append((p, pol, n, label))
+    timelines = [part_timeline(p.flow, rules, pol, axes, act_bytes, e_tok) for p, pol, _, _ in units]
+    per_mb = sympy.Add(*[n * tl.saved for (_, _, n, _), tl in zip(units, timelines, strict=True)])
     others = sympy.Rational(in_flight.numerator, in_flight.denominator) - 1
     base = [Amount(SAVED_OTHER, f"{others} x saved per micro-batch", others * per_mb)] if others else []
     events: list[Event] = []
     earlier = sympy.Integer(0)
-    for p, tl in zip(parts, timelines, strict=True):
-        before = earlier + (p.count - 1) * tl.saved
+    for (p, _, count, label), tl in zip(units, timelines, strict=True):
+        before = earlier + (count - 1) * tl.saved
         common = tuple(base + ([Amount(SAVED_EARLIER, "earlier parts and copies", before)] if before != 0 else []))
         # what this part adds to each of its forward and backward events (the same amounts for all of them)
         forward_extra: tuple[Amount, ...] = ()
@@ -264,8 +274,8 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
         backward_all = backward + tuple(backward_extra)
         for ev in tl.events:
             extra = backward_all if ev.phase == "backward" else forward_extra
-            events.append(Event(ev.phase, p.name, ev.op, common + ev.alive + extra))
-        earlier += p.count * tl.saved
+            events.append(Event(ev.phase, label, ev.op, common + ev.alive + extra))
+        earlier += count * tl.saved
     events.append(Event("optimizer step", "", "step", ()))
     return events
 

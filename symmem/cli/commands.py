@@ -272,11 +272,15 @@ def _memory_run(args) -> int:
                 "profile": scn.profile.name, "gpu_memory": scn.gpu_memory, "fragmentation": list(scn.fragmentation),
                 "comm_buffers": list(scn.comm_buffers)}
     step = None
+    from symmem.accounting.recompute import Recompute
     from symmem.hardware import has_speeds, no_speeds_note
 
     # the step time needs the GPU's speed (--gpu NAME); a GPU with a capacity but no speed figures (H20, MI300X)
     # answers with its capacity and says why there is no step time
     no_step = no_speeds_note(scn.gpu_name) if scn.gpu_name is not None and not has_speeds(scn.gpu_name) else None
+    if no_step is None and scn.gpu_name is not None and scn.policy.kind is Recompute.SELECTIVE_LAYER:
+        no_step = (f"step time: not derived under recompute {scn.policy.label} (the step-time model treats every "
+                   "layer alike); memory is")
     if scn.gpu_name is not None and no_step is None:
         from symmem.steptime import step_time
 

@@ -39,8 +39,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help="fsdp2: HSDP's replicate degree (the mesh is replicate x --dp/replicate; default 1)")
     p.add_argument("--no-reshard-after-forward", dest="no_reshard_after_forward", action="store_true",
                    help="fsdp2: fully_shard(reshard_after_forward=False)")
-    p.add_argument("--ac", default=None, help="fsdp2: torchtitan's activation checkpointing, none, full or "
-                                              "selective-op (per-op SAC) (default none)")
+    p.add_argument("--ac", default=None, help="fsdp2: torchtitan's activation checkpointing, none, full, "
+                                              "selective-op (per-op SAC) or selective-layer:N (every N-th block) "
+                                              "(default none)")
     p.add_argument("--recipe", default=None, help="torchao-float8: tensorwise (default), rowwise or "
                                                   "rowwise_with_gw_hp (Float8LinearConfig.from_recipe_name)")
     p.add_argument("--option", action="append", metavar="KEY=BOOL",

@@ -21,6 +21,11 @@ MAX_WORLD = 8
 AC = ("none", "full", "selective-op")
 
 
+def _layer_ac(text: str) -> bool:
+    n = text.split(":", 1)[1] if text.startswith("selective-layer:") else ""
+    return n.isdigit() and 1 <= int(n) <= 1_000_000
+
+
 def _settings(raw: dict, args, name: str):
     from symmem.validate.fsdp2.runner import Settings
 
@@ -35,9 +40,9 @@ def _settings(raw: dict, args, name: str):
     rep = args.hsdp_replicate
     if world % rep:
         raise SymmemError(f"--hsdp-replicate = {rep}: must divide --dp = {world} (HSDP's mesh is replicate x shard)")
-    if args.ac not in AC:
-        raise SymmemError(f"--ac = {args.ac!r}: one of {', '.join(AC)} (torchtitan's per-layer selective mode is "
-                          "not predicted yet)")
+    if args.ac not in AC and not _layer_ac(args.ac):
+        raise SymmemError(f"--ac = {args.ac!r}: one of {', '.join(AC)}, or selective-layer:N (every N-th block "
+                          "checkpointed, N a whole number from 1)")
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
     keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",

@@ -136,6 +136,11 @@ MATRIX = {
     "fsdp2-fp32-params": {"param_dtype": "fp32"},
     "fsdp2-full-ac-3-layers": {"ac": "full", "n_layers": 3},
     "fsdp2-no-reshard-full-ac-3-layers-s64": {"ac": "full", "n_layers": 3, "s": 64, "reshard_after_forward": False},
+    # torchtitan 9dec370's per-layer AC: of 3 blocks only block 1 ((1 + 1) % 2 == 0) is checkpointed; of 4 blocks
+    # with N = 3 block 2 alone
+    "fsdp2-selective-layer-2-3-layers": {"ac": "selective-layer:2", "n_layers": 3},
+    "fsdp2-selective-layer-3-4-layers-no-reshard": {"ac": "selective-layer:3", "n_layers": 4,
+                                                    "reshard_after_forward": False},
 }
 
 
@@ -169,7 +174,8 @@ def test_profile_equals_the_run_on_every_rank(case):
 
 
 # per-op AC: states and saved tensors exact, the peak not derived
-NOT_PREDICTED = {"fsdp2-selective-op-ac", "fsdp2-selective-op-ac-3-layers-b2"}
+NOT_PREDICTED = {"fsdp2-selective-op-ac", "fsdp2-selective-op-ac-3-layers-b2", "fsdp2-selective-layer-2-3-layers",
+                 "fsdp2-selective-layer-3-4-layers-no-reshard"}
 
 
 def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, capsys):
@@ -190,7 +196,7 @@ def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, caps
     main(["measure", "--framework", "fsdp2", "--config", str(cfg), "--dp", "2", "-b", "1", "-s", "16"])
     text = capsys.readouterr().out
     assert text.count("forward: ") == 2 and "(DIFFERENT)" not in text, text
-    for extra, words in ((["--ac", "selective-layer:2"], "--ac = 'selective-layer:2'"), (["--tp", "2"], "--tp"),
+    for extra, words in ((["--ac", "selective-layer:x"], "--ac = 'selective-layer:x'"), (["--tp", "2"], "--tp"),
                          (["--dp", "3", "--hsdp-replicate", "2"], "--hsdp-replicate = 2")):
         assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), *extra]) == 2
         err = capsys.readouterr().err

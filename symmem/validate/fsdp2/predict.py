@@ -30,9 +30,8 @@ def scenario(st, raw: dict | None = None):
     from symmem.parallel.sizes import Parallel
     from symmem.scenario import model_scenario
 
-    if st.ac not in AC_RECOMPUTE:
-        raise SymmemError(f"--ac = {st.ac!r}: predicted for none, full and selective-op (torchtitan's per-layer "
-                          "selective mode, every N-th block checkpointed, is measured, not predicted)")
+    if st.ac not in AC_RECOMPUTE and not st.ac.startswith("selective-layer:"):
+        raise SymmemError(f"--ac = {st.ac!r}: predicted for none, full, selective-op and selective-layer:N")
     fd, path = tempfile.mkstemp(suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
@@ -46,7 +45,7 @@ def scenario(st, raw: dict | None = None):
         profile_name="torchtitan-cpu", precision=recipe("fp32"), zero=zero_stage(3),
         parallel=Parallel(dp=st.world // st.replicate), b=st.b, s=st.s,
         act_bytes={"bf16": 2, "fp16": 2, "fp32": 4}[st.param_dtype],  # FSDP2 casts the inputs to param_dtype
-        recompute_name=AC_RECOMPUTE[st.ac])
+        recompute_name=AC_RECOMPUTE.get(st.ac, st.ac))
 
 
 def predicted(st, raw: dict | None = None) -> list[dict]:
@@ -56,19 +55,28 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.fsdp import fsdp_params, rank_states, shard_degree
 
+    from symmem.accounting.recompute import Recompute
+    from symmem.model import stage_parts
+
     scn = scenario(st, raw)
     (stage,) = scn.stages
     vals = values(scn)
-    per_part: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    for t in stage_terms(scn, stage):
-        per_part[t.part] = per_part.get(t.part, 0) + ceil_int(evaluate(t.nbytes, vals))
-    from symmem.model import stage_parts
 
-    for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl):
-        counts[p.name] = p.count
-    layer = sum(v for k, v in per_part.items() if k.endswith("layers"))
-    outside = sum(v for k, v in per_part.items() if not k.endswith("layers"))
+    def per_part(sc) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in stage_terms(sc, stage):
+            out[t.part] = out.get(t.part, 0) + ceil_int(evaluate(t.nbytes, vals))
+        return out
+
+    # one block's saved bytes under each policy a block runs (per-layer checkpointing: full or none by layer)
+    mixed = scn.policy.kind is Recompute.SELECTIVE_LAYER
+    by_policy = {name: per_part(scn.replace(recompute_name=name) if mixed else scn)
+                 for name in (("full", "none") if mixed else (scn.recompute_name,))}
+    block = {name: sum(v for k, v in pp.items() if k.endswith("layers")) for name, pp in by_policy.items()}
+    outside = sum(v for k, v in next(iter(by_policy.values())).items() if not k.endswith("layers"))
+    layer = block.get(scn.recompute_name, 0)
+    saved = {f"layer {i}": (block["full" if scn.policy.checkpoints_layer(i) else "none"] if mixed else layer)
+             for i in range(st.n_layers)}
     params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals)
     n = shard_degree(scn)
     from symmem.validate.fsdp2.peak import peaks
@@ -81,5 +89,5 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
                     "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
                     "states": r.total,
-                    "saved": {**{f"layer {i}": layer for i in range(st.n_layers)}, "outside layers": outside}})
+                    "saved": {**saved, "outside layers": outside}})
     return out

@@ -19,8 +19,9 @@ forward on random tokens, torchtitan's `cross_entropy_loss` (sum) divided by the
   the op and phase at it (`tracker.tracker_class`, extended to follow storages that FSDP2 resizes in place).
 
 AC modes: `none`; `full` (torchtitan `FullAC`); `selective-op` (torchtitan `SelectiveAC`, its per-op policy);
-`selective-layer:N` (torchtitan 0.3.0 has no layer SAC any more: every block whose id is a multiple of N is wrapped
-as `FullAC` wraps it, the former torchtitan layer-SAC rule).
+`selective-layer:N` (torchtitan 0.3.0 has no layer SAC any more: the block of 0-based id i is wrapped as `FullAC`
+wraps it when (i + 1) % N == 0, torchtitan 9dec370's rule: parallelisms/parallelize_llama.py
+`_apply_ac_to_transformer_block` counts the blocks from 1 and wraps a block whose count is a multiple of N).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def apply_ac(model, mode: str, sac: SacCaches | None = None) -> None:
         every = int(mode.split(":", 1)[1])
         policy = FullAC(FullAC.Config())
         for layer_id, block in list(model.layers.named_children()):
-            if int(layer_id) % every == 0:
+            if (int(layer_id) + 1) % every == 0:  # torchtitan 9dec370: a counter from 1, a multiple of N
                 model.layers.register_module(layer_id, policy._wrap_block(block, base_fqn=f"layers.{layer_id}"))
     else:
         raise SymmemError(f"unknown ac mode {mode!r}: none | full | selective-layer:N | selective-op")
