@@ -105,3 +105,13 @@ def test_replay_refusals_name_the_fix():
     assert "use --profile torchtitan-2412" in refusal(_scenario(8, profile="torchtitan"))
     with pytest.raises(SymmemError, match="M = 2 micro-batches"):
         replay(_scenario(8, microbatches=2))
+
+
+def test_a_third_step_changes_nothing(monkeypatch):
+    # the replay stops after the first steady step (ITERATIONS = 2): the allocator's state then repeats
+    import symmem.accounting.fsdp2_reserved as F
+
+    scn = _scenario(8, recompute_name="selective-layer:3")
+    two = F.replay(scn)
+    monkeypatch.setattr(F, "ITERATIONS", 3)
+    assert F.replay(scn) == two
