@@ -93,6 +93,14 @@ def sac_kept(flow: Dataflow, rules: RuleSet) -> tuple[Kept, ...]:
         for t in op.inputs:
             if t not in made and t not in kept:
                 kept[t] = Kept(flow.tensors[t], op.name, op.block, "checkpoint: input of the layer (per-op AC)")
+    for op, why in _sac_cached(flow, rules):
+        for t in op.outputs:
+            kept.setdefault(t, Kept(flow.tensors[t], op.name, op.block, why))
+    return tuple(kept.values())
+
+
+def _sac_cached(flow: Dataflow, rules: RuleSet) -> list[tuple[Op, str]]:
+    """The layer's ops whose outputs per-op AC's policy answers MUST_SAVE (`sac_kept`), with why."""
     count = 0
     decided: dict[object, bool] = {}  # a GEMM group -> saved or not (its members are one matrix product)
 
@@ -102,22 +110,35 @@ def sac_kept(flow: Dataflow, rules: RuleSet) -> tuple[Kept, ...]:
             return module
         return next((g for g in rules.gemm_groups if op.name in g), op.name)
 
-    for op in layer:
-        save = False
+    out = []
+    for op in (o for o in flow.ops if LAYER_TAG in o.tags):
         if op.kind == "linear" and "routing" not in op.tags:
             g = group(op)
             if g not in decided:
                 count += 1
                 decided[g] = count % 2 == 1
-            save = decided[g]
-            why = f"per-op AC: output of matrix product {count} ({op.name}), odd: saved"
+            if decided[g]:
+                out.append((op, f"per-op AC: output of matrix product {count} ({op.name}), odd: saved"))
         elif op.kind in rules.sac_saved_kinds or "routing_decision" in op.tags:
-            save = True
-            why = f"per-op AC: output of {op.kind} {op.name}, on the save list"
-        if save:
-            for t in op.outputs:
-                kept.setdefault(t, Kept(flow.tensors[t], op.name, op.block, why))
-    return tuple(kept.values())
+            out.append((op, f"per-op AC: output of {op.kind} {op.name}, on the save list"))
+    return out
+
+
+def runs_again(op: Op, flow: Dataflow, rules: RuleSet, policy: Policy) -> bool:
+    """Whether recomputation runs `op`'s forward again in the backward: the policy recomputes it, and, under per-op
+    AC, its output is not among the checkpoint's cached ones (torch/utils/checkpoint.py
+    `_CachingTorchDispatchMode`: a MUST_SAVE op's output is returned from the cache during the recomputation, the
+    op not run)."""
+    if not policy.recomputed(op):
+        return False
+    if policy.kind is Recompute.SELECTIVE_OP:
+        return op.name not in _cached_names(flow, rules)
+    return True
+
+
+@lru_cache(maxsize=256)
+def _cached_names(flow: Dataflow, rules: RuleSet) -> frozenset[str]:
+    return frozenset(op.name for op, _ in _sac_cached(flow, rules))
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,8 @@ def space_from_args(args: argparse.Namespace):
     sched = args.schedule or (f"interleaved:{scn.schedule.chunks}" if scn.schedule.name == "interleaved"
                               else scn.schedule.name)
     limit = MAX_CONFIGS if args.max_configs is None else _positive(args.max_configs, "--max-configs", 10**12)
+    if scn.profile.name.startswith("torchtitan"):
+        _fsdp_only(args, scn.profile.name)
     # Every axis is parsed and counted before anything is enumerated; the product is capped.
     par = num.MAX_PARALLEL
     axes = {
@@ -272,6 +274,21 @@ def space_from_args(args: argparse.Namespace):
         base=base, gpus=gpus, recompute=recompute, schedule=schedule, microbatches=microbatches,
         global_batch=global_batch, **{k: tuple(a.tolist()) for k, a in axes.items()})
     return space
+
+
+_SWEEP_DEFAULTS = {"tp": "1,2,4,8", "cp": "1", "pp": None, "ep": None, "etp": "1"}  # cli/args.py's defaults
+
+
+def _fsdp_only(args, profile: str) -> None:
+    """The torchtitan profiles model FSDP (and HSDP) alone: their sweeps keep TP, CP, PP, EP and ETP at 1 unless
+    given, and refuse other values given (in one line, as `symmem memory` does)."""
+    for axis, default in _SWEEP_DEFAULTS.items():
+        given = getattr(args, axis)
+        if given is None or given == default:
+            setattr(args, axis, "1")
+        elif any(v != 1 for v in _array(given, f"--{axis}", maximum=num.MAX_PARALLEL).tolist()):
+            raise SymmemError(f"--{axis} = {given!r}: profile {profile} models FSDP (and HSDP) alone; TP, CP, PP and EP "
+                              "stay 1 (leave the flag out)")
 
 
 def _global_batch(args, scn, gpus: int, axes: dict) -> int | None:

@@ -113,6 +113,8 @@ def op_flops(scn, parts, hardware: bool = False, convention: str = "paper"):
     and its forward plus backward (3x the forward of a product; under `exact` an element op's own backward),
     with `hardware` a recomputed op's forward once more; the routed experts' tokens balanced (b·s·N_r/N) and the
     vocabulary as the scenario allocates it. Global sizes, one micro-batch."""
+    from symmem.accounting.activations import runs_again
+
     check_convention(convention)
     model = scn.model
     sizes = {k: v for k, v in scn.size_values().items() if k.name == "V" and v != model.value("V")}
@@ -129,7 +131,7 @@ def op_flops(scn, parts, hardware: bool = False, convention: str = "paper"):
                 bwd = 2 * fwd
             if fwd == 0 and bwd == 0:
                 continue
-            again = fwd if hardware and part.is_layers and scn.policy.recomputed(op) else 0
+            again = fwd if hardware and part.is_layers and runs_again(op, part.flow, scn.rules, scn.policy) else 0
             yield part, op, fwd, fwd + bwd + again
 
 

@@ -204,10 +204,12 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
             cache[expr] = float(evaluate(expr, vals))
         return cache[expr]
 
+    from symmem.accounting.activations import runs_again
+
     par, policy = scn.parallel, scn.policy
 
-    def again(op) -> bool:
-        return part.is_layers and policy.recomputed(op)
+    def again(op) -> bool:  # per-op AC's cached outputs are not computed again
+        return part.is_layers and runs_again(op, part.flow, scn.rules, policy)
 
     c = StageCosts()
     for _module, m, k, n, e, ops in gemm_shapes(part.flow, axes, ev):
@@ -225,7 +227,7 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
             c.attention_flops += ev(total) / n_att
             c.kernels += 1.5  # the fused attention: one kernel forward, two backward, per two products
     at = {**scn.size_values(), b: scn.b, s: scn.s}
-    recomputed = policy.recomputed if part.is_layers else (lambda op: False)
+    recomputed = again
     for coll in flow_collectives(part.flow, axes, scn.act_bytes, recomputed, par.cp_comm_type == "a2a"):
         nb = float(coll.nbytes.xreplace(at))
         if coll.kind == "ring":
