@@ -295,6 +295,14 @@ def _torchtitan_check(scn) -> None:
     if other:
         raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only FSDP (and HSDP) data parallelism is "
                           "modelled for torchtitan so far; set TP, PP, CP and EP to 1")
+    if scn.precision.low_precision is not None and scn.recompute_name == "selective-op":
+        # a Float8 linear runs aten._scaled_mm, which per-op AC's every-other-mm rule does not count: 0.3.0's save
+        # list keeps every one (PyTorch's compute-intensive ops, torch/_functorch/partitioners.py
+        # get_default_op_list; torchtitan/distributed/activation_checkpoint.py:87-93), 9dec370's none (its
+        # `_save_list` has aten.mm alone), so what per-op AC keeps under Float8 is another set, not modelled
+        raise SymmemError(f"profile {scn.profile.name}: precision {scn.precision.name} with recompute selective-op: "
+                          "per-op checkpointing of Float8 linears (aten._scaled_mm) is not modelled; use --recompute "
+                          "none or full with Float8")
     if scn.model.family.name != "llama":
         raise SymmemError(f"profile {scn.profile.name}: model family {scn.model.family.name!r}: torchtitan's Llama 3 "
                           "is the one modelled (its DeepSeek-V3 and Qwen3 are not yet)")

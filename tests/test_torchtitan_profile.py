@@ -183,3 +183,10 @@ def test_per_layer_checkpointing_refusals(flags, words, capsys):
     code = main(["memory", "--model", "llama-3-8b", "--dp", "8", "-b", "1", "-s", "1024", *flags])
     err = capsys.readouterr().err
     assert code == 2 and words in err and err.count("\n") == 1, err
+
+
+def test_float8_with_per_op_checkpointing_is_refused_in_one_line(capsys):
+    code = main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan-2412", "--dp", "8", "-b", "1", "-s",
+                 "1024", "--recompute", "selective-op", "--precision", "torchao-float8-tensorwise"])
+    err = capsys.readouterr().err
+    assert code == 2 and "aten._scaled_mm" in err and err.count("\n") == 1, err
