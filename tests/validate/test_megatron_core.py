@@ -235,14 +235,17 @@ def test_peak_equal_and_exit_0(runs, case):
         m, p = r["measured"], r["predicted"]
         if case in EVENTS:
             op, at = EVENTS[case]
+        assert isinstance(m["peak"], int) and m["peak"] == p["peak"], (case, r["rank"])  # the bytes first
+        if case in EVENTS:
+            op, at = EVENTS[case]
             # the BF16 loss run reaches the same maximum at the FP32 cast of the logits (cross_entropy.py:28,
-            # _to_copy) or at the target logits' copy (clone), one boundary apart with the same bytes alive: which
-            # is reached first varied once in a full run under load (the bytes never did)
-            ops = {op, "_to_copy.default"} if case == "loss-tp2-bf16-b4" else {op}
+            # _to_copy), at the target logits' copy (clone) or at the max over the vocabulary that follows the cast
+            # (max.dim): which boundary is reached first varied in full runs beside a busy process (twice: at
+            # _to_copy, and once at max.dim while another test suite ran), the bytes never did
+            ops = {op, "_to_copy.default", "max.dim"} if case == "loss-tp2-bf16-b4" else {op}
             assert m["peak_phase"] == "forward-backward" and m["peak_op"] in ops and p["peak_at"] == at
         else:
             assert m["peak_phase"] == "optimizer step" and p["peak_at"].startswith("optimizer step")
-        assert isinstance(m["peak"], int) and m["peak"] == p["peak"]
     assert code == 0 and out["match"]
 
 
