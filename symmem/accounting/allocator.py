@@ -65,6 +65,20 @@ class _Block:
     next: _Block | None = field(default=None, repr=False)
 
 
+def _absorb(block: _Block, neighbour: _Block) -> None:
+    """`try_merge_blocks`: a free neighbour (just before or after `block`) merged into it."""
+    if neighbour is block.prev:
+        block.address = neighbour.address
+        block.prev = neighbour.prev
+        if block.prev is not None:
+            block.prev.next = block
+    else:
+        block.next = neighbour.next
+        if block.next is not None:
+            block.next.prev = block
+    block.size += neighbour.size
+
+
 @dataclass
 class CachingAllocator:
     """One device's caching allocator: `malloc(key, nbytes)`, `free(key)`; `allocated`, `reserved` and their
@@ -122,16 +136,7 @@ class CachingAllocator:
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.allocated:
                 self._remove(neighbour)
-                if neighbour is block.prev:
-                    block.address = neighbour.address
-                    block.prev = neighbour.prev
-                    if block.prev is not None:
-                        block.prev.next = block
-                else:
-                    block.next = neighbour.next
-                    if block.next is not None:
-                        block.next.prev = block
-                block.size += neighbour.size
+                _absorb(block, neighbour)
         self._insert(block)
 
     def live(self) -> int:
@@ -264,18 +269,9 @@ class ExpandableAllocator:
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.allocated:
                 self._remove(pool_key, neighbour)
-                if neighbour is block.prev:
-                    block.address = neighbour.address
-                    block.prev = neighbour.prev
-                    if block.prev is not None:
-                        block.prev.next = block
-                else:
-                    block.next = neighbour.next
-                    if block.next is not None:
-                        block.next.prev = block
-                    if seg.last is neighbour:
-                        seg.last = block
-                block.size += neighbour.size
+                _absorb(block, neighbour)
+                if seg.last is neighbour:
+                    seg.last = block
         bisect.insort(self._free[pool_key], (block.size, block.address, block))
 
     def live(self) -> int:
