@@ -46,6 +46,20 @@ def test_expandable_segments_by_hand():
     assert a.mapped("other") == 2 * MiB
 
 
+def test_the_free_block_at_the_mapped_end_is_taken_last():
+    # get_free_block ranks the free block at the mapped end by what it can grow to: a request that a hole inside
+    # the segment also fits goes there, even where the tail is the smaller fit
+    a = ExpandableAllocator()
+    a.malloc("hole", 16 * MiB)
+    a.malloc("keep", 10 * MiB)  # 26 of 40 MiB mapped in use: a 14 MiB free tail
+    a.free("hole")  # a 16 MiB hole at the start
+    a.malloc("x", 12 * MiB)  # the tail (14 MiB) is the smaller fit, but the hole is taken
+    a.malloc("y", 14 * MiB)  # the tail serves 14 MiB whole
+    a.malloc("z", 3 * MiB)  # and the hole's 4 MiB left serves 3: nothing grows
+    assert a.reserved == 40 * MiB and a.peak_allocated == 39 * MiB
+    # the plain best fit puts x in the tail (2 MiB left), y in the hole (2 left), and must grow for z: 60 MiB
+
+
 def test_memory_freed_on_one_stream_does_not_serve_another():
     a = ExpandableAllocator()
     a.malloc("x", 40 * MiB, stream="s1")
@@ -115,3 +129,14 @@ def test_a_third_step_changes_nothing(monkeypatch):
     two = F.replay(scn)
     monkeypatch.setattr(F, "ITERATIONS", 3)
     assert F.replay(scn) == two
+
+
+def test_flash_attentions_backward_accumulates_dq_in_fp32():
+    # FlashAttention-2's mha_bwd: dq_accum FP32 [b, s, heads, head_dim] and softmax_d FP32 [b, heads, s], by hand
+    from symmem.accounting.analysis import memory, values
+    from symmem.accounting.timeline import _component_sums
+
+    scn = _scenario(8, recompute_name="none")
+    (m,) = memory(scn)
+    ev = next(e for e, _ in m.peak.events if e.op == "sdpa" and e.phase == "backward")
+    assert _component_sums(ev.amounts, values(scn))["op workspaces"] == 2 * 8192 * 4096 * 4 + 2 * 32 * 8192 * 4

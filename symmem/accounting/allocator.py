@@ -189,8 +189,9 @@ class ExpandableAllocator:
 
     * one segment per stream and pool (small: requests up to 1 MiB; large), each a virtual range mapped in pages of
       2 MiB (small) or 20 MiB (large) from its start;
-    * a request takes the smallest cached free block of its stream and pool that fits (`get_free_block`); a larger
-      block is split whenever 512 bytes or more remain (`should_split` with expandable segments);
+    * a request takes the smallest cached free block of its stream and pool that fits (`get_free_block`), the free
+      block at the mapped end last (ranked by what it can grow to, `expandable_size`); a larger block is split
+      whenever 512 bytes or more remain (`should_split` with expandable segments);
     * with none, the segment grows at its end: a free block at the end of the mapped range is extended by the pages
       it lacks, else new pages are mapped after the last block (`try_allocate_expandable_block`);
     * freed blocks merge with free neighbours and stay mapped: `reserved` (`max_memory_reserved()`) is the mapped
@@ -216,6 +217,11 @@ class ExpandableAllocator:
         pool_key = (stream, small)
         pool = self._free.setdefault(pool_key, [])
         i = bisect.bisect_left(pool, (size, -1))
+        seg = self._segments.get(pool_key)
+        if i < len(pool) and seg is not None and pool[i][2] is seg.last and i + 1 < len(pool):
+            # `get_free_block` ranks the free block at the mapped end by the size it can grow to (its own and the
+            # unmapped range after it, `expandable_size`): any other block that fits comes first
+            i += 1
         if i < len(pool):
             _, _, block = pool.pop(i)
         else:

@@ -15,7 +15,8 @@ torch/distributed/fsdp/_fully_shard/, line numbers of torch 2.13, whose logic he
   stream the BF16 cast of the shard (freed at once, _fsdp_collectives.py:419) and the flat BF16 all-gather output
   of the padded group (:351); on the compute stream each parameter's BF16 unsharded storage (`alloc_storage`,
   _fsdp_param.py:823, :1066) for the copy-out. In the forward the flat output is freed at the *next* group's
-  copy-out (_fsdp_param_group.py:429-432, :480-486), in the backward right after its own (:487-489).
+  copy-out (_fsdp_param_group.py:429-432, :480-486), the last at the root's post-forward (_fsdp_state.py:333-342);
+  in the backward right after its own (:487-489).
 * **Reshard**: after its forward, a block's unsharded storages are freed (`resize_(0)`, _fsdp_param.py:827-831),
   except the last block's (torchtitan's `reshard_after_forward = int(layer_id) < len(model.layers) - 1`,
   parallelisms/parallelize_llama.py:333 at 9dec370) and the root's (FSDP2's `_lazy_init` keeps the root unsharded
@@ -265,6 +266,8 @@ def replay(scn) -> Fsdp2Reserved:
                 kept[(part.name, copy)] = {k: a for k, a in live.items() if a.component == T.SAVED_CURRENT}
                 if part.is_layers and copy < last:
                     reshard(it, blocks[copy])
+        while stash:  # the root's post-forward frees the last all-gather output (_fsdp_state.py:333-342)
+            alloc.free(stash.pop())
         root_grads: list = []
         for part in reversed(parts):
             for copy in range(part.count - 1, -1, -1):

@@ -92,6 +92,17 @@ def _loss_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[Saved]:
                   f"_log_softmax_backward_data's FP32 gradient of the logits ({op.name})")]
 
 
+def _flash_backward_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[Saved]:
+    """FlashAttention-2's backward (PyTorch's CUDA `_flash_attention_backward`, the vendored flash_api.cpp `mha_bwd`)
+    accumulates dq in FP32: `dq_accum`, [b, s_q rounded up to 128, heads, head_dim rounded], beside the FP32
+    `softmax_d` [b, heads, s_q]; the rounding is left out (none at s a multiple of 128 and head_dim 128)."""
+    if phase != "backward":
+        return []
+    q, lse = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[1]]
+    return [Saved(Tensor(f"{q.name}.dq_accum", q.dims, FP32), f"FlashAttention's FP32 dq accumulator ({op.name})"),
+            Saved(Tensor(f"{lse.name}.softmax_d", lse.dims, FP32), f"FlashAttention's FP32 softmax_d ({op.name})")]
+
+
 # the RoPE table is a model buffer (the profile's), kept by no op
 _CHANGES = {"rotary_emb": nothing, "cross_entropy": _cross_entropy}
 
@@ -101,11 +112,13 @@ WQKV = frozenset({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"})
 
 
 def _rule_set(name: str, where: str, rmsnorm, sac_saved_kinds: frozenset[str],
-              gemm_groups: tuple = (WQKV,), version: str = "torchtitan 0.3.0's Llama 3", torch: str = "2.13") -> RuleSet:
+              gemm_groups: tuple = (WQKV,), version: str = "torchtitan 0.3.0's Llama 3", torch: str = "2.13",
+              workspaces: dict | None = None) -> RuleSet:
     return RuleSet(name, f"{version} on {where} (torch {torch}): torch-eager's rules with this RMSNorm, "
                    "the RoPE table as a buffer and nll_loss's total_weight",
                    {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": rmsnorm}, context_parallel=False,
-                   workspaces={"cross_entropy": _loss_workspace}, grad_in_place=frozenset({"cross_entropy"}),
+                   workspaces={"cross_entropy": _loss_workspace, **(workspaces or {})},
+                   grad_in_place=frozenset({"cross_entropy"}),
                    sac_saved_kinds=sac_saved_kinds, gemm_groups=gemm_groups)
 
 
@@ -120,4 +133,5 @@ RULES_CPU = _rule_set("torchtitan-cpu", "the CPU (ATen's composite rms_norm; mea
 # mm, the efficient and flash SDPA kernels, reduce_scatter_tensor, abs and max) keeps the GPU's SDPA outputs
 RULES_2412 = _rule_set("torchtitan-2412", "a GPU (its own RMSNorm)", torch_eager.RULES.rules["rmsnorm"],
                        frozenset({"sdpa_flash", "sdpa_efficient"}), gemm_groups=(),
-                       version="torchtitan 9dec370's Llama 3 (2024-12-26)", torch="of 2024-12-23")
+                       version="torchtitan 9dec370's Llama 3 (2024-12-26)", torch="of 2024-12-23",
+                       workspaces={"sdpa_flash": _flash_backward_workspace})
