@@ -392,7 +392,7 @@ PROFILES = {
         "Megatron-Core 0.16.1, local (non-TE) spec, FP32, distributed optimizer, no sequence parallelism "
         "(measured on the CPU by symmem measure --framework megatron-core)",
         buffers=_local_buffers, precision="fp32", zero=1, ddp_padding=True),
-    "torchtitan": _torchtitan_profile("torchtitan", on_gpu=True),
+    "torchtitan": _torchtitan_profile("torchtitan", on_gpu=True, allocation_order="fsdp2"),
     "torchtitan-cpu": _torchtitan_profile("torchtitan-cpu", on_gpu=False),
     # the code of torchtitan's published H100 benchmarks (benchmarks/llama3_h100_202412_torchtitan.md): torchtitan
     # 9dec370 (2024-12-26) with the torch of 2024-12-23 (symmem/rules/torchtitan.py)

@@ -104,10 +104,47 @@ def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
     return (_Group("root", tuple(root)), [_Group(f"block {i}", tuple(blocks[i])) for i in sorted(blocks)], grads)
 
 
+@dataclass
+class _Units:
+    """The FSDP2 units outside the decoder blocks and how a torchtitan version steps."""
+
+    root: _Group | None  # 9dec370: one root unit of every parameter outside the blocks
+    embedding: _Group | None  # 0.3.0: the embedding's unit
+    head: _Group | None  # 0.3.0: [norm, lm_head]
+    of_part: dict  # part name -> its unit gathered before the part's forward (0.3.0)
+    resharded_after_forward: frozenset  # part names whose unit reshards after its forward
+    in_final_callback: tuple  # units whose post-backward runs in the final callback (their input: token ids)
+    head_first_op: str  # the head's op whose backward the logits' gradient reaches first after the loss
+    zero_grad_frees: bool  # zero_grad(set_to_none=True): the sharded gradients freed before each step
+    fused_adamw: bool
+
+    def all(self, blocks: list) -> list:
+        return [u for u in (self.root, self.embedding, self.head) if u is not None] + list(blocks)
+
+
+def _outer_units(scn, root: _Group) -> _Units:
+    """9dec370 (`torchtitan-2412`): `fully_shard(model)` holds the embedding, norm and output, never resharded after
+    forward, reduce-scattered in the final callback; `zero_grad()` sets gradients to None; foreach AdamW.
+    0.3.0 (`torchtitan`): `apply_fsdp_to_decoder` (torchtitan/distributed/fsdp.py:194-207) shards the embedding as a
+    unit (resharded after forward; its input is token ids, so reduce-scattered in the final callback) and [norm,
+    lm_head] as one (not resharded after forward), every block resharded (`get_fsdp_reshard_after_forward_policy`
+    "default": True without PP, fsdp.py:66-74), the root holding nothing; `zero_grad(set_to_none=False)`
+    (trainer.py:874, `disable_cuda_graphs` off) keeps the gradients, later reduce-scatters adding into them; fused
+    AdamW (components/optimizer/optimizer.py:109-111), its step scalars on the device."""
+    if scn.profile.name == "torchtitan-2412":
+        return _Units(root, None, None, {}, frozenset(), (), "lm_head", True, False)
+    names = {p[0]: p for p in root.params}
+    emb = _Group("embedding unit", tuple(p for k, p in names.items() if k.startswith("embedding[")))
+    head = _Group("[norm, lm_head] unit", tuple(p for k, p in names.items() if k.startswith("head[")))
+    return _Units(None, emb, head, {"embedding": emb, "head": head}, frozenset({"embedding"}), (emb,), "lm_head",
+                  False, True)
+
+
 def refusal(scn) -> str | None:
     """Why a scenario's FSDP2 step is not replayed, or None."""
     if scn.profile.allocation_order != "fsdp2":
-        return f"profile {scn.profile.name} does not allocate as torchtitan 9dec370 does; use --profile torchtitan-2412"
+        return (f"profile {scn.profile.name} does not allocate as torchtitan does; use --profile torchtitan-2412 or "
+                "torchtitan")
     if len(scn.stages) != 1 or scn.m != 1:
         return ("the replay writes torchtitan's step without pipelining or gradient accumulation; this scenario has "
                 f"{len(scn.stages)} stage(s) and M = {scn.m} micro-batches per step (set --pp 1 and the global batch "
@@ -203,14 +240,18 @@ def replay(scn) -> Fsdp2Reserved:
         for name, *_ in g.params:
             alloc.free((it, "unsharded", name))
 
-    def reduce_scatter(it, g: _Group, grads: list) -> None:
+    def reduce_scatter(it, g: _Group, grads: list, kept_as_grad: bool) -> None:
         while rs_state:
             alloc.free(rs_state.pop())
         phase[0] = f"reduce-scatter of {g.name}"
         malloc((it, "rs input", g.name), 4 * g.padded(n))
         for key in grads:
             alloc.free(key)
-        malloc(("rs output", g.name), 4 * g.padded(n) // n, RS)
+        if kept_as_grad:  # the output's views become the sharded gradients
+            malloc(("rs output", g.name), 4 * g.padded(n) // n, RS)
+        else:  # added into the gradients kept from the step before, then freed (_fsdp_collectives.py:748)
+            malloc((it, "rs output", g.name), 4 * g.padded(n) // n, RS)
+            alloc.free((it, "rs output", g.name))
         rs_state.append((it, "rs input", g.name))
 
     steps_of: dict = {}
@@ -229,10 +270,12 @@ def replay(scn) -> Fsdp2Reserved:
             steps_of[key] = (tuple(out), live)
         return steps_of[key]
 
-    def run(it, part, copy: int, events, live: dict, grads: list | None) -> dict:
+    def run(it, part, copy: int, events, live: dict, grads: list | None, before: dict | None = None) -> dict:
         done, after = steps(events, live)
         where = f" {copy}" if part.is_layers else ""
         for op, ph, freed, made in done:
+            if before and op in before:
+                before[op]()
             phase[0] = f"{ph}, {part.name}{where}, {op}"
             for name in freed:
                 alloc.free((it, part.name, copy, name))
@@ -245,15 +288,24 @@ def replay(scn) -> Fsdp2Reserved:
         return after
 
     last = len(blocks) - 1
+    # how the version wraps and steps (module docstring): 9dec370 one root unit, kept unsharded, the last block
+    # too; 0.3.0 the embedding and [norm, lm_head] units, every block resharded
+    units = _outer_units(scn, root)
+    resharded = [copy < last for copy in range(len(blocks))] if units.root else [True] * len(blocks)
     for it in range(ITERATIONS):
         step[0] = it + 1
-        if it:  # zero_grad(set_to_none=True) before the forward
-            for g in (root, *blocks):
+        if it and units.zero_grad_frees:  # zero_grad(set_to_none=True) before the forward
+            for g in units.all(blocks):
                 alloc.free(("rs output", g.name))
-        all_gather(it, root)
-        copy_out(it, root, True)
+        if units.root:
+            all_gather(it, root)
+            copy_out(it, root, True)
         kept: dict = {}
         for part in parts:
+            unit = units.of_part.get(part.name)
+            if unit is not None:
+                all_gather(it, unit)
+                copy_out(it, unit, True)
             for copy in range(part.count):
                 fw = phase_events(part, copy, "forward")
                 if part.is_layers:
@@ -264,39 +316,63 @@ def replay(scn) -> Fsdp2Reserved:
                     if a.component != T.SAVED_CURRENT:
                         alloc.free((it, part.name, copy, name))
                 kept[(part.name, copy)] = {k: a for k, a in live.items() if a.component == T.SAVED_CURRENT}
-                if part.is_layers and copy < last:
+                if part.is_layers and resharded[copy]:
                     reshard(it, blocks[copy])
+            if unit is not None and part.name in units.resharded_after_forward:
+                reshard(it, unit)
         while stash:  # the root's post-forward frees the last all-gather output (_fsdp_state.py:333-342)
             alloc.free(stash.pop())
-        root_grads: list = []
+        final: list = []  # (unit, its gradients): reduce-scattered in the final callback
         for part in reversed(parts):
+            unit = units.of_part.get(part.name)
+            if unit is not None and part.name in units.resharded_after_forward:
+                copy_out(it, unit, False)  # prefetched by the block before (the embedding)
             for copy in range(part.count - 1, -1, -1):
                 bw = phase_events(part, copy, "backward")
-                grads: list = root_grads if not part.is_layers else []
+                grads: list = []
+                before = {}
                 if part.is_layers:
-                    if copy < last:
+                    if resharded[copy]:
                         copy_out(it, blocks[copy], False)
                     if copy > 0:
                         all_gather(it, blocks[copy - 1])  # the backward prefetch
-                live = run(it, part, copy, bw, kept[(part.name, copy)], grads)
+                    elif units.embedding is not None:
+                        all_gather(it, units.embedding)
+                elif unit is not None and unit is units.head and blocks:
+                    # [norm, lm_head]'s pre-backward, when the logits' gradient arrives: it prefetches the last block
+                    before = {units.head_first_op: lambda: all_gather(it, blocks[last])}
+                live = run(it, part, copy, bw, kept[(part.name, copy)], grads, before)
                 for name in live:
                     alloc.free((it, part.name, copy, name))
                 if part.is_layers:
                     reshard(it, blocks[copy])
-                    reduce_scatter(it, blocks[copy], grads)
-        reshard(it, root)
-        reduce_scatter(it, root, root_grads)
+                    reduce_scatter(it, blocks[copy], grads, units.zero_grad_frees or it == 0)
+                elif unit is not None and unit in units.in_final_callback:
+                    final.append((unit, grads))
+                elif unit is not None:  # its post-backward, when the gradient of its input is computed
+                    reshard(it, unit)
+                    reduce_scatter(it, unit, grads, units.zero_grad_frees or it == 0)
+                elif units.root is not None:  # 9dec370's root: everything outside the blocks, at the end
+                    final.append((root, grads))
+        for unit in dict.fromkeys(u for u, _ in final):
+            reshard(it, unit)
+            reduce_scatter(it, unit, [k for u, gs in final if u is unit for k in gs],
+                           units.zero_grad_frees or it == 0)
         while rs_state:
             alloc.free(rs_state.pop())
         phase[0] = "optimizer step"
-        for g in (root, *blocks):
+        for g in units.all(blocks):
             for name, _, _, local in g.params:
                 if it == 0:
                     malloc(("exp_avg", name), 4 * local)
                     malloc(("exp_avg_sq", name), 4 * local)
-                malloc((it, "sqrt", name), 4 * local)
-        for g in (root, *blocks):
-            for name, *_ in g.params:
-                alloc.free((it, "sqrt", name))
+                    if units.fused_adamw:
+                        malloc(("step", name), 4)  # the fused AdamW's device step scalar
+                if not units.fused_adamw:
+                    malloc((it, "sqrt", name), 4 * local)
+        if not units.fused_adamw:
+            for g in units.all(blocks):
+                for name, *_ in g.params:
+                    alloc.free((it, "sqrt", name))
     by_stream = {s: alloc.mapped(s) for s in (DEFAULT, COPY_IN, RS)}
     return Fsdp2Reserved(alloc.peak_allocated, alloc.peak_reserved, by_stream, peak_phase[0])

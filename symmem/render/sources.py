@@ -98,7 +98,8 @@ CAPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fig:deepseek_generations_activations": ("Rule set paper, b = 1, no recomputation, 1F1B with M = PP, BF16",
                                              ("zhang2025memory", "deepseekv3")),
     "torchtitan_configs": ("Profile torchtitan: FSDP2 with torchtitan 0.3.0's Llama 3, BF16 compute, FP32 states "
-                           "and reduce; the engine's timeline peak (two layers gathered), the reserved a range",
+                           "and reduce; the engine's timeline peak (two layers gathered) and the step replayed through the caching "
+                           "allocator with expandable segments",
                            ("torchtitan", "fsdp2")),
     "torchtitan_published": ("Profile torchtitan-2412 (torchtitan 9dec370, eager BF16, FSDP2, per-op selective "
                              "checkpointing) replayed through the caching allocator with expandable segments, "
