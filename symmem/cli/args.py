@@ -91,7 +91,7 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
                                          "framework buffers; --precision/--zero override)")
         if not swept:
             g.add_argument("--recompute", help="none, full, selective, deepseek, selective-op (torchtitan's per-op "
-                                                "SAC) or custom:OPS")
+                                                "SAC), selective-layer:N (every N-th layer full) or custom:OPS")
             g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe")
             g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS),
                            help="virtual stages per GPU for interleaved 1F1B")
@@ -135,7 +135,7 @@ def add_swept_args(p: argparse.ArgumentParser) -> None:
     a.add_argument("-b", "--micro-batch-size", dest="b", default="1,2,4,8", help="default 1,2,4,8")
     a.add_argument("-s", "--seq-length", dest="s", help="default: the scenario's")
     a.add_argument("--recompute", default="none,selective,full",
-                   help="none, full, selective, deepseek, custom:OPS (default none,selective,full)")
+                   help="none, full, selective, deepseek, selective-op, custom:OPS (default none,selective,full)")
     a.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved[:V], dualpipe (default: scenario's)")
     a.add_argument("--chunks", default="2", help="virtual stages V for a bare `interleaved` (default 2)")
     a.add_argument("--zero", help="ZeRO stages (default 0,1,2,3; a profile's own, e.g. megatron-te's 1)")
