@@ -167,7 +167,10 @@ NEW_COMMANDS = [["memory", "--json", "--model", m] for m in ("llama-3-8b", "gpt2
     ["timeline", "--model", "llama-3-8b", "-s", "256"],
     ["measure", "--config", str(ROOT / "symmem" / "presets" / "gpt2.json")]]
 NEW_FLAGS = {
-    "--profile": ["paper", "torch-eager", "megatron-te", "megatron-local", "torchtitan", "torchtitan-cpu", "x"],
+    "--profile": ["paper", "torch-eager", "megatron-te", "megatron-local", "torchtitan", "torchtitan-cpu",
+                  "torchtitan-2412", "x"],
+    "--recompute": ["none", "full", "selective-op", "selective-layer:2", "selective-layer:0", "selective-layer",
+                    "selective-layer:x"],
     "--precision": ["te-delayed", "deepseek-v3-fp8", "te-nvfp4", "torchao-float8-rowwise", "fp32", "nope"],
     "--global-batch-size": ["8", "16", "7", "0", "-2", "1" + "0" * 25, "x"],
     "--gpu": ["H100", "B200", "H20", "MI300X", "A100", "nope"],
@@ -178,7 +181,7 @@ NEW_FLAGS = {
     "--cp-comm-type": ["a2a", "p2p", "x"],
     "--zero": ["0", "1", "2", "3", "4"],
     "--framework": ["fsdp2", "transformers", "x"],  # the measured config is GPT-2's: refused before any run
-    "--ac": ["none", "full", "selective-op"],
+    "--ac": ["none", "full", "selective-op", "selective-layer:2", "selective-layer:-1"],
     "--dp": ["1", "2", "3", "9"],
     "--attn-impl": ["sdpa", "eager", "x"],
     "--dataflow": ["hf", "paper", "x"],
