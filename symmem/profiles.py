@@ -308,9 +308,12 @@ def _torchtitan_check(scn) -> None:
                           "is the one modelled (its DeepSeek-V3 and Qwen3 are not yet)")
 
 
+TORCHTITAN_9DEC370 = "torchtitan-2412"  # the profile of torchtitan 9dec370, the code of its published H100 runs
+
+
 def fuses_qkv(scn) -> bool:
     """torchtitan 0.3.0 runs q, k and v as one `wqkv` parameter; 9dec370 (the `torchtitan-2412` profile) as three."""
-    return scn.profile.name != "torchtitan-2412"
+    return scn.profile.name != TORCHTITAN_9DEC370
 
 
 def _torchtitan_states(scn, stage, parts, values, on_gpu: bool, step_on_host: bool = False):
@@ -358,15 +361,14 @@ def _freqs_cis_2412(scn, stage, parts, values) -> list[Buffer]:
 
 def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.0's Llama 3",
                         buffers: Callable = _rope_cache, step_on_host: bool = False,
-                        allocation_order: str | None = None) -> Profile:
+                        allocation_order: str | None = None, where: str | None = None) -> Profile:
     from functools import partial
 
-    where = "a GPU: fused RMSNorm, fused AdamW" if on_gpu else "the CPU: composite RMSNorm, for-loop AdamW"
-    if name == "torchtitan-2412":
-        where = "a GPU: its own RMSNorm, foreach AdamW"
+    where = where or ("a GPU: fused RMSNorm, fused AdamW" if on_gpu else "the CPU: composite RMSNorm, for-loop AdamW")
     return Profile(
         name, name, f"{version} under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
-        buffers=buffers, precision="fp32", zero=3, allocation_order=allocation_order, states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
+        buffers=buffers, precision="fp32", zero=3, allocation_order=allocation_order,
+        states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
         dataflow="hf", attn_impl="sdpa",
         # torchtitan's default mixed_precision_param = "bfloat16" (torchtitan/config/job_config.py), the
         # MixedPrecisionPolicy of apply_fsdp_to_decoder (torchtitan/models/llama3/parallelize.py): FSDP2 casts the
@@ -396,9 +398,10 @@ PROFILES = {
     "torchtitan-cpu": _torchtitan_profile("torchtitan-cpu", on_gpu=False),
     # the code of torchtitan's published H100 benchmarks (benchmarks/llama3_h100_202412_torchtitan.md): torchtitan
     # 9dec370 (2024-12-26) with the torch of 2024-12-23 (symmem/rules/torchtitan.py)
-    "torchtitan-2412": _torchtitan_profile("torchtitan-2412", on_gpu=True,
-                                           version="torchtitan 9dec370's Llama 3 (2024-12-26)",
-                                           buffers=_freqs_cis_2412, step_on_host=True, allocation_order="fsdp2"),
+    TORCHTITAN_9DEC370: _torchtitan_profile(TORCHTITAN_9DEC370, on_gpu=True,
+                                            version="torchtitan 9dec370's Llama 3 (2024-12-26)",
+                                            buffers=_freqs_cis_2412, step_on_host=True, allocation_order="fsdp2",
+                                            where="a GPU: its own RMSNorm, foreach AdamW"),
 }
 
 

@@ -23,8 +23,8 @@ torch/distributed/fsdp/_fully_shard/, line numbers of torch 2.13, whose logic he
   after forward); in the backward after its gradients are taken (:606-633).
 * **Activations**: every storage of every layer as the dataflow's timeline has it (`timeline.part_timeline`: a
   storage allocated at the first op it is alive at, freed after the last; saved ones kept to their backward),
-  under the scenario's recomputation (per-layer checkpointing: each block under its own, full or none); in the backward each weight's BF16 gradient is made at its op's backward and
-  kept to its group's reduce-scatter.
+  under the scenario's recomputation (per-layer checkpointing: each block under its own, full or none); in the
+  backward each weight's BF16 gradient is made at its op's backward and kept to its group's reduce-scatter.
 * **Backward prefetch**: at a block's pre-backward the previous block's all-gather is issued (`_backward_prefetch`).
 * **Reduce-scatter** at a group's post-backward (_fsdp_collectives.py:522-775): the previous group's FP32 input is
   released (one kept, the 2024 `reduce_scatter_state`), the FP32 input of the padded group allocated on the compute
@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from symmem.accounting import timeline as T
 from symmem.accounting.allocator import ExpandableAllocator
 from symmem.accounting.evaluate import ceil_int, evaluate
-from symmem.accounting.recompute import Policy, Recompute
 from symmem.errors import SymmemError
 
 ITERATIONS = 2  # the first (moments made), then a steady step: a third and a fourth change no figure of the
@@ -131,7 +130,9 @@ def _outer_units(scn, root: _Group) -> _Units:
     "default": True without PP, fsdp.py:66-74), the root holding nothing; `zero_grad(set_to_none=False)`
     (trainer.py:874, `disable_cuda_graphs` off) keeps the gradients, later reduce-scatters adding into them; fused
     AdamW (components/optimizer/optimizer.py:109-111), its step scalars on the device."""
-    if scn.profile.name == "torchtitan-2412":
+    from symmem.profiles import TORCHTITAN_9DEC370
+
+    if scn.profile.name == TORCHTITAN_9DEC370:
         return _Units(root, None, None, {}, frozenset(), (), "lm_head", True, False)
     names = {p[0]: p for p in root.params}
     emb = _Group("embedding unit", tuple(p for k, p in names.items() if k.startswith("embedding[")))
@@ -174,11 +175,8 @@ def replay(scn) -> Fsdp2Reserved:
 
     def timeline(part, copy: int):
         """The part's timeline under the policy its `copy` runs (per-layer checkpointing: full or none)."""
-        pol = scn.policy
-        if pol.kind is Recompute.SELECTIVE_LAYER:
-            layers = part.layers or tuple(range(part.count))
-            pol = (Policy(Recompute.FULL) if part.is_layers and pol.checkpoints_layer(layers[copy])
-                   else Policy(Recompute.NONE))
+        layers = part.layers or tuple(range(part.count))
+        pol = scn.policy.for_layer(layers[copy]) if part.is_layers else scn.policy.outside_layers()
         if (part.name, pol) not in timelines:
             timelines[(part.name, pol)] = T.part_timeline(part.flow, scn.rules, pol, axes, scn.act_bytes, e_tok)
         return timelines[(part.name, pol)]

@@ -80,11 +80,19 @@ class Policy:
         layer last (the one a step's forward ends and its backward starts with); one entry for a uniform policy."""
         if self.kind is not Recompute.SELECTIVE_LAYER:
             return [(self, len(layers))]
-        full = sum(1 for i in layers if self.checkpoints_layer(i))
-        split = [(Policy(Recompute.FULL), full), (Policy(Recompute.NONE), len(layers) - full)]
-        if layers and self.checkpoints_layer(layers[-1]):
-            split.reverse()
-        return [(p, n) for p, n in split if n]
+        counts: dict[Policy, int] = {}
+        for i in layers:
+            pol = self.for_layer(i)
+            counts[pol] = counts.get(pol, 0) + 1
+        last = self.for_layer(layers[-1]) if layers else None
+        return sorted(counts.items(), key=lambda pn: pn[0] == last)
+
+    def for_layer(self, layer: int) -> Policy:
+        """The policy 0-based decoder layer `layer` runs under: full or none under `selective-layer:N`, this one
+        otherwise."""
+        if self.kind is not Recompute.SELECTIVE_LAYER:
+            return self
+        return Policy(Recompute.FULL) if self.checkpoints_layer(layer) else Policy(Recompute.NONE)
 
     def outside_layers(self) -> Policy:
         """The policy of the ops outside the decoder layers (every layer policy recomputes none of them)."""

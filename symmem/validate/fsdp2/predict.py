@@ -55,7 +55,6 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.fsdp import fsdp_params, rank_states, shard_degree
 
-    from symmem.accounting.recompute import Recompute
     from symmem.model import stage_parts
 
     scn = scenario(st, raw)
@@ -68,15 +67,13 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
             out[t.part] = out.get(t.part, 0) + ceil_int(evaluate(t.nbytes, vals))
         return out
 
-    # one block's saved bytes under each policy a block runs (per-layer checkpointing: full or none by layer)
-    mixed = scn.policy.kind is Recompute.SELECTIVE_LAYER
-    by_policy = {name: per_part(scn.replace(recompute_name=name) if mixed else scn)
-                 for name in (("full", "none") if mixed else (scn.recompute_name,))}
-    block = {name: sum(v for k, v in pp.items() if k.endswith("layers")) for name, pp in by_policy.items()}
-    outside = sum(v for k, v in next(iter(by_policy.values())).items() if not k.endswith("layers"))
-    layer = block.get(scn.recompute_name, 0)
-    saved = {f"layer {i}": (block["full" if scn.policy.checkpoints_layer(i) else "none"] if mixed else layer)
-             for i in range(st.n_layers)}
+    # one block's saved bytes under the policy each block runs (per-layer checkpointing: full or none by layer)
+    by_policy = {pol: per_part(scn.replace(recompute_name=pol.label))
+                 for pol in {scn.policy.for_layer(i) for i in range(st.n_layers)}}
+    block = {pol: sum(v for k, v in pp.items() if k.endswith("layers")) for pol, pp in by_policy.items()}
+    outside = sum(v for k, v in per_part(scn).items() if not k.endswith("layers"))
+    layer = block.get(scn.policy, 0)
+    saved = {f"layer {i}": block[scn.policy.for_layer(i)] for i in range(st.n_layers)}
     params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals)
     n = shard_degree(scn)
     from symmem.validate.fsdp2.peak import peaks
