@@ -48,6 +48,7 @@ class Settings:
     flavor: str | None = None  # a torchtitan llama3 flavor ("debugmodel", ...) instead of the dims above
     world: int = 2
     replicate: int = 1  # HSDP replicate degree (mesh (replicate, world // replicate))
+    tp: int = 1  # tensor parallel degree, with sequence parallel (mesh (replicate, shard, tp), tp innermost)
     reshard_after_forward: bool = True
     ac: str = "none"  # none | full | selective-layer:N | selective-op
     b: int = 1
@@ -95,9 +96,34 @@ def build_model(st: Settings):
                 rope=ComplexRoPE.Config(dim=st.dim // st.n_heads, max_seq_len=st.max_seq_len, theta=500000,
                                         scaling="llama"),
                 attn_backend="sdpa"))
+    if st.tp > 1:
+        # the sharding config is read when the modules are built: the trainer sets it on the model config first
+        # (torchtitan/trainer.py:347 `update_from_config` -> models/llama3/model.py:83-88), sequence parallel on
+        # (`enable_sequence_parallel = True`, config/configs.py:160)
+        from torchtitan.models.llama3.sharding import set_llama3_sharding_config
+
+        set_llama3_sharding_config(config, enable_sp=True)
     model = config.build()
     model.init_states()
     return model
+
+
+def parallel_dims(st: Settings):
+    """torchtitan's ParallelDims of the run, its meshes built on the CPU, with the DTensor backend
+    (`spmd_backend = "partial_dtensor"`, config/configs.py:163; parallelize.py:52-53 applies TP through
+    `model.parallelize`): the trainer's default `spmd_types` keeps plain local tensors and needs the trainer's
+    input annotations, and the bytes are the same (both measured)."""
+    import torchtitan.distributed.parallel_dims as pdm
+    import torchtitan.distributed.utils as du
+    from torchtitan.distributed import ParallelDims
+
+    pdm.device_type = "cpu"  # parallel_dims.py builds its meshes on the accelerator's device type
+    du.set_spmd_backend("partial_dtensor")
+    shard = st.world // (st.replicate * st.tp)
+    pd = ParallelDims(dp_replicate=st.replicate, dp_shard=shard, cp=1, tp=st.tp, pp=1, ep=1, world_size=st.world,
+                      spmd_backend="partial_dtensor")
+    pd.build_mesh()
+    return pd
 
 
 class SacCaches:
@@ -241,6 +267,31 @@ class _LiveStorages:
         return any((st := r()) is not None and st.nbytes() and st.data_ptr() == ptr for r in self._refs)
 
 
+def _plain(t):
+    """A saved tensor's local storage holder: a DTensor's local tensor, an `AsyncCollectiveTensor` (the output of a
+    functional collective, torch/distributed/_functional_collectives.py) waited for: its own `untyped_storage`
+    raises."""
+    from torch.distributed.tensor import DTensor
+
+    while isinstance(t, DTensor):
+        t = t._local_tensor
+    if type(t).__name__ == "AsyncCollectiveTensor":
+        t = t.trigger_wait()
+    return t
+
+
+def LocalSavedPerLayer(excluded):
+    """`tracker.SavedPerLayer` over local tensors (`_plain`): under TP the saved tensors are DTensors."""
+    from symmem.validate.megatron_core.tracker import SavedPerLayer
+
+    class Local(SavedPerLayer):
+        def pack(self, t):
+            super().pack(_plain(t))
+            return t
+
+    return Local(excluded)
+
+
 def _step(rank: int, st: Settings) -> dict:
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -248,18 +299,21 @@ def _step(rank: int, st: Settings) -> dict:
     from torch.distributed.tensor import DTensor
     from torchtitan.components.loss import cross_entropy_loss
 
-    from symmem.validate.megatron_core.tracker import SavedPerLayer
 
-    if st.world % st.replicate:
-        raise SymmemError(f"world {st.world} is not a multiple of the replicate degree {st.replicate}")
-    if st.replicate == 1:
+    if st.world % (st.replicate * st.tp):
+        raise SymmemError(f"world {st.world} is not a multiple of replicate x TP = {st.replicate} x {st.tp}")
+    torch.manual_seed(st.seed)  # the same full model on every rank; fully_shard keeps each rank's shard
+    model = build_model(st)
+    global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    if st.tp > 1:  # TP first, then AC, then FSDP, as parallelize_llama does (models/llama3/parallelize.py:42-90)
+        pd = parallel_dims(st)
+        model.parallelize(pd)
+        mesh = pd.get_mesh(["dp_replicate", "fsdp"] if st.replicate > 1 else "fsdp")
+    elif st.replicate == 1:
         mesh = init_device_mesh("cpu", (st.world,))
     else:
         mesh = init_device_mesh("cpu", (st.replicate, st.world // st.replicate),
                                 mesh_dim_names=("dp_replicate", "dp_shard"))
-    torch.manual_seed(st.seed)  # the same full model on every rank; fully_shard keeps each rank's shard
-    model = build_model(st)
-    global_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     sac = SacCaches()
     apply_ac(model, st.ac, sac)
     mp = MixedPrecisionPolicy(param_dtype=getattr(torch, _DTYPES[st.param_dtype]),
@@ -274,15 +328,14 @@ def _step(rank: int, st: Settings) -> dict:
     # a pre-forward hook registered after fully_shard's runs once they are gathered and excludes them
     excluded = _LiveStorages()
     for b in model.buffers():
-        excluded.add(b.untyped_storage())
-    saved = SavedPerLayer(excluded)
+        excluded.add(_plain(b).untyped_storage())
+    saved = LocalSavedPerLayer(excluded)
     sac.saved = saved
     unsharded: dict[str, int] = {}
 
     def gathered(name, mod):
         for p in mod.parameters():
-            t = p.to_local() if isinstance(p, DTensor) else p
-            stg = t.untyped_storage()
+            stg = _plain(p).untyped_storage()
             excluded.add(stg)
             unsharded[name] = unsharded.get(name, 0) + stg.nbytes()
 
@@ -298,7 +351,7 @@ def _step(rank: int, st: Settings) -> dict:
 
     model.register_forward_pre_hook(root_gathered)
 
-    g = torch.Generator().manual_seed(st.seed + 1 + rank)  # each rank its own data
+    g = torch.Generator().manual_seed(st.seed + 1 + rank // st.tp)  # each DP rank its own data, TP ranks the same
     vocab = model.lm_head.weight.shape[0]
     tokens = torch.randint(0, vocab, (st.b, st.s + 1), generator=g)
     # two tensors of their own, as a data loader hands them over (views of one buffer would share a storage)
@@ -350,6 +403,8 @@ def _step(rank: int, st: Settings) -> dict:
     assert all(global_shapes[k] == tuple(v["global"]) for k, v in params.items())
     from symmem.validate.megatron_core.runner import _summary
 
+    if isinstance(loss, DTensor):
+        loss = loss.full_tensor()
     return {"rank": rank, "loss": float(loss.detach()), "peak": tracker.peak, "peak_op": tracker.peak_op,
             "peak_phase": tracker.peak_phase,
             "peak_by_phase": tracker.by_phase, "at_peak": _summary(tracker.at_peak), "start": start, "end": end,
