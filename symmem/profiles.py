@@ -291,10 +291,23 @@ ALLOCATOR_BLOCK = 512  # bytes: the CUDA caching allocator's smallest block (CUD
 
 def _torchtitan_check(scn) -> None:
     par = scn.parallel
-    other = [f"{k.upper()} {getattr(par, k)}" for k in ("tp", "pp", "cp", "ep") if getattr(par, k) != 1]
+    other = [f"{k.upper()} {getattr(par, k)}" for k in ("pp", "cp", "ep") if getattr(par, k) != 1]
     if other:
-        raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only FSDP (and HSDP) data parallelism is "
-                          "modelled for torchtitan so far; set TP, PP, CP and EP to 1")
+        raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only FSDP (and HSDP) data parallelism and "
+                          "TP are modelled for torchtitan so far; set PP, CP and EP to 1")
+    if par.tp > 1:
+        # TP as torchtitan 0.3.0 applies it (symmem/rules/torchtitan.py, `under_tp`), measured on the CPU with
+        # sequence parallelism and with no or full checkpointing
+        if scn.profile.name == TORCHTITAN_9DEC370:
+            raise SymmemError(f"profile {scn.profile.name}: TP {par.tp}: 9dec370's TP (PyTorch's parallelize_module "
+                              "and loss_parallel) is not modelled; use --profile torchtitan, or TP 1")
+        if not par.sequence_parallel:
+            raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} without sequence parallelism is not modelled "
+                              "(torchtitan's default, enable_sequence_parallel, is on); drop --no-sequence-parallel")
+        if scn.recompute_name == "selective-op":
+            raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} with recompute selective-op: per-op "
+                              "checkpointing under TP is not modelled (its save list holds the collectives); use "
+                              "--recompute none, full or selective-layer:N")
     if scn.precision.low_precision is not None and scn.recompute_name == "selective-op":
         # a Float8 linear runs aten._scaled_mm, which per-op AC's every-other-mm rule does not count: 0.3.0's save
         # list keeps every one (PyTorch's compute-intensive ops, torch/_functorch/partitioners.py
@@ -326,7 +339,7 @@ def _torchtitan_states(scn, stage, parts, values, on_gpu: bool, step_on_host: bo
     from symmem.accounting.states import StateBytes
 
     _torchtitan_check(scn)
-    params = fsdp_params(parts, values, fuse_qkv=fuses_qkv(scn))
+    params = fsdp_params(parts, values, fuse_qkv=fuses_qkv(scn), axes=scn.parallel.axis_sizes())
     r = rank_states(params, shard_degree(scn), 0, step_on_device=False)  # the step scalars, below
     step = 0 if step_on_host else len(params) * (ALLOCATOR_BLOCK if on_gpu else 4)
     return StateBytes(r.params, r.grads, r.exp_avg + r.exp_avg_sq + step)
@@ -370,6 +383,9 @@ def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.
         buffers=buffers, precision="fp32", zero=3, allocation_order=allocation_order,
         states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
         dataflow="hf", attn_impl="sdpa",
+        # torchtitan's enable_sequence_parallel defaults to on (torchtitan/config/configs.py:160): under TP the
+        # norms and residuals run on s/t rows
+        sequence_parallel=True,
         # torchtitan's default mixed_precision_param = "bfloat16" (torchtitan/config/job_config.py), the
         # MixedPrecisionPolicy of apply_fsdp_to_decoder (torchtitan/models/llama3/parallelize.py): FSDP2 casts the
         # FP32 shard to BF16 before the all-gather (_fully_shard/_fsdp_collectives.py foreach_all_gather copy-in)

@@ -175,6 +175,10 @@ class Scenario:
             from symmem.rules.megatron_te import RULES_CP_A2A
 
             base = RULES_CP_A2A  # TE's all-to-all CP keeps one more attention output per layer
+        if base.name.startswith("torchtitan") and self.parallel.tp > 1:
+            from symmem.rules.torchtitan import under_tp
+
+            base = under_tp(base)  # DTensor TP keeps the gathered inputs, the vocabulary mask, loss-parallel's log-probs
         if self.precision.low_precision is None:
             return base
         from symmem.precision.apply import with_precision

@@ -62,7 +62,7 @@ def test_rules_differ_only_in_rmsnorm():
                                                                                   "cross_entropy"}
 
 
-@pytest.mark.parametrize("flag", ["--tp", "--pp", "--cp"])
+@pytest.mark.parametrize("flag", ["--pp", "--cp"])
 def test_what_is_not_modelled_is_refused(capsys, flag):
     assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--dp", "4", flag, "2"]) == 2
     err = capsys.readouterr().err
@@ -190,3 +190,46 @@ def test_float8_with_per_op_checkpointing_is_refused_in_one_line(capsys):
                  "1024", "--recompute", "selective-op", "--precision", "torchao-float8-tensorwise"])
     err = capsys.readouterr().err
     assert code == 2 and "aten._scaled_mm" in err and err.count("\n") == 1, err
+
+
+def test_tp_with_sequence_parallel_by_hand():
+    # Llama-3-8B (h 4096, 32 layers, 32 heads of 128, 8 KV heads, FFN 14336, vocab 128256) at TP 2 x FSDP 4, b 1,
+    # s 8192, BF16 activations, no AC, under torchtitan 0.3.0's TP (symmem/rules/torchtitan.py `under_tp`; measured
+    # on the CPU in tests/validate/test_fsdp2.py). Per block: the two norms' inputs (s/t rows, BF16) and FP32 rstd,
+    # the two all-gathered norm outputs kept whole (s rows), SDPA's q, k, v, output (heads/t) and FP32 logsumexp,
+    # and SwiGLU's w1, w3, silu outputs and product (FFN/t). Outside: the ids (int64) and the vocabulary mask, the
+    # final norm's input and rstd, its gathered output, the FP32 log-probabilities of V/t and the int64 labels
+    from symmem.accounting.analysis import memory
+    from symmem.parallel.sizes import Parallel
+
+    scn = _scenario("llama-3-8b", "torchtitan", 4, 1, 8192, "none").replace(
+        parallel=Parallel(dp=4, tp=2, sequence_parallel=True))
+    (m,) = memory(scn)
+    b, s, h, t, nh, nkv, dh, hf, v = 1, 8192, 4096, 2, 32, 8, 128, 14336, 128256
+    block = (2 * (2 * b * s // t * h + 4 * b * s // t) + 2 * 2 * b * s * h
+             + 2 * b * (nh // t) * s * dh * 2 + 2 * 2 * b * (nkv // t) * s * dh + 4 * b * (nh // t) * s
+             + 4 * 2 * b * s * hf // t)
+    outside = 8 * b * s + 2 * b * s + 2 * b * s // t * h + 4 * b * s // t + 2 * b * s * h + 4 * b * s * v // t + 8 * b * s
+    assert m.activation_per_microbatch == 32 * block + outside
+    # states: each TP shard of a matrix (wqkv, w1, w3 and the embedding and lm_head by rows, wo and w2 by columns)
+    # sharded again over FSDP 4; the 65 norm weights whole under TP, sharded over FSDP alone
+    norms = 65 * 4096
+    assert m.states.weights == 4 * ((8_030_261_248 - norms) // 8 + norms // 4)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--tp", "2", "--recompute", "selective-op"], "per-op checkpointing under TP is not modelled"),
+    (["--tp", "2", "--no-sequence-parallel"], "without sequence parallelism is not modelled"),
+    (["--tp", "3"], "tp = 3: must divide num_attention_heads = 32"),
+])
+def test_tp_refusals(flags, words, capsys):
+    assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--dp", "4", *flags]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_tp_9dec370_refused_and_replay_says_why(capsys):
+    assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan-2412", "--dp", "4", "--tp", "2"]) == 2
+    assert "9dec370's TP" in capsys.readouterr().err
+    d = _memory(capsys, "--dp", "4", "--tp", "2")
+    assert "TP 2: the replay writes FSDP's step alone" in json.dumps(d)

@@ -49,12 +49,18 @@ class FsdpParam:
         return -(-self.d0 // n) * self.rest
 
 
-def fsdp_params(parts, vals: dict, fuse_qkv: bool = True) -> list[FsdpParam]:
+def fsdp_params(parts, vals: dict, fuse_qkv: bool = True, axes=None) -> list[FsdpParam]:
     """The parameters of a stage's `parts` as FSDP2 shards them (global sizes at `vals`, the scenario's values);
-    q, k and v one `wqkv` parameter when `fuse_qkv` (torchtitan 0.3.0), three otherwise (torchtitan 9dec370)."""
+    q, k and v one `wqkv` parameter when `fuse_qkv` (torchtitan 0.3.0), three otherwise (torchtitan 9dec370).
+    Under TP (`axes`, the scenario's axis sizes) each parameter is first its TP shard: FSDP2 shards a DTensor's local
+    tensor on dim 0 (torch/distributed/fsdp/_fully_shard/_fsdp_param.py `_init_sharded_param`: the TP-local data,
+    chunked over the shard group), so rows and padding are those of the TP-local dim 0."""
     from symmem.accounting.evaluate import evaluate
     from symmem.accounting.params import weight_uses
-    from symmem.graph import global_size
+    from symmem.graph import global_size, local_size
+
+    def size(dims):  # a weight's elements: global, or its TP shard's under `axes`
+        return global_size(dims) if axes is None else local_size(dims, axes)
 
     def n(expr) -> int:
         v = evaluate(expr, vals)
@@ -72,9 +78,9 @@ def fsdp_params(parts, vals: dict, fuse_qkv: bool = True) -> list[FsdpParam]:
             # so in - out = len(x) - len(y) and in + out = len(w) (o_proj: (n_h, d_h, h) has two)
             x, y = (part.flow.tensors[t] for t in (op.inputs[0], op.outputs[0]))
             n_in = (len(dims) + len(x.dims) - len(y.dims)) // 2
-            d0, rest = n(global_size(dims[n_in:])), n(global_size(dims[:n_in]))
+            d0, rest = n(size(dims[n_in:])), n(size(dims[:n_in]))
         else:  # embedding (V, h), norms (h,)
-            d0, rest = n(global_size(dims[:1])), n(global_size(dims[1:])) if len(dims) > 1 else 1
+            d0, rest = n(size(dims[:1])), n(size(dims[1:])) if len(dims) > 1 else 1
         found += [(j, copy, i, FsdpParam(f"{use.part}[{copy}].{use.op}", d0, rest)) for copy in range(use.count)]
     # torchtitan's order (`model.parameters()`, the optimizer's): part by part, each copy's parameters together
     ordered = [p for *_, p in sorted(found, key=lambda x: x[:3])]

@@ -152,6 +152,9 @@ def refusal(scn) -> str | None:
                 "to local batch x DP)")
     if scn.precision.low_precision is not None:
         return f"precision {scn.precision.name}: the replay does not allocate Float8's copies and scales"
+    if scn.parallel.tp > 1:
+        return (f"TP {scn.parallel.tp}: the replay writes FSDP's step alone, not TP's collectives and their buffers "
+                "(the saved tensors and states under TP are modelled; their allocation order is not)")
     return None
 
 

@@ -52,7 +52,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                                                    "or qwen2_moe")
     for flag, what in (("--tp", "tensor"), ("--pp", "pipeline"), ("--dp", "data"), ("--ep", "expert")):
         p.add_argument(flag, type=int_arg(1, 64), default=None,
-                       help=f"{what}-parallel size (megatron-core; default 1)")
+                       help=f"{what}-parallel size (megatron-core; fsdp2: --dp and --tp; default 1, fsdp2's --dp 2)")
     p.add_argument("--chunks", type=int_arg(1, 64), default=None,
                    help="virtual stages per pipeline rank, Megatron's interleaved 1F1B (megatron-core; default 1)")
     p.add_argument("--microbatches", type=int_arg(1, 64), default=None,
@@ -126,9 +126,10 @@ def _run(args) -> int:
         from symmem.cli import measure_fsdp2
 
         for key in _MEGATRON_FLAGS:
-            if key != "dp" and getattr(args, key) is not None:
-                raise SymmemError(f"--{key}: not with --framework fsdp2 (FSDP over --dp ranks only)")
-        args.dp = args.dp or 2
+            if key not in ("dp", "tp") and getattr(args, key) is not None:
+                raise SymmemError(f"--{key}: not with --framework fsdp2 (FSDP over --dp ranks, TP over --tp)")
+        args.tp = args.tp or 1
+        args.dp = args.dp or (2 if args.tp == 1 else 1)
         args.hsdp_replicate = args.hsdp_replicate or 1
         args.ac = args.ac or "none"
         return measure_fsdp2.run(args)

@@ -34,12 +34,24 @@ def _settings(raw: dict, args, name: str):
                           "Llama 3 (model_type llama)")
     if raw.get("tie_word_embeddings"):
         raise SymmemError(f"{name}: tie_word_embeddings = true: torchtitan's Llama 3 unties them")
-    world = args.dp
+    tp = args.tp
+    world = args.dp * tp
     if world < 2 or world > MAX_WORLD:
-        raise SymmemError(f"--dp = {world}: the FSDP world must be 2 to {MAX_WORLD} processes on the CPU")
+        raise SymmemError(f"--dp x --tp = {args.dp} x {tp}: the world must be 2 to {MAX_WORLD} processes on the CPU")
     rep = args.hsdp_replicate
-    if world % rep:
-        raise SymmemError(f"--hsdp-replicate = {rep}: must divide --dp = {world} (HSDP's mesh is replicate x shard)")
+    if args.dp % rep:
+        raise SymmemError(f"--hsdp-replicate = {rep}: must divide --dp = {args.dp} (HSDP's mesh is replicate x shard)")
+    if tp > 1:
+        n_kv = raw.get("num_key_value_heads") or raw.get("num_attention_heads")
+        for key, v in (("num_attention_heads", raw.get("num_attention_heads")), ("num_key_value_heads", n_kv),
+                       ("intermediate_size", raw.get("intermediate_size")), ("vocab_size", raw.get("vocab_size"))):
+            if isinstance(v, int) and not isinstance(v, bool) and v % tp:
+                raise SymmemError(f"--tp = {tp}: must divide {key} = {v} (uneven TP shards are not predicted)")
+        if args.s % tp:
+            raise SymmemError(f"--tp = {tp}: must divide -s = {args.s} (sequence parallelism splits the sequence; "
+                              "torchtitan/trainer.py:306-315)")
+        if args.ac == "selective-op":
+            raise SymmemError("--ac = 'selective-op' with --tp: per-op checkpointing under TP is not modelled")
     if args.ac not in AC and not _layer_ac(args.ac):
         raise SymmemError(f"--ac = {args.ac!r}: one of {', '.join(AC)}, or selective-layer:N (every N-th block "
                           "checkpointed, N a whole number from 1)")
@@ -61,9 +73,13 @@ def _settings(raw: dict, args, name: str):
     return Settings(dim=raw["hidden_size"], n_layers=raw["num_hidden_layers"], n_heads=raw["num_attention_heads"],
                     n_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
                     vocab=raw["vocab_size"], ffn_hidden=raw["intermediate_size"],
-                    max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep,
+                    max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep, tp=tp,
                     reshard_after_forward=not args.no_reshard_after_forward, ac=args.ac, b=args.b, s=args.s,
                     seed=args.seed)
+
+
+def _same(match: bool | None) -> str:
+    return "not predicted" if match is None else "EQUAL" if match else "DIFFERENT"
 
 
 def run(args) -> int:
@@ -89,12 +105,12 @@ def run(args) -> int:
                                                                    "optimizer step": pk.optimizer_step}},
                       "peak_not_predicted": pk.why_not or None, "phases": phases,
                       "states_match": m["states"] == p["states"], "saved_match": m["saved"] == p["saved"],
-                      "start_match": m["start"] == p["start"],
+                      "start_match": None if p["start"] is None else m["start"] == p["start"],
                       "peak_match": None if pk.why_not else all(ok for ok, _ in phases.values())})
-    ok = all(r["states_match"] and r["saved_match"] and r["start_match"] and r["peak_match"] is not False
+    ok = all(r["states_match"] and r["saved_match"] and r["start_match"] is not False and r["peak_match"] is not False
              for r in ranks)
     out = {"framework": "fsdp2", "torchtitan": "0.3.0", "config": args.config, "world": st.world,
-           "hsdp_replicate": st.replicate, "reshard_after_forward": st.reshard_after_forward, "ac": st.ac,
+           "hsdp_replicate": st.replicate, "tp": st.tp, "reshard_after_forward": st.reshard_after_forward, "ac": st.ac,
            "b": st.b, "s": st.s, "unit": "bytes", "match": ok, "ranks": ranks,
            "notes": "profile torchtitan-cpu (symmem/rules/torchtitan.py, symmem/accounting/fsdp.py); the step's peaks: "
                     "symmem/validate/fsdp2/peak.py (the first step of a fresh model, on this CPU over gloo)"}
@@ -102,14 +118,15 @@ def run(args) -> int:
         print(json.dumps(out, indent=2, sort_keys=True))
         return 0 if ok else 1
     print(f"{args.config}: FSDP2 + torchtitan 0.3.0 Llama 3 on {st.world} CPU ranks"
-          + (f" (HSDP {st.replicate} x {st.world // st.replicate})" if st.replicate > 1 else "")
+          + (f" (HSDP {st.replicate} x {st.world // (st.replicate * st.tp)})" if st.replicate > 1 else "")
+          + (f" (FSDP {st.world // st.tp} x TP {st.tp}, sequence parallel)" if st.tp > 1 else "")
           + f", reshard_after_forward {st.reshard_after_forward}, AC {st.ac}, b = {st.b}, s = {st.s}")
     for r in ranks:
         m, p = r["measured"], r["predicted"]
         print(f"  rank {r['rank']}: states {m['states']:,} measured, {p['states']:,} predicted "
               f"({'EQUAL' if r['states_match'] else 'DIFFERENT'}); saved per block and outside "
               f"{'EQUAL' if r['saved_match'] else 'DIFFERENT'} ({sum(m['saved'].values()):,} bytes); live at the "
-              f"start {m['start']:,} ({'EQUAL' if r['start_match'] else 'DIFFERENT'}); peak {m['peak']:,} at "
+              f"start {m['start']:,} ({_same(r['start_match'])}); peak {m['peak']:,} at "
               f"{m['peak_phase']}, {m['peak_op']}")
         if r["peak_not_predicted"]:
             print(f"    each phase's most: measured, not predicted ({r['peak_not_predicted']})")

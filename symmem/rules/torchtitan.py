@@ -50,6 +50,9 @@ eps)`), the same ops as Hugging Face's LlamaRMSNorm, so torch-eager's rule (meas
 
 from __future__ import annotations
 
+import dataclasses
+from functools import lru_cache
+
 from symmem.graph import FP32, Dataflow, Dim, Op, Tensor
 from symmem.rules import torch_eager
 from symmem.rules._base import RuleSet, Saved, nothing
@@ -135,3 +138,62 @@ RULES_2412 = _rule_set("torchtitan-2412", "a GPU (its own RMSNorm)", torch_eager
                        frozenset({"sdpa_flash", "sdpa_efficient"}), gemm_groups=(),
                        version="torchtitan 9dec370's Llama 3 (2024-12-26)", torch="of 2024-12-23",
                        workspaces={"sdpa_flash": _flash_backward_workspace})
+
+
+# ----------------------------------------------------------------------------------------------- under TP
+# torchtitan 0.3.0's tensor parallelism with sequence parallelism (torchtitan/models/llama3/sharding.py:25-74 over
+# models/common/decoder_sharding.py), measured on the CPU (FSDP 1 x TP 2 and FSDP 2 x TP 2, tests/validate/
+# test_fsdp2.py). What differs from one device, beyond the dims' own "tp"/"sp" splits:
+#
+# * a column-parallel linear (wqkv, w1, w3, lm_head) reads its module's input redistributed from Shard(1) to
+#   Replicate (decoder_sharding.py:189-200, :285-292; the final norm's output :119-139): an all-gather whose
+#   full-sequence output the matrix product keeps for its weight's gradient (DTensor saves what the local mm reads),
+#   where Megatron keeps the s/t shard and gathers again in backward. One gathered copy per source tensor, shared
+#   by the products that read it (wq, wk, wv; w1, w3);
+# * the embedding is vocabulary-parallel (:320-327; models/common/embedding.py:64-80): besides the ids it keeps the
+#   mask of the ids in this rank's rows, `mask.unsqueeze(-1).to(out.dtype)`, [b, s, 1] in the activation dtype
+#   (MulBackward0 of `out * mask`);
+# * the loss is always loss-parallel (lm_head outputs Shard(-1); components/loss.py:32-50 dispatches to
+#   `_LossParallelCrossEntropy`, :113-190): it keeps the FP32 log-probabilities of its vocabulary shard and the
+#   labels (`ctx.save_for_backward(log_probs, labels_1d)`, :181), no `total_weight`.
+def _sp_free(x: Tensor) -> tuple[Dim, ...]:
+    return tuple(Dim(d.size, tuple(a for a in d.axes if a != "sp")) for d in x.dims)
+
+
+def _split_over_sp(x: Tensor) -> bool:
+    return any("sp" in d.axes for d in x.dims)
+
+
+def _linear_tp(op: Op, flow: Dataflow) -> list[Saved]:
+    x, y = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    if _split_over_sp(x) and not _split_over_sp(y):  # column-parallel: its input all-gathered, kept whole
+        return [Saved(Tensor(f"{x.name}.gathered", _sp_free(x), x.dtype),
+                      f"all-gathered input of column-parallel {op.name} (DTensor TP keeps it whole)")]
+    return torch_eager.RULES.rules["linear"](op, flow)
+
+
+def _embedding_tp(op: Op, flow: Dataflow) -> list[Saved]:
+    ids = flow.tensors[op.inputs[0]]
+    return [*torch_eager.RULES.rules["embedding"](op, flow),
+            Saved(Tensor(f"{ids.name}.vocab_mask", (*ids.dims, Dim(1))),
+                  f"mask of the ids in this rank's vocabulary rows ({op.name}, activation dtype)")]
+
+
+def _loss_parallel_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[Saved]:
+    """`_LossParallelCrossEntropy`'s FP32 transients of the local logits' size (components/loss.py:128-158, :196-213):
+    in the forward `logits_2d = .float()` and `shifted` beside the saved log-probabilities; in the backward
+    `grad_input`, `exp(log_probs)` and their sum, alive together before the product."""
+    logits = flow.tensors[op.inputs[0]]
+    names = ("fp32", "shifted") if phase == "forward" else ("grad_input", "exp", "grad_sum")
+    return [Saved(Tensor(f"{logits.name}.{n}", logits.dims, FP32), f"loss-parallel FP32 {n} ({op.name})")
+            for n in names]
+
+
+@lru_cache(maxsize=8)
+def under_tp(base: RuleSet) -> RuleSet:
+    """`base` (a torchtitan 0.3.0 rule set) under TP with sequence parallelism (above)."""
+    return dataclasses.replace(
+        base, name=f"{base.name}+tp", description=base.description + "; under TP with sequence parallelism",
+        rules={**base.rules, "linear": _linear_tp, "embedding": _embedding_tp,
+               "cross_entropy": torch_eager._cross_entropy},
+        workspaces={**base.workspaces, "cross_entropy": _loss_parallel_workspace})

@@ -141,6 +141,12 @@ MATRIX = {
     "fsdp2-selective-layer-2-3-layers": {"ac": "selective-layer:2", "n_layers": 3},
     "fsdp2-selective-layer-3-4-layers-no-reshard": {"ac": "selective-layer:3", "n_layers": 4,
                                                     "reshard_after_forward": False},
+    # torchtitan 0.3.0's TP with sequence parallelism (models/llama3/sharding.py): the all-gathered inputs of the
+    # column-parallel linears kept whole, the vocabulary mask, loss-parallel's log-probabilities
+    # (symmem/rules/torchtitan.py `under_tp`); FSDP then shards each TP shard on dim 0. The step's peaks: not predicted
+    "fsdp1-tp2": {"tp": 2, "vocab": 256},
+    "fsdp1-tp2-full-ac": {"tp": 2, "vocab": 256, "ac": "full"},
+    "fsdp2-tp2-no-reshard-b2": {"world": 4, "tp": 2, "vocab": 256, "b": 2, "reshard_after_forward": False},
 }
 
 
@@ -155,8 +161,11 @@ def test_profile_equals_the_run_on_every_rank(case):
         assert m["states_by_kind"] | {"other": 0} == p["states_by_kind"] | {"other": 0, "total": m["states"]}, case
         assert m["states"] == p["states"] and m["saved"] == p["saved"], (case, m["rank"])
         # the live bytes when the step begins, and each phase's most where the closed forms hold (peak.covered)
-        assert m["start"] == p["start"], (case, m["rank"])
         pk, by_phase = p["peaks"], m["peak_by_phase"]
+        if st.tp > 1:  # FSDP's step closed forms do not hold TP's collectives
+            assert p["start"] is None and pk.why_not.startswith("TP 2"), case
+            continue
+        assert m["start"] == p["start"], (case, m["rank"])
         if pk.why_not:
             assert case in NOT_PREDICTED, (case, pk.why_not)
             continue
@@ -196,7 +205,7 @@ def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, caps
     main(["measure", "--framework", "fsdp2", "--config", str(cfg), "--dp", "2", "-b", "1", "-s", "16"])
     text = capsys.readouterr().out
     assert text.count("forward: ") == 2 and "(DIFFERENT)" not in text, text
-    for extra, words in ((["--ac", "selective-layer:x"], "--ac = 'selective-layer:x'"), (["--tp", "2"], "--tp"),
+    for extra, words in ((["--ac", "selective-layer:x"], "--ac = 'selective-layer:x'"), (["--tp", "3"], "--tp = 3: must divide num_attention_heads"),
                          (["--dp", "3", "--hsdp-replicate", "2"], "--hsdp-replicate = 2")):
         assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), *extra]) == 2
         err = capsys.readouterr().err

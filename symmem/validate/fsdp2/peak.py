@@ -68,7 +68,7 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 @dataclass(frozen=True)
 class Peaks:
-    start: int
+    start: int | None  # None where not predicted (TP)
     forward: int | None
     # the moments the backward reaches, by name: the run's most is at least the smallest, and in most runs equal to
     # one; FSDP2's order of prefetch and reduce-scatter (and how long gloo's copy lives) varies from run to run, and

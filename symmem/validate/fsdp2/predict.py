@@ -43,7 +43,8 @@ def scenario(st, raw: dict | None = None):
 
     return model_scenario(model).replace(
         profile_name="torchtitan-cpu", precision=recipe("fp32"), zero=zero_stage(3),
-        parallel=Parallel(dp=st.world // st.replicate), b=st.b, s=st.s,
+        parallel=Parallel(dp=st.world // (st.replicate * st.tp), tp=st.tp, sequence_parallel=st.tp > 1),
+        b=st.b, s=st.s,
         act_bytes={"bf16": 2, "fp16": 2, "fp32": 4}[st.param_dtype],  # FSDP2 casts the inputs to param_dtype
         recompute_name=AC_RECOMPUTE.get(st.ac, st.ac))
 
@@ -74,14 +75,18 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     outside = sum(v for k, v in per_part(scn).items() if not k.endswith("layers"))
     layer = block.get(scn.policy, 0)
     saved = {f"layer {i}": block[scn.policy.for_layer(i)] for i in range(st.n_layers)}
-    params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals)
+    params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals,
+                         axes=scn.parallel.axis_sizes())
     n = shard_degree(scn)
-    from symmem.validate.fsdp2.peak import peaks
+    from symmem.validate.fsdp2.peak import Peaks, peaks
 
     out = []
     for rank in range(st.world):
-        r = rank_states(params, n, rank % n, step_on_device=True)
-        pk = peaks(st, scn, params, rank % n, layer)
+        r = rank_states(params, n, (rank // st.tp) % n, step_on_device=True)  # tp innermost in the mesh
+        # the phase peaks' closed forms are FSDP's alone: under TP not written (its collectives' buffers)
+        pk = (peaks(st, scn, params, rank % n, layer) if st.tp == 1 else
+              Peaks(None, None, None, None, f"TP {st.tp} (the step's closed forms are FSDP's alone, without TP's "
+                                            "collectives and their buffers)"))
         out.append({"rank": rank, "start": pk.start, "peaks": pk,
                     "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
