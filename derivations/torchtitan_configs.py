@@ -4,8 +4,9 @@ the timeline peak and the replayed reserved memory, with the assumptions each ro
 
 Configurations: Llama 3 8B (torchtitan's own headline: 8 GPUs, FSDP, local batch 2, sequence 8,192, per-op
 selective activation checkpointing) with no, per-op selective and full checkpointing; Llama 3 8B on 64 GPUs; Llama 3
-70B under FSDP over 64 and 128 GPUs with full
-checkpointing. What the profile does not model yet is named in the notes."""
+70B under FSDP over 64 and 128 GPUs with full checkpointing, and over 64 GPUs as FSDP 8 x TP 8 (with sequence
+parallelism; the replay does not write TP, so that row has no replayed figures). What the profile does not model
+yet is named in the notes."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from symmem.units import fmt_gib
 
 from ._common import main
 
+# (model, FSDP degree, local batch, sequence, checkpointing[, TP degree])
 ROWS = (("llama-3-8b", 8, 2, 8192, "none"), ("llama-3-8b", 8, 2, 8192, "selective-op"),
         ("llama-3-8b", 8, 2, 8192, "full"), ("llama-3-8b", 64, 1, 8192, "full"),
-        ("llama-3-70b", 64, 1, 8192, "full"), ("llama-3-70b", 128, 1, 8192, "full"))
+        ("llama-3-70b", 64, 1, 8192, "full"), ("llama-3-70b", 128, 1, 8192, "full"),
+        ("llama-3-70b", 8, 1, 8192, "full", 8))
 
 
 def rows() -> list[dict]:
@@ -27,26 +30,33 @@ def rows() -> list[dict]:
     from symmem.scenario import model_scenario
 
     out = []
-    for name, gpus, b, s, ac in ROWS:
+    from symmem.accounting.fsdp2_reserved import refusal, replay
+
+    for name, gpus, b, s, ac, *tp in ROWS:
+        tp = tp[0] if tp else 1
         scn = model_scenario(load_model(name)).replace(
-            profile_name="torchtitan", precision=recipe("fp32"), zero=zero_stage(3), parallel=Parallel(dp=gpus),
+            profile_name="torchtitan", precision=recipe("fp32"), zero=zero_stage(3),
+            parallel=Parallel(dp=gpus, tp=tp, sequence_parallel=True),
             b=b, s=s, recompute_name=ac, gpu_memory=80 * 10**9, gpu_name="H100")
         (m,) = memory(scn)
-        from symmem.accounting.fsdp2_reserved import replay
-
-        r = replay(scn)
+        r = replay(scn) if refusal(scn) is None else None
         ev = m.peak.event
-        out.append({"model": name, "gpus": gpus, "b": b, "s": s, "ac": ac, "states": m.states.total,
+        out.append({"model": name, "gpus": gpus, "tp": tp, "b": b, "s": s, "ac": ac, "states": m.states.total,
                     "activations": m.activation_per_microbatch, "peak": m.peak_allocated,
-                    "event": f"{ev.phase}, {ev.part}, {ev.op}", "reserved": r.peak_reserved,
-                    "replay_allocated": r.peak_allocated, "reserved_at": r.reserved_at})
+                    "event": f"{ev.phase}, {ev.part}, {ev.op}", "reserved": r and r.peak_reserved,
+                    "replay_allocated": r and r.peak_allocated,
+                    "reserved_at": r.reserved_at if r else f"not replayed: {refusal(scn).split(':')[0]}"})
     return out
 
 
 def tables() -> list[Table]:
-    body = tuple((r["model"], f"FSDP {r['gpus']}", str(r["b"]), f"{r['s']:,}", r["ac"], f"{r['states']:,}",
+    def gib(v) -> str:
+        return "-" if v is None else fmt_gib(v)
+
+    body = tuple((r["model"], f"FSDP {r['gpus']}" + (f" x TP {r['tp']}" if r["tp"] > 1 else ""), str(r["b"]),
+                  f"{r['s']:,}", r["ac"], f"{r['states']:,}",
                   fmt_gib(r["states"]), fmt_gib(r["activations"]), fmt_gib(r["peak"]), r["event"],
-                  fmt_gib(r["replay_allocated"]), fmt_gib(r["reserved"]), r["reserved_at"]) for r in rows())
+                  gib(r["replay_allocated"]), gib(r["reserved"]), r["reserved_at"]) for r in rows())
     return [Table(
         "torchtitan_configs",
         "torchtitan (FSDP2) headline configurations under the torchtitan profile, per GPU (GiB = 2^30 bytes)",
@@ -64,7 +74,10 @@ def tables() -> list[Table]:
          "the device; every layer's own RoPE cache (max_position_embeddings x head_dim/2, complex64).",
          "Held to the byte on the CPU (states and saved bytes per rank: symmem measure --framework fsdp2, "
          "tests/validate/test_fsdp2.py) through the torchtitan-cpu variant, which differs only in RMSNorm's rule.",
-         "Not modelled yet, so not in these figures: TP/CP/PP, torch.compile and Float8 (0.3.0 has no per-layer "
+         "TP (the FSDP 8 x TP 8 row) is torchtitan 0.3.0's with sequence parallelism (models/llama3/sharding.py): the "
+         "all-gathered inputs of the column-parallel linears kept whole, the vocabulary-parallel embedding's mask, "
+         "loss-parallel's FP32 log-probabilities of V/8; held to the byte on the CPU at TP 2; not replayed.",
+         "Not modelled yet, so not in these figures: CP/PP, torch.compile and Float8 (0.3.0 has no per-layer "
          "checkpointing; torchtitan-2412 has it). The timeline peak is the engine's over the saved activations, gradients and "
          "transients of the dataflow (two layers gathered, ZeRO-3's generic model). The replayed figures are the step "
          "through PyTorch's caching allocator with expandable segments (symmem/accounting/fsdp2_reserved.py) as "
