@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from symmem.errors import SymmemError
 from symmem.validate.fsdp2 import MISSING
+from symmem.validate.megatron_core.tracker import SavedPerLayer  # no torch at import
 
 
 @dataclass(frozen=True)
@@ -280,16 +281,12 @@ def _plain(t):
     return t
 
 
-def LocalSavedPerLayer(excluded):
+class LocalSavedPerLayer(SavedPerLayer):
     """`tracker.SavedPerLayer` over local tensors (`_plain`): under TP the saved tensors are DTensors."""
-    from symmem.validate.megatron_core.tracker import SavedPerLayer
 
-    class Local(SavedPerLayer):
-        def pack(self, t):
-            super().pack(_plain(t))
-            return t
-
-    return Local(excluded)
+    def pack(self, t):
+        super().pack(_plain(t))
+        return t
 
 
 def _step(rank: int, st: Settings) -> dict:
