@@ -225,7 +225,10 @@ def grouped_bars(series: list[tuple[list[float], str]], ticks: list[str], *, wid
     ax = fig.add_subplot()
     xs = range(len(ticks))
     for i, (values, label) in enumerate(series):
-        ax.bar([x + (i - (len(series) - 1) / 2) * width for x in xs], values, width, label=label)
+        # the values to 1e-9 (far below a pixel): a fitted error's last bit differs from CPU to CPU (BLAS), and
+        # through the autoscaled axis it moved tick labels 1e-10 pt, so the figure's bytes with it
+        ax.bar([x + (i - (len(series) - 1) / 2) * width for x in xs], [round(v, 9) for v in values], width,
+               label=label)
     if zero_line:
         ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xticks(list(xs), ticks, fontsize=tick_size, rotation=rotation, ha="right")
