@@ -233,3 +233,35 @@ def test_tp_9dec370_refused_and_replay_says_why(capsys):
     assert "9dec370's TP" in capsys.readouterr().err
     d = _memory(capsys, "--dp", "4", "--tp", "2")
     assert "TP 2: the replay writes FSDP's step alone" in json.dumps(d)
+
+
+def test_sweep_under_tp_equals_memory_and_says_what_it_leaves_out(capsys):
+    """torchtitan 0.3.0's sweep takes TP beside FSDP: each listed layout's peak is `symmem memory`'s at its TP and
+    DP; TP with per-op AC is a rejected configuration (the reason given); a TP row's reserved is "-", said why."""
+    argv = ["sweep", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "H100", "--profile", "torchtitan", "-b", "1",
+            "-s", "4096", "--recompute", "full,selective-op", "--pp", "1", "--global-batch-size", "8",
+            "--rank-by", "headroom", "--replay", "8"]
+    assert main([*argv, "--json", "--rejected"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["ranked"]
+    assert {r["tp"] for r in rows} == {1, 2, 4, 8}
+    assert {(r["tp"], r["recompute"]) for r in rows if r["tp"] > 1} == {(2, "full"), (4, "full"), (8, "full")}
+    for r in rows:
+        d = _memory(capsys, "--dp", str(r["dp"]), "--tp", str(r["tp"]), "-b", "1", "-s", "4096", "--recompute",
+                    r["recompute"], "--microbatches", str(r["microbatches"]))
+        assert d["stages"][0]["peak_allocated"] == r["peak_allocated"], r
+        if r["tp"] > 1:
+            # refused by the replay: TP's collectives, or (DP below 8) gradient accumulation, whichever it names first
+            assert r["reserved"] is None and r["microbatches"] == 8 // r["dp"], r
+            assert r["reserved_why"].startswith(f"TP {r['tp']}: the replay" if r["dp"] == 8 else
+                                                "the replay writes torchtitan's step without pipelining"), r
+    refused = [x for x in out["rejected"] if "per-op checkpointing under TP" in x["reason"]]
+    assert sum(x["configurations"] for x in refused) == 3  # TP 2, 4, 8 with selective-op
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    said = [ln for ln in text.splitlines() if ln.startswith("reserved '-' (rank")]
+    assert said and all("the replay writes torchtitan's step without pipelining" in ln for ln in said), text
+    # 9dec370's profile keeps TP at 1, and refuses a TP given
+    assert main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "--profile", "torchtitan-2412", "--tp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--tp = '2': profile torchtitan-2412 models FSDP (and HSDP) alone" in err and err.count("\n") == 1

@@ -106,7 +106,7 @@ def run(args) -> int:
                       "peak_not_predicted": pk.why_not or None, "phases": phases,
                       "states_match": m["states"] == p["states"], "saved_match": m["saved"] == p["saved"],
                       "start_match": None if p["start"] is None else m["start"] == p["start"],
-                      "peak_match": None if pk.why_not else all(ok for ok, _ in phases.values())})
+                      "peak_match": None if pk.why_not else all(ok is not False for ok, _ in phases.values())})
     ok = all(r["states_match"] and r["saved_match"] and r["start_match"] is not False and r["peak_match"] is not False
              for r in ranks)
     out = {"framework": "fsdp2", "torchtitan": "0.3.0", "config": args.config, "world": st.world,
@@ -131,7 +131,7 @@ def run(args) -> int:
         if r["peak_not_predicted"]:
             print(f"    each phase's most: measured, not predicted ({r['peak_not_predicted']})")
         for phase, (same, text) in r["phases"].items():
-            print(f"    {phase}: {text} ({'EQUAL' if same else 'DIFFERENT'})")
+            print(f"    {phase}: {text}" + ("" if same is None else f" ({'EQUAL' if same else 'DIFFERENT'})"))
     return 0 if ok else 1
 
 
@@ -145,10 +145,11 @@ def _phases(pk, by_phase: dict) -> dict:
     out = {}
     for phase, want in (("forward", pk.forward), ("optimizer step", pk.optimizer_step)):
         got, op = by_phase[phase]
-        out[phase] = (got == want, f"{got:,} measured at {op}, {want:,} predicted")
+        out[phase] = ((None, f"{got:,} measured at {op}, not predicted ({pk.why_not_forward})") if want is None
+                      else (got == want, f"{got:,} measured at {op}, {want:,} predicted"))
     got, op = by_phase["backward"]
     if pk.backward is None:
-        out["backward"] = (True, f"{got:,} measured at {op}, not predicted ({pk.why_not_backward})")
+        out["backward"] = (None, f"{got:,} measured at {op}, not predicted ({pk.why_not_backward})")
         return out
     moment = next((name for name, v in pk.backward.items() if v == got), None)
     floor = min(pk.backward.values())

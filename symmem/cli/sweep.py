@@ -280,15 +280,24 @@ _SWEEP_DEFAULTS = {"tp": "1,2,4,8", "cp": "1", "pp": None, "ep": None, "etp": "1
 
 
 def _fsdp_only(args, profile: str) -> None:
-    """The torchtitan profiles model FSDP (and HSDP) alone: their sweeps keep TP, CP, PP, EP and ETP at 1 unless
-    given, and refuse other values given (in one line, as `symmem memory` does)."""
+    """The torchtitan profiles model FSDP (and HSDP), and torchtitan 0.3.0's TP with sequence parallelism
+    (`--profile torchtitan`, not 9dec370's `torchtitan-2412`): their sweeps keep CP, PP, EP and ETP at 1 unless given,
+    and refuse other values given (in one line, as `symmem memory` does); TP is swept over its default values where
+    the profile models it, else kept at 1."""
+    from symmem.profiles import TORCHTITAN_9DEC370
+
+    tp_modelled = profile != TORCHTITAN_9DEC370
     for axis, default in _SWEEP_DEFAULTS.items():
+        if axis == "tp" and tp_modelled:
+            continue
         given = getattr(args, axis)
         if given is None or given == default:
             setattr(args, axis, "1")
         elif any(v != 1 for v in _array(given, f"--{axis}", maximum=num.MAX_PARALLEL).tolist()):
-            raise SymmemError(f"--{axis} = {given!r}: profile {profile} models FSDP (and HSDP) alone; TP, CP, PP and EP "
-                              "stay 1 (leave the flag out)")
+            held = "TP, CP, PP and EP stay" if axis == "tp" or not tp_modelled else "CP, PP and EP stay"
+            raise SymmemError(f"--{axis} = {given!r}: profile {profile} models FSDP (and HSDP)"
+                              f"{'' if tp_modelled else ' alone'}{' and TP' if tp_modelled else ''}; {held} 1 "
+                              "(leave the flag out)")
 
 
 def _global_batch(args, scn, gpus: int, axes: dict) -> int | None:
@@ -391,7 +400,7 @@ def _counts(summary) -> dict:
 
 def _ranked(summary) -> list[dict]:
     timed = ("time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "global_batch_size", "reserved",
-             "reserved_stage")
+             "reserved_stage", "reserved_why")
     return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}, **{k: r[k] for k in timed if k in r}}
             for i, r in enumerate(summary.ranked)]
 
@@ -463,6 +472,12 @@ def _text(summary, top: int, rejected: bool) -> str:
                 f"{(format(r['time_s'], '.3f') if 'time_s' in r else '-'):>7} "
                 f"{(format(r['tokens_per_s_per_gpu'], ',.0f') if 'time_s' in r else '-'):>9} "
                 f"{(format(r['mfu'], '.1%') if 'time_s' in r else '-'):>5}  {r['event']}")
+        why: dict[str, list[int]] = {}
+        for r in _ranked(summary):
+            if r.get("reserved_why"):
+                why.setdefault(r["reserved_why"], []).append(r["rank"])
+        for reason, ranks in why.items():  # a "-" under reserved says why
+            lines.append(f"reserved '-' (rank {', '.join(map(str, ranks))}): {reason}")
     else:
         lines.append("no configuration fits")
     from symmem.hardware import has_speeds, no_speeds_note

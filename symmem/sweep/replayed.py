@@ -13,20 +13,23 @@ REPLAYED = 5  # listed configurations replayed by default (`symmem sweep --repla
 
 def with_reserved(space, records: list[dict], first: int = REPLAYED) -> list[dict]:
     """`records` with `reserved` (bytes, the largest derived reserved over the configuration's stages; None where
-    a replay is refused or the row is past the `first` replayed) and `reserved_stage`; unchanged when the profile
-    says no allocation order or `first` is 0."""
-    from symmem.accounting.reserved import stage_reserved
+    a replay is refused or the row is past the `first` replayed), `reserved_stage`, and `reserved_why` (why
+    `reserved` is None, else None); unchanged when the profile says no allocation order or `first` is 0."""
+    from symmem.accounting.reserved import replay_refusal, stage_reserved
 
     if not space.base.profile.allocation_order or not first:
         return records
     out = []
     for i, r in enumerate(records):
         if i >= first:
-            out.append({**r, "reserved": None, "reserved_stage": None})
+            out.append({**r, "reserved": None, "reserved_stage": None,
+                        "reserved_why": f"past the first {first} listed (--replay N replays more)"})
             continue
         scn = scenario_of(space, r)
-        by_stage = [(stage_reserved(scn, st), st.index) for st in scn.stages]
-        known = [x for x in by_stage if x[0] is not None]
-        top = max(known) if known and len(known) == len(by_stage) else (None, None)
-        out.append({**r, "reserved": top[0], "reserved_stage": top[1]})
+        refused = [why for why in (replay_refusal(scn, st) for st in scn.stages) if why is not None]
+        if refused:
+            out.append({**r, "reserved": None, "reserved_stage": None, "reserved_why": refused[0]})
+            continue
+        top = max((stage_reserved(scn, st), st.index) for st in scn.stages)
+        out.append({**r, "reserved": top[0], "reserved_stage": top[1], "reserved_why": None})
     return out

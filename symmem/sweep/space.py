@@ -332,7 +332,11 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
         if space.global_batch is not None and b * scn.m * dp != space.global_batch:
             rejected[ordinal] = global_batch_reason(space.global_batch)
             continue
-        mems = memory(scn)
+        try:
+            mems = memory(scn)  # a profile may refuse a configuration (torchtitan: TP with per-op checkpointing)
+        except SymmemError as e:
+            rejected[ordinal] = str(e)
+            continue
         top = max(mems, key=lambda m: (m.peak_allocated, -m.stage.index))  # the stage with the highest peak
         pk = top.peak
         low, high = top.reserved

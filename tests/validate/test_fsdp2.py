@@ -143,10 +143,12 @@ MATRIX = {
                                                     "reshard_after_forward": False},
     # torchtitan 0.3.0's TP with sequence parallelism (models/llama3/sharding.py): the all-gathered inputs of the
     # column-parallel linears kept whole, the vocabulary mask, loss-parallel's log-probabilities
-    # (symmem/rules/torchtitan.py `under_tp`); FSDP then shards each TP shard on dim 0. The step's peaks: not predicted
+    # (symmem/rules/torchtitan.py `under_tp`); FSDP then shards each TP shard on dim 0. The step's start and optimizer
+    # step are FSDP's forms over TP's local shards; its forward and backward peaks: not predicted
     "fsdp1-tp2": {"tp": 2, "vocab": 256},
     "fsdp1-tp2-full-ac": {"tp": 2, "vocab": 256, "ac": "full"},
     "fsdp2-tp2-no-reshard-b2": {"world": 4, "tp": 2, "vocab": 256, "b": 2, "reshard_after_forward": False},
+    "hsdp-2x1-tp2": {"world": 4, "replicate": 2, "tp": 2, "vocab": 256},
 }
 
 
@@ -163,10 +165,11 @@ def test_profile_equals_the_run_on_every_rank(case):
         assert m["states"] == p["states"] and m["saved"] == p["saved"], (case, m["rank"])
         # the live bytes when the step begins, and each phase's most where the closed forms hold (peak.covered)
         pk, by_phase = p["peaks"], m["peak_by_phase"]
-        if st.tp > 1:  # FSDP's step closed forms do not hold TP's collectives
-            assert p["start"] is None and pk.why_not.startswith("TP 2"), case
-            continue
         assert m["start"] == p["start"], (case, m["rank"])
+        if st.tp > 1:  # the start and the optimizer step hold no TP collective; the forward and backward are not written
+            assert by_phase["optimizer step"][0] == pk.optimizer_step, (case, m["rank"])
+            assert pk.forward is None and pk.backward is None and pk.why_not_forward.startswith("TP 2"), case
+            continue
         if pk.why_not:
             assert case in NOT_PREDICTED, (case, pk.why_not)
             continue
@@ -217,3 +220,24 @@ def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, caps
         assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), *extra]) == 2
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1, err
+
+
+def test_measure_cli_under_tp_says_which_phases_it_predicts(tmp_path, capsys):
+    """FSDP 1 x TP 2: the start and the optimizer step predicted and equal; the forward and backward measured and
+    said not predicted, with no verdict beside them (an unpredicted phase is neither EQUAL nor DIFFERENT)."""
+    import json
+
+    from symmem.cli.main import main
+    from symmem.validate.fsdp2.predict import hf_config
+
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps(hf_config(Settings(ffn_hidden=256, vocab=256))))
+    assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), "--dp", "1", "--tp", "2", "-b", "1", "-s",
+                 "32"]) == 0
+    text = capsys.readouterr().out
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert sum(ln.startswith("optimizer step: ") and ln.endswith("(EQUAL)") for ln in lines) == 2, text
+    for phase in ("forward: ", "backward: "):
+        said = [ln for ln in lines if ln.startswith(phase)]
+        assert len(said) == 2 and all("not predicted (TP 2:" in ln and "EQUAL" not in ln for ln in said), text
+    assert text.count("live at the start") == 2 and "(DIFFERENT)" not in text and "start" in text

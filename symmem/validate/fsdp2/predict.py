@@ -78,15 +78,13 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals,
                          axes=scn.parallel.axis_sizes())
     n = shard_degree(scn)
-    from symmem.validate.fsdp2.peak import Peaks, peaks
+    from symmem.validate.fsdp2.peak import peaks
 
     out = []
     for rank in range(st.world):
-        r = rank_states(params, n, (rank // st.tp) % n, step_on_device=True)  # tp innermost in the mesh
-        # the phase peaks' closed forms are FSDP's alone: under TP not written (its collectives' buffers)
-        pk = (peaks(st, scn, params, rank % n, layer) if st.tp == 1 else
-              Peaks(None, None, None, None, f"TP {st.tp} (the step's closed forms are FSDP's alone, without TP's "
-                                            "collectives and their buffers)"))
+        shard = (rank // st.tp) % n  # its index in the shard group: tp innermost in the mesh, then fsdp
+        r = rank_states(params, n, shard, step_on_device=True)
+        pk = peaks(st, scn, params, shard, layer)
         out.append({"rank": rank, "start": pk.start, "peaks": pk,
                     "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
