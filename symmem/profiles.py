@@ -304,10 +304,6 @@ def _torchtitan_check(scn) -> None:
         if not par.sequence_parallel:
             raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} without sequence parallelism is not modelled "
                               "(torchtitan's default, enable_sequence_parallel, is on); drop --no-sequence-parallel")
-        if scn.recompute_name == "selective-op":
-            raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} with recompute selective-op: per-op "
-                              "checkpointing under TP is not modelled (its save list holds the collectives); use "
-                              "--recompute none, full or selective-layer:N")
     if scn.precision.low_precision is not None and scn.recompute_name == "selective-op":
         # a Float8 linear runs aten._scaled_mm, which per-op AC's every-other-mm rule does not count: 0.3.0's save
         # list keeps every one (PyTorch's compute-intensive ops, torch/_functorch/partitioners.py

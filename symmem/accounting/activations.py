@@ -16,7 +16,7 @@ from symmem.accounting.recompute import LAYER_TAG, Policy, Recompute
 from symmem.errors import SymmemError
 from symmem.graph import AxisSizes, Dataflow, DType, Op, Tensor, local_size
 from symmem.model import Part
-from symmem.rules import RuleSet
+from symmem.rules import RuleSet, Saved
 from symmem.symbols import E_tok
 
 
@@ -93,14 +93,17 @@ def sac_kept(flow: Dataflow, rules: RuleSet) -> tuple[Kept, ...]:
         for t in op.inputs:
             if t not in made and t not in kept:
                 kept[t] = Kept(flow.tensors[t], op.name, op.block, "checkpoint: input of the layer (per-op AC)")
-    for op, why in _sac_cached(flow, rules):
-        for t in op.outputs:
-            kept.setdefault(t, Kept(flow.tensors[t], op.name, op.block, why))
+    for op, _whole, cached in _sac_cached(flow, rules):
+        for sv in cached:
+            kept.setdefault(sv.tensor.name, Kept(sv.tensor, op.name, op.block, sv.why))
     return tuple(kept.values())
 
 
-def _sac_cached(flow: Dataflow, rules: RuleSet) -> list[tuple[Op, str]]:
-    """The layer's ops whose outputs per-op AC's policy answers MUST_SAVE (`sac_kept`), with why."""
+def _sac_cached(flow: Dataflow, rules: RuleSet) -> list[tuple[Op, bool, tuple[Saved, ...]]]:
+    """The layer's ops of which per-op AC's cache holds something (`sac_kept`): (op, whether the op's own output is
+    cached, so that the recomputation does not run it, what is cached, with why). What is cached is the op's
+    outputs when its policy answers MUST_SAVE, unless the rule set says otherwise (`RuleSet.sac_cached`: under TP a
+    row-parallel product's reduce-scatter output is on the save list whatever the product's count)."""
     count = 0
     decided: dict[object, bool] = {}  # a GEMM group -> saved or not (its members are one matrix product)
 
@@ -117,10 +120,18 @@ def _sac_cached(flow: Dataflow, rules: RuleSet) -> list[tuple[Op, str]]:
             if g not in decided:
                 count += 1
                 decided[g] = count % 2 == 1
-            if decided[g]:
-                out.append((op, f"per-op AC: output of matrix product {count} ({op.name}), odd: saved"))
+            whole = decided[g]
+            why = f"per-op AC: output of matrix product {count} ({op.name}), {'odd: saved' if whole else 'even'}"
         elif op.kind in rules.sac_saved_kinds or "routing_decision" in op.tags:
-            out.append((op, f"per-op AC: output of {op.kind} {op.name}, on the save list"))
+            whole, why = True, f"per-op AC: output of {op.kind} {op.name}, on the save list"
+        else:
+            continue
+        if rules.sac_cached is not None:
+            cached = tuple(rules.sac_cached(op, flow, whole, why))
+        else:
+            cached = tuple(Saved(flow.tensors[t], why) for t in op.outputs) if whole else ()
+        if cached:
+            out.append((op, whole, cached))
     return out
 
 
@@ -138,7 +149,7 @@ def runs_again(op: Op, flow: Dataflow, rules: RuleSet, policy: Policy) -> bool:
 
 @lru_cache(maxsize=256)
 def _cached_names(flow: Dataflow, rules: RuleSet) -> frozenset[str]:
-    return frozenset(op.name for op, _ in _sac_cached(flow, rules))
+    return frozenset(op.name for op, whole, _ in _sac_cached(flow, rules) if whole)
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,6 @@ def _settings(raw: dict, args, name: str):
         if args.s % tp:
             raise SymmemError(f"--tp = {tp}: must divide -s = {args.s} (sequence parallelism splits the sequence; "
                               "torchtitan/trainer.py:306-315)")
-        if args.ac == "selective-op":
-            raise SymmemError("--ac = 'selective-op' with --tp: per-op checkpointing under TP is not modelled")
     if args.ac not in AC and not _layer_ac(args.ac):
         raise SymmemError(f"--ac = {args.ac!r}: one of {', '.join(AC)}, or selective-layer:N (every N-th block "
                           "checkpointed, N a whole number from 1)")

@@ -42,6 +42,9 @@ class RuleSet:
     # and the ops the framework runs as one matrix product (torchtitan's fused wqkv), counted once.
     sac_saved_kinds: frozenset[str] = frozenset({"sdpa_flash", "sdpa_efficient"})
     gemm_groups: tuple[frozenset[str], ...] = ()
+    # What per-op AC's cache holds of a layer op, given whether its policy answers MUST_SAVE for the op itself and
+    # why: (op, flow, whole, why) -> saved; None: the op's outputs when it does (`activations.sac_kept`)
+    sac_cached: Callable[[Op, Dataflow, bool, str], list[Saved]] | None = None
 
     def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
         try:

@@ -179,6 +179,21 @@ def _embedding_tp(op: Op, flow: Dataflow) -> list[Saved]:
                   f"mask of the ids in this rank's vocabulary rows ({op.name}, activation dtype)")]
 
 
+def _sac_cached_tp(op: Op, flow: Dataflow, whole: bool, why: str) -> list[Saved]:
+    """Per-op AC's cache under TP (torchtitan/distributed/activation_checkpoint.py:60-93: the save list holds
+    `_c10d_functional.reduce_scatter_tensor` beside the compute-intensive ops). A row-parallel product (wo, w2: its
+    output split over the sequence) is a local mm of the full sequence, a partial sum, then a reduce-scatter to s/T
+    rows: when the mm is counted odd its full-sequence partial output is cached, and the reduce-scatter's output is
+    cached whatever the count (measured: FSDP 1 x TP 2, tests/validate/test_fsdp2.py)."""
+    outs = [flow.tensors[t] for t in op.outputs]
+    if op.kind == "linear" and not _split_over_sp(flow.tensors[op.inputs[0]]) and _split_over_sp(outs[0]):
+        y = outs[0]
+        partial = [Saved(Tensor(f"{y.name}.partial", _sp_free(y), y.dtype),
+                         f"{why}: the local mm's full-sequence partial sum")] if whole else []
+        return [*partial, Saved(y, f"per-op AC: reduce-scatter output of row-parallel {op.name}, on the save list")]
+    return [Saved(t, why) for t in outs] if whole else []
+
+
 def _loss_parallel_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[Saved]:
     """`_LossParallelCrossEntropy`'s FP32 transients of the local logits' size (components/loss.py:128-158, :196-213):
     in the forward `logits_2d = .float()` and `shifted` beside the saved log-probabilities; in the backward
@@ -196,4 +211,4 @@ def under_tp(base: RuleSet) -> RuleSet:
         base, name=f"{base.name}+tp", description=base.description + "; under TP with sequence parallelism",
         rules={**base.rules, "linear": _linear_tp, "embedding": _embedding_tp,
                "cross_entropy": torch_eager._cross_entropy},
-        workspaces={**base.workspaces, "cross_entropy": _loss_parallel_workspace})
+        workspaces={**base.workspaces, "cross_entropy": _loss_parallel_workspace}, sac_cached=_sac_cached_tp)

@@ -333,7 +333,7 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
             rejected[ordinal] = global_batch_reason(space.global_batch)
             continue
         try:
-            mems = memory(scn)  # a profile may refuse a configuration (torchtitan: TP with per-op checkpointing)
+            mems = memory(scn)  # a profile may refuse a configuration (torchtitan 9dec370: TP; Float8 with per-op AC)
         except SymmemError as e:
             rejected[ordinal] = str(e)
             continue
