@@ -76,7 +76,10 @@ def tables() -> list[Table]:
          "tests/validate/test_fsdp2.py) through the torchtitan-cpu variant, which differs only in RMSNorm's rule.",
          "TP (the FSDP 8 x TP 8 row) is torchtitan 0.3.0's with sequence parallelism (models/llama3/sharding.py): the "
          "all-gathered inputs of the column-parallel linears kept whole, the vocabulary-parallel embedding's mask, "
-         "loss-parallel's FP32 log-probabilities of V/8; held to the byte on the CPU at TP 2; not replayed.",
+         "loss-parallel's FP32 log-probabilities of V/8; at b = 1 each all-gather's output and the custom op's copy "
+         "held until the backward beside the gathered input (torch/distributed/_functional_collectives.py: the view "
+         "path of a gather along the sequence; here lm_head's only, the blocks run under full AC); held to the byte "
+         "on the CPU at TP 2; not replayed.",
          "Not modelled yet, so not in these figures: CP/PP, torch.compile and Float8 (0.3.0 has no per-layer "
          "checkpointing; torchtitan-2412 has it). The timeline peak is the engine's over the saved activations, gradients and "
          "transients of the dataflow (two layers gathered, ZeRO-3's generic model). The replayed figures are the step "

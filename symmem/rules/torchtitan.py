@@ -172,6 +172,35 @@ def _linear_tp(op: Op, flow: Dataflow) -> list[Saved]:
     return torch_eager.RULES.rules["linear"](op, flow)
 
 
+# The suffixes of the tensors an all-gather at micro-batch 1 leaves alive beside the gathered input, held until the
+# backward by the autograd graph though no op saves them for backward (no saved-tensor hook sees them): the
+# prediction's "saved" leaves them out, the memory keeps them (`symmem.validate.fsdp2.predict.held_per_block`)
+HELD_NOT_SAVED = (".gather_output", ".gather_wrapped")
+
+
+def _linear_tp_b1(op: Op, flow: Dataflow) -> list[Saved]:
+    """`_linear_tp` at micro-batch 1, where the all-gather of a column-parallel linear's input holds two more copies
+    of the full-sequence input until the backward.
+
+    DTensor's redistribution Shard(1) -> Replicate calls `funcol.all_gather_tensor(..., gather_dim=1)`
+    (torch/distributed/_functional_collectives.py:207-223): `all_gather_into_tensor` gathers along dim 0 into a
+    [T*b, s/T, h] buffer, `_maybe_wrap_tensor` wraps it through the `_wrap_tensor_autograd` custom op (:1324-1343)
+    and `_maybe_view_chunk_cat` turns it into [b, s, h]. With b = 1 the buffer's first dim is T and the result is a
+    view of it (the view optimization, :213-221; torch/_utils.py `_maybe_view_chunk_cat`), so the autograd graph of
+    the view chain holds the gather's output and the custom op's output, two storages of the gathered input's size
+    besides the one the matrix product saves. With b >= 2 the chunks are concatenated (`torch.cat`) into a fresh
+    tensor and the two are freed. Measured on the CPU (torch 2.13.0, FSDP 1 x TP 2 and FSDP 2 x TP 2, b = 1: 16,384
+    bytes per block beyond the saved bytes, at dim 64, s 32, BF16: two gathers, wqkv's and w1/w3's, two copies each;
+    none at b = 2, none under full or per-op AC, whose forward keeps no graph; tests/validate/test_fsdp2.py)."""
+    kept = _linear_tp(op, flow)
+    x, y = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    if not (_split_over_sp(x) and not _split_over_sp(y)):
+        return kept
+    return [*kept, *(Saved(Tensor(f"{x.name}{suffix}", _sp_free(x), x.dtype),
+                           f"{what} of the all-gather of {op.name}'s input, held by the autograd graph at b = 1")
+                     for suffix, what in zip(HELD_NOT_SAVED, ("the output", "the custom op's copy")))]
+
+
 def _embedding_tp(op: Op, flow: Dataflow) -> list[Saved]:
     ids = flow.tensors[op.inputs[0]]
     return [*torch_eager.RULES.rules["embedding"](op, flow),
@@ -205,10 +234,13 @@ def _loss_parallel_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[S
 
 
 @lru_cache(maxsize=8)
-def under_tp(base: RuleSet) -> RuleSet:
-    """`base` (a torchtitan 0.3.0 rule set) under TP with sequence parallelism (above)."""
+def under_tp(base: RuleSet, one_sequence: bool = False) -> RuleSet:
+    """`base` (a torchtitan 0.3.0 rule set) under TP with sequence parallelism (above); `one_sequence`: at
+    micro-batch 1, where each all-gather holds two more copies (`_linear_tp_b1`)."""
+    name, linear, more = (f"{base.name}+tp-b1", _linear_tp_b1, "; at micro-batch 1") if one_sequence else (
+        f"{base.name}+tp", _linear_tp, "")
     return dataclasses.replace(
-        base, name=f"{base.name}+tp", description=base.description + "; under TP with sequence parallelism",
-        rules={**base.rules, "linear": _linear_tp, "embedding": _embedding_tp,
+        base, name=name, description=base.description + "; under TP with sequence parallelism" + more,
+        rules={**base.rules, "linear": linear, "embedding": _embedding_tp,
                "cross_entropy": torch_eager._cross_entropy},
         workspaces={**base.workspaces, "cross_entropy": _loss_parallel_workspace}, sac_cached=_sac_cached_tp)

@@ -149,6 +149,10 @@ MATRIX = {
     "fsdp1-tp2-full-ac": {"tp": 2, "vocab": 256, "ac": "full"},
     "fsdp2-tp2-no-reshard-b2": {"world": 4, "tp": 2, "vocab": 256, "b": 2, "reshard_after_forward": False},
     "hsdp-2x1-tp2": {"world": 4, "replicate": 2, "tp": 2, "vocab": 256},
+    # what a block leaves alive beyond its saved tensors: at b = 1 each all-gather's output and the custom op's copy
+    # (two more [b, s, h] per gather, `_linear_tp_b1`), at b = 2 nothing (the gather's chunks concatenated)
+    "fsdp2-tp2-3-layers": {"world": 4, "tp": 2, "vocab": 256, "n_layers": 3},
+    "fsdp1-tp2-3-layers-b2": {"tp": 2, "vocab": 256, "n_layers": 3, "b": 2},
     # per-op AC under TP: beside the odd products' outputs, the reduce-scatter outputs of wo and w2 (on the save list)
     # and w2's full-sequence partial sum (its mm counted odd), `_sac_cached_tp`
     "fsdp1-tp2-selective-op-ac": {"tp": 2, "vocab": 256, "ac": "selective-op"},
@@ -165,9 +169,30 @@ def test_profile_equals_the_run_on_every_rank(case):
     measured, pred = run(st), predicted(st)
     assert len(measured) == st.world
     retried = False
-    for m, p in zip(measured, pred, strict=True):
+
+    assert len(pred) == st.world
+    for i, p in enumerate(pred):
+        m = measured[i]  # after a fresh run (below), the later ranks are the fresh run's
         assert m["states_by_kind"] | {"other": 0} == p["states_by_kind"] | {"other": 0, "total": m["states"]}, case
         assert m["states"] == p["states"] and m["saved"] == p["saved"], (case, m["rank"])
+        if m["head_growth"] > p["head_growth"] and not retried:
+            # seen once (fsdp2-tp2-selective-op-ac-3-layers-b2, rank 1: +12,288 B, lm_head's gather's input and
+            # output [2, 16, 64] + [4, 16, 64] BF16 still held by gloo's work; equal in the other ranks and in a
+            # fresh run): a growth above the prediction gets one fresh run of the case, which must be equal
+            retried = True
+            measured = run(st)
+            m = measured[m["rank"]]
+        if st.n_layers >= 3 and st.reshard_after_forward and not st.ac.startswith("selective-layer"):
+            # what an interior block leaves alive for the backward, saved or only held by the autograd graph
+            # (under TP at b = 1 each all-gather's two more copies, rules/torchtitan.py `_linear_tp_b1`): the live
+            # bytes grow by it from one block's end to the next's, once the first block's parameters are resharded.
+            # (At a block's end the caller still holds the block's input: with every block under one policy the
+            # input dropped and the output made are the same size; under per-layer AC, where a checkpointed block
+            # saves its input and the next does not, they are not, so those cases are left out.)
+            held = m["held_after_block"]
+            assert held["layer 2"] - held["layer 1"] == p["held_per_block"]["layer 2"], (case, m["rank"], held)
+        # the same of the final norm and lm_head (under TP at b = 1 the gather of lm_head's input holds two more)
+        assert m["head_growth"] == p["head_growth"], (case, m["rank"])
         # the live bytes when the step begins, and each phase's most where the closed forms hold (peak.covered)
         pk, by_phase = p["peaks"], m["peak_by_phase"]
         assert m["start"] == p["start"], (case, m["rank"])

@@ -50,28 +50,36 @@ def scenario(st, raw: dict | None = None):
 
 
 def predicted(st, raw: dict | None = None) -> list[dict]:
-    """Per rank: `states` (bytes, by kind), `saved` (per block, and outside the blocks), the live bytes at the
-    step's `start` and each phase's most (`peaks`: `peak.Peaks`, None where the closed forms were not checked)."""
+    """Per rank: `states` (bytes, by kind), `saved` (per block, and outside the blocks), `held_per_block` (per block:
+    its saved bytes and what the autograd graph holds beside them, the growth of the live bytes over the block's
+    forward), the live bytes at the step's `start` and each phase's most (`peaks`: `peak.Peaks`, None where the
+    closed forms were not checked)."""
     from symmem.accounting.analysis import stage_terms, values
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.fsdp import fsdp_params, rank_states, shard_degree
 
     from symmem.model import stage_parts
+    from symmem.rules.torchtitan import HELD_NOT_SAVED
 
     scn = scenario(st, raw)
     (stage,) = scn.stages
     vals = values(scn)
 
-    def per_part(sc) -> dict[str, int]:
+    def per_part(sc, held: bool = False) -> dict[str, int]:
+        """Bytes per part: saved for backward, or (`held`) all the forward leaves alive for the backward,
+        including what the autograd graph holds beside the saved tensors (`torchtitan.HELD_NOT_SAVED`)."""
         out: dict[str, int] = {}
         for t in stage_terms(sc, stage):
-            out[t.part] = out.get(t.part, 0) + ceil_int(evaluate(t.nbytes, vals))
+            if held or not t.tensor.endswith(HELD_NOT_SAVED):
+                out[t.part] = out.get(t.part, 0) + ceil_int(evaluate(t.nbytes, vals))
         return out
 
     # one block's saved bytes under the policy each block runs (per-layer checkpointing: full or none by layer)
-    by_policy = {pol: per_part(scn.replace(recompute_name=pol.label))
-                 for pol in {scn.policy.for_layer(i) for i in range(st.n_layers)}}
+    policies = {scn.policy.for_layer(i) for i in range(st.n_layers)}
+    by_policy = {pol: per_part(scn.replace(recompute_name=pol.label)) for pol in policies}
     block = {pol: sum(v for k, v in pp.items() if k.endswith("layers")) for pol, pp in by_policy.items()}
+    held = {pol: sum(v for k, v in per_part(scn.replace(recompute_name=pol.label), held=True).items()
+                     if k.endswith("layers")) for pol in policies}
     outside = sum(v for k, v in per_part(scn).items() if not k.endswith("layers"))
     layer = block.get(scn.policy, 0)
     saved = {f"layer {i}": block[scn.policy.for_layer(i)] for i in range(st.n_layers)}
@@ -80,6 +88,7 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     n = shard_degree(scn)
     from symmem.validate.fsdp2.peak import peaks
 
+    head = head_growth(scn, stage, vals)
     out = []
     for rank in range(st.world):
         shard = (rank // st.tp) % n  # its index in the shard group: tp innermost in the mesh, then fsdp
@@ -89,5 +98,34 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
                     "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
                     "states": r.total,
-                    "saved": {**saved, "outside layers": outside}})
+                    "saved": {**saved, "outside layers": outside},
+                    "held_per_block": {f"layer {i}": held[scn.policy.for_layer(i)] for i in range(st.n_layers)},
+                    "head_growth": head})
     return out
+
+
+def head_growth(scn, stage, vals) -> int:
+    """The growth of the live bytes from the final norm's start to lm_head's end (the runner's `head_growth`): what
+    the norm and lm_head leave for the backward, saved or only held (under TP at b = 1 the two more copies of the
+    all-gather, `torchtitan._linear_tp_b1`), and the logits, less the last block's output, the norm's input, which
+    the caller lets go (torchtitan/models/common/decoder.py:240-247 `h = self.norm(h)`; under TP the norm's
+    sequence-sharded output is gathered at its own output, decoder_sharding.py:119-139, and the caller holds the
+    gathered tensor, which lm_head saves)."""
+    import sympy
+
+    from symmem.accounting.activations import tensor_bytes
+    from symmem.accounting.analysis import stage_terms
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.model import stage_parts
+
+    (part,) = [p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl) if p.name == "head"]
+    ops = {op.kind: op for op in part.flow.ops}
+    norm, lm_head = ops["rmsnorm"], ops["linear"]
+    kept = sum(ceil_int(evaluate(t.nbytes, vals)) for t in stage_terms(scn, stage)
+               if t.part == "head" and t.op in (norm.name, lm_head.name))
+    axes = scn.parallel.axis_sizes()
+
+    def size(name: str) -> int:
+        return ceil_int(evaluate(tensor_bytes(part.flow.tensors[name], axes, scn.act_bytes, sympy.Integer(0)), vals))
+
+    return kept + size(lm_head.outputs[0]) - size(norm.inputs[0])

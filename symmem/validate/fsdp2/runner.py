@@ -15,6 +15,10 @@ forward on random tokens, torchtitan's `cross_entropy_loss` (sum) divided by the
   dim 0 to a multiple of the shard degree; the local shard is a view of the padded storage);
 * `saved`: per transformer block, bytes saved for backward (`tracker.SavedPerLayer`; the all-gathered parameters
   and the buffers are excluded), counted when the forward ends;
+* `held_after_block`: the live bytes when each block's forward returns; between two interior blocks they grow by
+  what the block leaves for the backward, its saved tensors and what the autograd graph holds beside them;
+* `head_growth`: the growth of the live bytes from the final norm's start to lm_head's end (what the two leave for
+  the backward and the logits, less the norm's input);
 * `peak`: the most bytes of live storages at any op boundary over forward, backward and the optimizer step, with
   the op and phase at it (`tracker.tracker_class`, extended to follow storages that FSDP2 resizes in place).
 
@@ -112,8 +116,10 @@ def build_model(st: Settings):
 def parallel_dims(st: Settings):
     """torchtitan's ParallelDims of the run, its meshes built on the CPU, with the DTensor backend
     (`spmd_backend = "partial_dtensor"`, config/configs.py:163; parallelize.py:52-53 applies TP through
-    `model.parallelize`): the trainer's default `spmd_types` keeps plain local tensors and needs the trainer's
-    input annotations, and the bytes are the same (both measured)."""
+    `model.parallelize`). The trainer's default, `spmd_types`, keeps plain local tensors and needs the trainer's
+    input annotations; with FSDP it fails in torch 2.13.0 (`fully_shard` over its `dp_mesh_dims`: "all parameters
+    must be DTensors", torch/distributed/fsdp/_fully_shard/_fsdp_param.py:345), so the measurements are DTensor
+    TP's."""
     import torchtitan.distributed.parallel_dims as pdm
     import torchtitan.distributed.utils as du
     from torchtitan.distributed import ParallelDims
@@ -336,11 +342,32 @@ def _step(rank: int, st: Settings) -> dict:
             excluded.add(stg)
             unsharded[name] = unsharded.get(name, 0) + stg.nbytes()
 
+    # the live bytes when each block's forward returns (after FSDP's own post-forward hook, registered first, has
+    # resharded): between two blocks they grow by what the block leaves for the backward, saved or only held
+    held_after: dict[str, int] = {}
+    live: list = []  # the tracker, once made
+
+    def block_done(name):
+        saved.layer = None
+        if live:
+            held_after[name] = sum(n for _k, n in live[0]._sizes())  # no peak bookkeeping: not an op boundary
+
+    # and from the final norm's start to the output projection's end: the norm's and lm_head's saved and held
+    # tensors and the logits, less the last block's output (the norm's input, which the caller lets go)
+    head_live: dict[str, int] = {}
+
+    def head_mark(key):
+        if live:
+            head_live[key] = sum(n for _k, n in live[0]._sizes())
+
+    model.norm.register_forward_pre_hook(lambda mod, args: head_mark("before norm"))
+    model.lm_head.register_forward_hook(lambda mod, args, out: head_mark("after lm_head"))
+
     for layer_id, block in blocks:
         name = f"layer {layer_id}"
         block.register_forward_pre_hook(lambda mod, args, name=name: (gathered(name, mod),
                                                                        setattr(saved, "layer", name))[-1])
-        block.register_forward_hook(lambda mod, args, out: setattr(saved, "layer", None))
+        block.register_forward_hook(lambda mod, args, out, name=name: block_done(name))
     def root_gathered(mod, args):  # the root's own parameters (its children but the blocks); returns None
         for m in mod.children():
             if m is not mod.layers:
@@ -355,6 +382,7 @@ def _step(rank: int, st: Settings) -> dict:
     inputs, labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
 
     tracker = fsdp_tracker_class()()
+    live.append(tracker)
     gc.collect()
     with tracker:
         tracker.add_tensors(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
@@ -407,7 +435,8 @@ def _step(rank: int, st: Settings) -> dict:
             "peak_by_phase": tracker.by_phase, "at_peak": _summary(tracker.at_peak), "start": start, "end": end,
             "states": states["total"], "states_by_kind": states, "params": params,
             "saved": dict(sorted(saved_layers.items(), key=lambda kv: (kv[0] == "outside layers", kv[0]))),
-            "saved_detail": saved_detail, "unsharded_param_bytes": unsharded}
+            "saved_detail": saved_detail, "unsharded_param_bytes": unsharded, "held_after_block": held_after,
+            "head_growth": head_live["after lm_head"] - head_live["before norm"]}
 
 
 def _state_bytes(model, optimizer) -> dict:
