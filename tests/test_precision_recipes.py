@@ -136,3 +136,21 @@ def test_sweep_bounds_the_one_by_one_path(capsys):
                  "-s", "1024-65536:x2"]) == 2
     err = capsys.readouterr().err
     assert "one by one" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_recipe_keeps_every_field_of_the_rule_set_it_wraps():
+    # with_precision once rebuilt the rule set field by field and dropped per-op AC's save list, the GEMM groups and
+    # TP's cache rule (torchtitan's wqkv counted as three products, the reduce-scatter outputs not cached)
+    import dataclasses
+
+    from symmem.precision.apply import with_precision
+    from symmem.precision.recipes import RECIPES
+    from symmem.rules.torchtitan import RULES, under_tp
+
+    base = under_tp(RULES)
+    wrapped = with_precision(base, RECIPES["te-current"])
+    assert wrapped.name == "torchtitan+tp+te-current" and wrapped.rules is not base.rules
+    for f in dataclasses.fields(base):
+        if f.name not in ("name", "description", "rules"):
+            assert getattr(wrapped, f.name) == getattr(base, f.name), f.name
+    assert wrapped.sac_cached is not None and wrapped.gemm_groups and wrapped.sac_saved_kinds == {"sdpa_flash"}

@@ -4,6 +4,7 @@ of what the op keeps (`LowPrecision.transform`). Every reading of the rule set (
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 from symmem.graph import Dataflow, Op
@@ -23,6 +24,7 @@ def with_precision(rules: RuleSet, precision) -> RuleSet:
     lp = precision.low_precision
     if lp is None or not lp.changes_saved:
         return rules
-    return RuleSet(f"{rules.name}+{lp.name}", f"{rules.description}; saved tensors under {lp.name}",
-                   {kind: _wrapped(rule, lp) for kind, rule in rules.rules.items()}, rules.context_parallel,
-                   rules.workspaces, rules.grad_in_place, rules.fused_tags)
+    # every other field carried over (per-op AC's save list, GEMM groups and cache rule among them)
+    return dataclasses.replace(rules, name=f"{rules.name}+{lp.name}",
+                               description=f"{rules.description}; saved tensors under {lp.name}",
+                               rules={kind: _wrapped(rule, lp) for kind, rule in rules.rules.items()})
