@@ -273,3 +273,45 @@ def test_measure_cli_under_tp_says_which_phases_it_predicts(tmp_path, capsys):
         said = [ln for ln in lines if ln.startswith(phase)]
         assert len(said) == 2 and all("not predicted (TP 2:" in ln and "EQUAL" not in ln for ln in said), text
     assert text.count("live at the start") == 2 and "(DIFFERENT)" not in text and "start" in text
+
+
+def test_deepseek_v3_runs_under_fsdp2_and_its_states_are_fsdps_closed_form():
+    # torchtitan 0.3.0's DeepSeek-V3 (MLA without query compression, 1 dense block and MoE blocks with grouped
+    # experts and a shared expert) trains a step on the CPU under FSDP2. Its parameters, written here from its model
+    # code (models/deepseek_v3/model.py `Attention`; models/common/moe.py `GroupedExperts`: w1_EFD, w2_EDF, w3_EFD,
+    # each [experts, ...], so FSDP2 shards the experts' dim 0, the experts), and their states per rank from FSDP2's
+    # dim-0 sharding with padding (symmem.accounting.fsdp.rank_states): odd sizes (3 experts, KV rank 31) so that
+    # rows are padded. Its saved tensors are measured, not predicted: the profile models Llama 3 (docs/torchtitan.md)
+    from symmem.accounting.fsdp import FsdpParam, rank_states
+    from symmem.validate.fsdp2.runner import MoESettings
+
+    moe = MoESettings(num_experts=3, kv_lora_rank=31)
+    st = Settings(family="deepseek_v3", moe=moe, dim=64, n_layers=3, n_heads=4, vocab=256, world=2, b=1, s=32)
+    h, nh, dq, dv, kv, rope = st.dim, st.n_heads, moe.qk_nope_head_dim + moe.qk_rope_head_dim, moe.v_head_dim, \
+        moe.kv_lora_rank, moe.qk_rope_head_dim
+    e, f, fs = moe.num_experts, moe.moe_hidden, moe.moe_hidden * moe.num_shared_experts
+    attention = {"attention.wq.weight": (nh * dq, h), "attention.wkv_a.weight": (kv + rope, h),
+                 "attention.kv_norm.weight": (kv,), "attention.wkv_b.weight": (nh * (moe.qk_nope_head_dim + dv), kv),
+                 "attention.wo.weight": (h, nh * dv), "attention_norm.weight": (h,), "ffn_norm.weight": (h,)}
+    dense = {f"feed_forward.{w}.weight": s for w, s in
+             (("w1", (moe.dense_hidden, h)), ("w2", (h, moe.dense_hidden)), ("w3", (moe.dense_hidden, h)))}
+    sparse = {"moe.routed_experts.inner_experts.w1_EFD": (e, f, h), "moe.routed_experts.inner_experts.w2_EDF": (e, h, f),
+              "moe.routed_experts.inner_experts.w3_EFD": (e, f, h), "moe.router.gate.weight": (e, h),
+              "moe.shared_experts.w1.weight": (fs, h), "moe.shared_experts.w2.weight": (h, fs),
+              "moe.shared_experts.w3.weight": (fs, h)}
+    shapes = {"tok_embeddings.weight": (st.vocab, h), "norm.weight": (h,), "lm_head.weight": (st.vocab, h)}
+    for i in range(st.n_layers):
+        for name, shape in {**attention, **(dense if i < moe.n_dense_layers else sparse)}.items():
+            shapes[f"layers.{i}.{name}"] = shape
+    params = [FsdpParam(n, s[0], math.prod(s[1:])) for n, s in shapes.items()]
+
+    measured = run(st)
+    for m in measured:
+        assert {n: tuple(p["global"]) for n, p in m["params"].items()} == shapes
+        r = rank_states(params, st.world, m["rank"], step_on_device=True)
+        assert m["states_by_kind"] | {"other": 0} == {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
+                                                      "exp_avg_sq": r.exp_avg_sq, "step": r.step, "other": 0,
+                                                      "total": r.total}, m["rank"]
+        # every MoE block saves the same bytes (the grouped experts' inputs are [tokens x top-k, dim] whatever the
+        # routing), the dense block its own; both ranks alike
+        assert m["saved"]["layer 1"] == m["saved"]["layer 2"] and m["saved"] == measured[0]["saved"]

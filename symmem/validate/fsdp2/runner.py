@@ -51,6 +51,8 @@ class Settings:
     ffn_dim_multiplier: float | None = None
     max_seq_len: int = 2048  # the RoPE cache's length (HF config: max_position_embeddings; torchtitan's flavors 131072)
     flavor: str | None = None  # a torchtitan llama3 flavor ("debugmodel", ...) instead of the dims above
+    family: str = "llama3"  # llama3 | deepseek_v3 (measured only: the profile models Llama 3)
+    moe: "MoESettings | None" = None  # deepseek_v3's dims beyond the shared ones (None: MoESettings())
     world: int = 2
     replicate: int = 1  # HSDP replicate degree (mesh (replicate, world // replicate))
     tp: int = 1  # tensor parallel degree, with sequence parallel (mesh (replicate, shard, tp), tp innermost)
@@ -66,6 +68,23 @@ class Settings:
 _DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
 
 
+@dataclass(frozen=True)
+class MoESettings:
+    """torchtitan 0.3.0's DeepSeek-V3 (MLA with no query compression, as its debugmodel; MoE with shared experts)
+    at tiny sizes; `Settings.dim`, `n_layers`, `n_heads`, `vocab` are the shared ones."""
+
+    n_dense_layers: int = 1
+    dense_hidden: int = 128
+    moe_hidden: int = 32
+    num_experts: int = 4
+    num_shared_experts: int = 1
+    top_k: int = 2
+    kv_lora_rank: int = 32
+    qk_nope_head_dim: int = 16
+    qk_rope_head_dim: int = 8
+    v_head_dim: int = 16
+
+
 def require() -> None:
     try:
         import torch  # noqa: F401
@@ -75,8 +94,42 @@ def require() -> None:
         raise SymmemError(MISSING) from None
 
 
+def build_deepseek_v3(st: Settings):
+    """torchtitan 0.3.0's DeepSeekV3Model at `st.moe`'s sizes (its `_debugmodel`'s recipe, models/deepseek_v3/
+    __init__.py:319-386: softmax router, YaRN RoPE, no MTP), SDPA as the inner attention."""
+    import torchtitan.models.deepseek_v3 as d3
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+
+    m = st.moe or MoESettings()
+    d3.get_attention_config = lambda backend: ScaledDotProductAttention.Config()  # as for Llama 3 (build_model)
+    layers = d3._build_dsv3_layers(
+        n_layers=st.n_layers, n_dense_layers=m.n_dense_layers, dim=st.dim, n_heads=st.n_heads, q_lora_rank=0,
+        kv_lora_rank=m.kv_lora_rank, qk_nope_head_dim=m.qk_nope_head_dim, qk_rope_head_dim=m.qk_rope_head_dim,
+        v_head_dim=m.v_head_dim, mscale=0.70, dense_hidden_dim=m.dense_hidden, moe_hidden_dim=m.moe_hidden,
+        num_experts=m.num_experts, num_shared_experts=m.num_shared_experts, router_top_k=m.top_k,
+        router_score_func="softmax", attn_backend="sdpa", moe_comm_backend="standard",
+        non_blocking_capacity_factor=None,
+        rope=ComplexRoPE.Config(dim=m.qk_rope_head_dim, max_seq_len=st.max_seq_len, theta=10000.0, scaling="yarn",
+                                rope_factor=40.0, beta_fast=32.0, beta_slow=1.0,
+                                original_seq_len=st.max_seq_len // 4))
+    config = d3.DeepSeekV3Model.Config(
+        vocab_size=st.vocab, dim=st.dim,
+        tok_embeddings=Embedding.Config(num_embeddings=st.vocab, embedding_dim=st.dim, param_init=d3._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=st.dim, param_init=d3._NORM_INIT),
+        lm_head=Linear.Config(in_features=st.dim, out_features=st.vocab, param_init=d3._output_linear_init(st.dim)),
+        layers=layers, mtp_layers=[])
+    model = config.build()
+    model.init_states()
+    return model
+
+
 def build_model(st: Settings):
     """torchtitan's Llama3Model (FP32, on the CPU, initialized), SDPA as the inner attention."""
+    if st.family == "deepseek_v3":
+        return build_deepseek_v3(st)
+    if st.family != "llama3":
+        raise SymmemError(f"family = {st.family!r}: llama3 or deepseek_v3")
     import torchtitan.models.llama3 as l3
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm, compute_ffn_hidden_dim
     from torchtitan.models.common.attention import ScaledDotProductAttention
