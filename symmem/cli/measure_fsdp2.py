@@ -8,7 +8,9 @@ the step's start and each phase's most (`symmem.validate.fsdp2.peak`: the forwar
 byte, the backward against the moments it reaches, a floor: FSDP2's order of prefetch and reduce-scatter varies
 from run to run, and some runs hold a buffer more) where
 the closed forms hold (reshard_after_forward, FSDP, AC none or full; elsewhere the phases are measured and said
-not predicted). Exit 0 when everything predicted is equal on every rank.
+not predicted), and the growth of the live bytes over an interior block and over the final norm and lm_head, which
+counts what the autograd graph holds beside the saved tensors (`_growth`). Exit 0 when everything predicted is
+equal on every rank.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def run(args) -> int:
     for m, p in zip(measured, pred, strict=True):
         pk, by_phase = p["peaks"], m["peak_by_phase"]
         phases = _phases(pk, by_phase)
+        growth = _growth(st, m, p)
         ranks.append({"rank": m["rank"], "measured": {k: m[k] for k in ("states", "states_by_kind", "saved", "peak",
                                                                          "peak_phase", "peak_op", "start")}
                       | {"peak_by_phase": {k: by_phase[k][0] for k in PHASES}},
@@ -102,11 +105,13 @@ def run(args) -> int:
                                                                    "backward moments": pk.backward,
                                                                    "optimizer step": pk.optimizer_step}},
                       "peak_not_predicted": pk.why_not or None, "phases": phases,
+                      "forward_growth": {k: {"measured": got, "predicted": want} for k, (got, want) in growth.items()},
+                      "growth_match": all(got == want for got, want in growth.values()),
                       "states_match": m["states"] == p["states"], "saved_match": m["saved"] == p["saved"],
                       "start_match": None if p["start"] is None else m["start"] == p["start"],
                       "peak_match": None if pk.why_not else all(ok is not False for ok, _ in phases.values())})
-    ok = all(r["states_match"] and r["saved_match"] and r["start_match"] is not False and r["peak_match"] is not False
-             for r in ranks)
+    ok = all(r["states_match"] and r["saved_match"] and r["growth_match"] and r["start_match"] is not False
+             and r["peak_match"] is not False for r in ranks)
     out = {"framework": "fsdp2", "torchtitan": "0.3.0", "config": args.config, "world": st.world,
            "hsdp_replicate": st.replicate, "tp": st.tp, "reshard_after_forward": st.reshard_after_forward, "ac": st.ac,
            "b": st.b, "s": st.s, "unit": "bytes", "match": ok, "ranks": ranks,
@@ -126,6 +131,10 @@ def run(args) -> int:
               f"{'EQUAL' if r['saved_match'] else 'DIFFERENT'} ({sum(m['saved'].values()):,} bytes); live at the "
               f"start {m['start']:,} ({_same(r['start_match'])}); peak {m['peak']:,} at "
               f"{m['peak_phase']}, {m['peak_op']}")
+        for what, g in r["forward_growth"].items():
+            same = g["measured"] == g["predicted"]
+            print(f"    live bytes' growth over {what}: {g['measured']:,} measured, {g['predicted']:,} predicted "
+                  f"({'EQUAL' if same else 'DIFFERENT'})")
         if r["peak_not_predicted"]:
             print(f"    each phase's most: measured, not predicted ({r['peak_not_predicted']})")
         for phase, (same, text) in r["phases"].items():
@@ -134,6 +143,20 @@ def run(args) -> int:
 
 
 PHASES = ("forward", "backward", "optimizer step")
+
+
+def _growth(st, m: dict, p: dict) -> dict[str, tuple[int, int]]:
+    """What the forward leaves alive beyond the hooks' saved tensors, (measured, predicted): the live bytes' growth
+    over an interior block (three blocks or more, resharded after forward, one AC policy for all: the caller's
+    hand-off of the block's input and output then cancels) and from the final norm's start to lm_head's end (under
+    TP at b = 1 each all-gather's two more copies, symmem/rules/torchtitan.py `_linear_tp_b1`)."""
+    out = {}
+    held = m["held_after_block"]
+    if st.n_layers >= 3 and st.reshard_after_forward and not st.ac.startswith("selective-layer"):
+        # block 2 (0-based), as tests/validate/test_fsdp2.py checks it: block 0's end holds more (the embedding's)
+        out["block 2"] = (held["layer 2"] - held["layer 1"], p["held_per_block"]["layer 2"])
+    out["the final norm and lm_head"] = (m["head_growth"], p["head_growth"])
+    return out
 
 
 def _phases(pk, by_phase: dict) -> dict:
