@@ -7,7 +7,8 @@ scalars), `saved` (what each transformer block, and the rest of the model, keeps
 the step's start and each phase's most (`symmem.validate.fsdp2.peak`: the forward and the optimizer step to the
 byte, the backward against the moments it reaches, a floor: FSDP2's order of prefetch and reduce-scatter varies
 from run to run, and some runs hold a buffer more) where
-the closed forms hold (reshard_after_forward, FSDP, AC none or full; elsewhere the phases are measured and said
+the closed forms hold (FSDP or HSDP, every AC mode, the backward without AC only; under TP the start and the
+optimizer step; elsewhere the phases are measured and said
 not predicted), and the growth of the live bytes over an interior block and over the final norm and lm_head, which
 counts what the autograd graph holds beside the saved tensors (`_growth`). Exit 0 when everything predicted is
 equal on every rank.

@@ -201,9 +201,7 @@ def test_profile_equals_the_run_on_every_rank(case):
             assert by_phase["optimizer step"][0] == pk.optimizer_step, (case, m["rank"])
             assert pk.forward is None and pk.backward is None and pk.why_not_forward.startswith("TP 2"), case
             continue
-        if pk.why_not:
-            assert case in NOT_PREDICTED, (case, pk.why_not)
-            continue
+        assert not pk.why_not, (case, pk.why_not)  # every case of the matrix is inside the closed forms' reach
         if by_phase["forward"][0] > pk.forward and not retried:
             # seen once in CI beside load (fsdp2-no-reshard, +65,288 B at nll_loss_forward; equal alone): a
             # measured forward above the prediction gets one fresh run of the case, which must be equal
@@ -214,19 +212,14 @@ def test_profile_equals_the_run_on_every_rank(case):
         assert by_phase["optimizer step"][0] == pk.optimizer_step, (case, m["rank"])
         assert m["peak"] == max(by_phase[k][0] for k in ("forward", "backward", "optimizer step"))
         if pk.backward is None:
-            assert MATRIX[case].get("ac") == "full" and pk.why_not_backward, case
+            # any AC: the backward recomputes, and those transients are not among the moments
+            assert MATRIX[case].get("ac", "none") != "none" and pk.why_not_backward, case
             continue
         # the backward reaches its moments; FSDP2's order of prefetch and reduce-scatter (and gloo's copy's life)
         # varies from run to run, and some runs hold a buffer more at one of them (seen: +123,008 base, +82,176 FP32
         # params, +28,544 full AC), so the moments are a floor the run reaches, equal in most runs, not its figure
         assert by_phase["backward"][0] >= min(pk.backward.values()), (case, m["rank"], by_phase["backward"],
                                                                       pk.backward)
-
-
-# per-op AC: states and saved tensors exact, the peak not derived
-NOT_PREDICTED = {"fsdp2-selective-op-ac", "fsdp2-selective-op-ac-3-layers-b2", "fsdp2-selective-layer-2-3-layers",
-                 "fsdp2-selective-layer-3-4-layers-no-reshard", "fsdp1-tp2-selective-op-ac",
-                 "fsdp2-tp2-selective-op-ac-3-layers-b2"}
 
 
 def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, capsys):

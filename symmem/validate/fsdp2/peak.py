@@ -47,9 +47,15 @@ term; the names below:
 * HSDP (FP32 reduce): the all-reduce over the replicas runs in place on the reduce-scatter's output, which becomes
   the gradient (`_fsdp_collectives.py:658`, :704): the same forms over the shard group.
 
+* Per-op and per-layer checkpointing: the same forms, each block with its own saved bytes (per-layer AC: a
+  checkpointed block keeps its input, the others everything; the last block's last op under its own policy); the
+  forward's and the optimizer step's most measured equal under `selective-op` and `selective-layer:N`, with and
+  without resharding. Their backward recomputes what the forward did not keep, as full checkpointing does: not
+  predicted (`BACKWARD_RECOMPUTED`).
+
 Predicted where the derivation was checked against the run (every byte traced): with and without
-`reshard_after_forward`, FSDP and HSDP, checkpointing none or full (under full checkpointing the forward and the
-optimizer step only), FP32 reduce, two blocks or more (`covered`). Under TP with sequence parallelism (torchtitan
+`reshard_after_forward`, FSDP and HSDP, checkpointing none, full, per-op or per-layer (under any checkpointing the
+forward and the optimizer step only), FP32 reduce, two blocks or more (`covered`). Under TP with sequence parallelism (torchtitan
 0.3.0's, FSDP x TP and HSDP x TP) the start and the optimizer step, which hold no TP collective, are the same forms
 over TP's local shards (measured equal: FSDP 1 x TP 2, with and without full checkpointing, and FSDP 2 x TP 2); the
 forward and the backward are not predicted (`NOT_UNDER_TP`).
@@ -89,8 +95,8 @@ def covered(st) -> str:
     if st.reduce_dtype != "fp32":
         return (f"reduce dtype {st.reduce_dtype} (the backward's most moves into a block's backward, whose own "
                 "tensors there are not yet in closed form)")
-    if st.ac not in ("none", "full"):
-        return f"activation checkpointing {st.ac!r} (checked: none and full)"
+    if st.ac not in ("none", "full", "selective-op") and not st.ac.startswith("selective-layer:"):
+        return f"activation checkpointing {st.ac!r} (checked: none, full, selective-op and selective-layer:N)"
     if st.n_layers < 2:
         return "one block (the forward's moments assume a previous block)"
     return ""
@@ -130,9 +136,10 @@ def torchtitan_order(params) -> list:
     return sorted(params, key=key)
 
 
-def peaks(st, scn, params, rank: int, saved_block: int) -> Peaks:
+def peaks(st, scn, params, rank: int, saved_blocks: list[int]) -> Peaks:
     """The closed forms at settings `st` (runner.Settings) for `rank`, with the scenario `scn` (predict.scenario),
-    FSDP2's parameters `params` (accounting.fsdp.fsdp_params) and one block's saved bytes (predicted)."""
+    FSDP2's parameters `params` (accounting.fsdp.fsdp_params) and each block's saved bytes (predicted, in block
+    order: under per-layer AC they differ)."""
     from symmem.accounting.analysis import values
     from symmem.model import stage_parts
 
@@ -170,16 +177,19 @@ def peaks(st, scn, params, rank: int, saved_block: int) -> Peaks:
     loss = 4
     shards = n_blk * 4 // w  # the gradient shards are FP32 whatever the reduce dtype (_fsdp_collectives.py:696)
     reduce_scatter = n_blk * rd * (1 + GLOO_REDUCE_SCATTER_COPY)
-    end_last = start + u_root + n_layers * saved_block + 2 * n_blk * pd + _last_forward_transient(scn) + hidden
+    # the blocks' saved bytes: all of them, all but the last, the first's (one figure for all but under per-layer AC)
+    saved_all, saved_before_last, saved_first = sum(saved_blocks), sum(saved_blocks[:-1]), saved_blocks[0]
+    last = scn.replace(recompute_name=scn.policy.for_layer(n_layers - 1).label)  # the last block's own policy
+    end_last = start + u_root + saved_all + 2 * n_blk * pd + _last_forward_transient(last) + hidden
     if st.reshard_after_forward:
         forward = {"the last block's unshard":
-                   start + u_root + (n_layers - 1) * saved_block + hidden + 3 * n_blk * pd,
+                   start + u_root + saved_before_last + hidden + 3 * n_blk * pd,
                    "the last block's last op": end_last}
         # the second block's reduce-scatter (the first block's saved tensors and flat all-gather output, the
         # reduce-scatter's input and gloo's copy, the shards so far, the output layer's gradient, two [dim]
         # gradients: the final norm's and one more, and dloss), with or without the first block's copied-out
         # parameters; and the embedding's backward with the first block's reduce-scatter still pending
-        second = (start + loss + u_root + saved_block + n_blk * pd + reduce_scatter + (n_layers - 1) * shards
+        second = (start + loss + u_root + saved_first + n_blk * pd + reduce_scatter + (n_layers - 1) * shards
                   + vocab_dim * pd + hidden + 2 * dim * pd + 4)
         backward = {"second block's reduce-scatter": second,
                     "the same, the first block's parameters copied out": second + n_blk * pd - dim * pd,
@@ -193,30 +203,35 @@ def peaks(st, scn, params, rank: int, saved_block: int) -> Peaks:
         # FP32 each, and the b·s FP32 rstd, beside the input) and the loss's FP32 logits (components/loss.py:60-61,
         # `.float()` then log_softmax) are live at the output layer and the loss
         norm = 2 * b * s * dim * 4 + b * s * 4 + hidden
-        at_head = start + u_root + (n_layers + 1) * n_blk * pd + n_layers * saved_block + norm + b * s * vocab * pd
+        at_head = start + u_root + (n_layers + 1) * n_blk * pd + saved_all + norm + b * s * vocab * pd
         forward = {"the output layer's GEMM": at_head,
                    "the last block's unshard": start + u_root + (n_layers + 2) * n_blk * pd
-                   + (n_layers - 1) * saved_block + hidden,
+                   + saved_before_last + hidden,
                    "the last block's last op": end_last + (n_layers - 1) * n_blk * pd,
                    "the loss": at_head - n_blk * pd + 2 * b * s * vocab * 4 + 8}
         # the first reduce-scatter (the last block's; every later one is lower), or the loss's backward (the
         # log-softmax's saved output and the two FP32 [b, s, vocab] gradients): the larger, in every run traced
         moments = {"the last block's reduce-scatter":
-                   start + loss + u_root + (n_layers - 1) * (n_blk * pd + saved_block) + reduce_scatter + shards
+                   start + loss + u_root + (n_layers - 1) * n_blk * pd + saved_before_last + reduce_scatter + shards
                    + vocab_dim * pd + hidden + 2 * dim * pd + 4,
-                   "the loss's backward": start + u_root + n_layers * n_blk * pd + n_layers * saved_block + norm
+                   "the loss's backward": start + u_root + n_layers * n_blk * pd + saved_all + norm
                    + 3 * b * s * vocab * 4 + 8}
         top = max(moments, key=moments.__getitem__)
         backward = {top: moments[top]}
-    if st.ac == "full":  # the backward recomputes each block's forward, whose transients are not among the moments
+    if st.ac != "none":  # the backward recomputes (a block's forward, or per-op AC's unsaved ops), whose transients
+        # are not among the moments
+        why_back = BACKWARD_FULL_AC if st.ac == "full" else BACKWARD_RECOMPUTED.format(ac=st.ac)
         return Peaks(start, max(forward.values()), None, optimizer, forward_moments=forward,
-                     why_not_backward=BACKWARD_FULL_AC)
+                     why_not_backward=why_back)
     return Peaks(start, max(forward.values()), backward, optimizer, forward_moments=forward)
 
 
 BACKWARD_FULL_AC = ("full checkpointing: the backward recomputes each block's forward, and those transients are not "
                     "yet among the moments (without resharding, 3 blocks, s 64, one peaked 118,912 bytes above the "
                     "last block's reduce-scatter, at a `_to_copy`)")
+BACKWARD_RECOMPUTED = ("AC {ac}: the backward recomputes what the forward did not keep, and those transients are not "
+                       "yet among the moments (per-op AC, 3 blocks, b 2, s 24, without resharding: 24,832 bytes above "
+                       "the last block's reduce-scatter, at an `rsqrt`)")
 NOT_UNDER_TP = ("TP {tp}: FSDP's forward and backward forms do not count TP's collective buffers (sequence-parallel "
                 "all-gathers and reduce-scatters); FSDP 1 x TP 2, b 1, s 32: forward 849,364 bytes measured, "
                 "829,524 by FSDP's forms")

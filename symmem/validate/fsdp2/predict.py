@@ -81,7 +81,6 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     held = {pol: sum(v for k, v in per_part(scn.replace(recompute_name=pol.label), held=True).items()
                      if k.endswith("layers")) for pol in policies}
     outside = sum(v for k, v in per_part(scn).items() if not k.endswith("layers"))
-    layer = block.get(scn.policy, 0)
     saved = {f"layer {i}": block[scn.policy.for_layer(i)] for i in range(st.n_layers)}
     params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals,
                          axes=scn.parallel.axis_sizes())
@@ -93,7 +92,7 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     for rank in range(st.world):
         shard = (rank // st.tp) % n  # its index in the shard group: tp innermost in the mesh, then fsdp
         r = rank_states(params, n, shard, step_on_device=True)
-        pk = peaks(st, scn, params, shard, layer)
+        pk = peaks(st, scn, params, shard, [saved[f"layer {i}"] for i in range(st.n_layers)])
         out.append({"rank": rank, "start": pk.start, "peaks": pk,
                     "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
