@@ -58,7 +58,9 @@ Predicted where the derivation was checked against the run (every byte traced): 
 forward and the optimizer step only), FP32 reduce, two blocks or more (`covered`). Under TP with sequence parallelism (torchtitan
 0.3.0's, FSDP x TP and HSDP x TP) the start and the optimizer step, which hold no TP collective, are the same forms
 over TP's local shards (measured equal: FSDP 1 x TP 2, with and without full checkpointing, and FSDP 2 x TP 2); the
-forward and the backward are not predicted (`NOT_UNDER_TP`).
+forward resharded after forward without AC has forms of its own (`_tp_forward`: the last block's w2 reduce-scatter
+or the loss-parallel forward; measured equal at FSDP 1, FSDP 2 and HSDP 2 x 1 x TP 2, b 1 and 2, 2 and 3 blocks);
+the backward, and the forward with AC or without resharding, are not predicted (`NOT_UNDER_TP`).
 Elsewhere the phases' figures are None, with the reason.
 """
 
@@ -136,10 +138,11 @@ def torchtitan_order(params) -> list:
     return sorted(params, key=key)
 
 
-def peaks(st, scn, params, rank: int, saved_blocks: list[int]) -> Peaks:
+def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list[int] | None = None) -> Peaks:
     """The closed forms at settings `st` (runner.Settings) for `rank`, with the scenario `scn` (predict.scenario),
     FSDP2's parameters `params` (accounting.fsdp.fsdp_params) and each block's saved bytes (predicted, in block
-    order: under per-layer AC they differ)."""
+    order: under per-layer AC they differ), and (under TP) what each block leaves alive, saved or held
+    (`predict.held_per_block`)."""
     from symmem.accounting.analysis import values
     from symmem.model import stage_parts
 
@@ -161,7 +164,11 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int]) -> Peaks:
     denom = max(2 * local[i] + (local[i - 1] if i else 0) for i in range(len(local)))
     optimizer = start - padded + states.total + 4 + denom  # 4: the loss
     if st.tp > 1:  # the start and the step hold no TP collective: the same forms over TP's local shards
-        return Peaks(start, None, None, optimizer, why_not_forward=NOT_UNDER_TP.format(tp=st.tp),
+        forward = _tp_forward(st, scn, params, start, held_blocks) if held_blocks is not None else None
+        if forward is None:
+            return Peaks(start, None, None, optimizer, why_not_forward=NOT_UNDER_TP.format(tp=st.tp),
+                         why_not_backward=NOT_UNDER_TP.format(tp=st.tp))
+        return Peaks(start, max(forward.values()), None, optimizer, forward_moments=forward,
                      why_not_backward=NOT_UNDER_TP.format(tp=st.tp))
     pd, rd = DTYPE_BYTES[st.param_dtype], DTYPE_BYTES[st.reduce_dtype]
 
@@ -229,9 +236,61 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int]) -> Peaks:
 BACKWARD_FULL_AC = ("full checkpointing: the backward recomputes each block's forward, and those transients are not "
                     "yet among the moments (without resharding, 3 blocks, s 64, one peaked 118,912 bytes above the "
                     "last block's reduce-scatter, at a `_to_copy`)")
+def _tp_forward(st, scn, params, start: int, held_blocks: list[int]) -> dict | None:
+    """The forward's most under TP with sequence parallelism (FSDP x TP, resharded after forward, no AC; None
+    elsewhere), found by tracing every op on the CPU (FSDP 1 x TP 2, b 1 and 2) and written term by term. With
+    h = b·(s/T)·dim·pd one sequence-sharded hidden state, two moments compete:
+
+    * the last block's w2 reduce-scatter (its `_wrap_tensor_autograd`): the root's unsharded parameters, the
+      embedding's kept ids and vocabulary mask, every block's saved and held bytes, the block's input (held by the
+      caller), its unsharded parameters (the 2-D path copies them parameter by parameter; no flat buffer stays), and
+      the MLP's transients there: ffn_norm's sharded output (an argument until the MLP returns), the residual after
+      attention, w2's full-sequence partial sum and its contiguous copy for the reduce-scatter (b·s·dim·pd each:
+      torch/distributed/_functional_collectives.py `reduce_scatter_tensor` chunks along dim 1 and concatenates), and
+      the reduce-scatter's output and its custom op's copy;
+    * the loss-parallel forward (components/loss.py:128-185, at its last `where`): after lm_head the root reshards
+      (its unsharded parameters freed, and the last block's flat all-gather output), and beside everything the forward left (`predict.head_growth` from the
+      final norm's start) the loss holds three FP32 [N, V/T] (N = b·s: `logits_2d`, `shifted`, `log_probs`; `exp`
+      freed after its sum), the all-reduced max, sum and picked log-probability with their custom ops' copies and
+      the negated and masked results (8 FP32 [N]), `safe_labels` and `local_labels` (int64 [N]), two boolean [N]
+      masks (`!= IGNORE_INDEX`, `out_of_range`) and a 4-byte scalar."""
+    if st.ac != "none" or not st.reshard_after_forward:
+        return None
+    from symmem.accounting.analysis import stage_terms, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.validate.fsdp2.predict import head_growth
+
+    (stage,) = scn.stages
+    vals = values(scn)
+    pd, t = DTYPE_BYTES[st.param_dtype], st.tp
+    b, s, dim = st.b, st.s, st.dim
+    hidden = b * (s // t) * dim * pd
+    w = st.world // (st.replicate * t)
+
+    def gathered(group) -> int:
+        return sum(p.padded(w) * w for p in group)
+
+    n_blk = gathered([p for p in params if p.name.startswith("dense layers[0].")]) * pd
+    u_root = gathered([p for p in params if not p.name.startswith("dense layers[")]) * pd
+    embedding = sum(ceil_int(evaluate(x.nbytes, vals)) for x in stage_terms(scn, stage) if x.part == "embedding")
+    # with a shard group of more than one rank the last block's flat all-gather output stays in its group's state
+    # (no later group's unshard waits on it in the forward: the module docstring's forward); with one rank the 2-D
+    # path copies the parameters out and keeps no flat buffer (traced: FSDP 1 x TP 2 and FSDP 2 x TP 2, b 1)
+    flat = n_blk if w > 1 else 0
+    before = start + u_root + embedding + sum(held_blocks) + flat
+    n, v = b * s, next(p for p in params if p.name.endswith("lm_head")).d0  # N tokens, V/T rows of lm_head
+    return {"the last block's w2 reduce-scatter":
+            before + hidden + n_blk + 4 * hidden + 2 * b * s * dim * pd,
+            # the root's post-forward frees the last all-gather result (torch/distributed/fsdp/_fully_shard/
+            # _fsdp_state.py:335-342) and reshards the root's parameters
+            "the loss-parallel forward":
+            before - flat + hidden + head_growth(scn, stage, vals) - u_root + 3 * 4 * n * v + 8 * 4 * n + 2 * 8 * n
+            + 2 * n + 4}
+
+
 BACKWARD_RECOMPUTED = ("AC {ac}: the backward recomputes what the forward did not keep, and those transients are not "
                        "yet among the moments (per-op AC, 3 blocks, b 2, s 24, without resharding: 24,832 bytes above "
                        "the last block's reduce-scatter, at an `rsqrt`)")
-NOT_UNDER_TP = ("TP {tp}: FSDP's forward and backward forms do not count TP's collective buffers (sequence-parallel "
-                "all-gathers and reduce-scatters); FSDP 1 x TP 2, b 1, s 32: forward 849,364 bytes measured, "
-                "829,524 by FSDP's forms")
+NOT_UNDER_TP = ("TP {tp}: the forward's most is written for FSDP x TP resharded after forward without AC "
+                "(peak._tp_forward); the backward's, and the forward's with AC or without resharding, under TP's "
+                "sequence-parallel collectives, are not yet")

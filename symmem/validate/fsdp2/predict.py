@@ -92,7 +92,8 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     for rank in range(st.world):
         shard = (rank // st.tp) % n  # its index in the shard group: tp innermost in the mesh, then fsdp
         r = rank_states(params, n, shard, step_on_device=True)
-        pk = peaks(st, scn, params, shard, [saved[f"layer {i}"] for i in range(st.n_layers)])
+        pk = peaks(st, scn, params, shard, [saved[f"layer {i}"] for i in range(st.n_layers)],
+                   [held[scn.policy.for_layer(i)] for i in range(st.n_layers)])
         out.append({"rank": rank, "start": pk.start, "peaks": pk,
                     "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
