@@ -198,7 +198,7 @@ def _linear_tp_b1(op: Op, flow: Dataflow) -> list[Saved]:
         return kept
     return [*kept, *(Saved(Tensor(f"{x.name}{suffix}", _sp_free(x), x.dtype),
                            f"{what} of the all-gather of {op.name}'s input, held by the autograd graph at b = 1")
-                     for suffix, what in zip(HELD_NOT_SAVED, ("the output", "the custom op's copy")))]
+                     for suffix, what in zip(HELD_NOT_SAVED, ("the output", "the custom op's copy"), strict=True))]
 
 
 def _embedding_tp(op: Op, flow: Dataflow) -> list[Saved]:

@@ -310,8 +310,9 @@ def test_deepseek_v3_runs_under_fsdp2_and_its_states_are_fsdps_closed_form():
                  "attention.wo.weight": (h, nh * dv), "attention_norm.weight": (h,), "ffn_norm.weight": (h,)}
     dense = {f"feed_forward.{w}.weight": s for w, s in
              (("w1", (moe.dense_hidden, h)), ("w2", (h, moe.dense_hidden)), ("w3", (moe.dense_hidden, h)))}
-    sparse = {"moe.routed_experts.inner_experts.w1_EFD": (e, f, h), "moe.routed_experts.inner_experts.w2_EDF": (e, h, f),
-              "moe.routed_experts.inner_experts.w3_EFD": (e, f, h), "moe.router.gate.weight": (e, h),
+    experts = "moe.routed_experts.inner_experts"
+    sparse = {f"{experts}.w1_EFD": (e, f, h), f"{experts}.w2_EDF": (e, h, f),
+              f"{experts}.w3_EFD": (e, f, h), "moe.router.gate.weight": (e, h),
               "moe.shared_experts.w1.weight": (fs, h), "moe.shared_experts.w2.weight": (h, fs),
               "moe.shared_experts.w3.weight": (fs, h)}
     shapes = {"tok_embeddings.weight": (st.vocab, h), "norm.weight": (h,), "lm_head.weight": (st.vocab, h)}

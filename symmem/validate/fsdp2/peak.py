@@ -55,13 +55,13 @@ term; the names below:
 
 Predicted where the derivation was checked against the run (every byte traced): with and without
 `reshard_after_forward`, FSDP and HSDP, checkpointing none, full, per-op or per-layer (under any checkpointing the
-forward and the optimizer step only), FP32 reduce, two blocks or more (`covered`). Under TP with sequence parallelism (torchtitan
-0.3.0's, FSDP x TP and HSDP x TP) the start and the optimizer step, which hold no TP collective, are the same forms
-over TP's local shards (measured equal: FSDP 1 x TP 2, with and without full checkpointing, and FSDP 2 x TP 2); the
-forward resharded after forward without AC has forms of its own (`_tp_forward`: the last block's w2 reduce-scatter
-or the loss-parallel forward; measured equal at FSDP 1, FSDP 2 and HSDP 2 x 1 x TP 2, b 1 and 2, 2 and 3 blocks);
-the backward, and the forward with AC or without resharding, are not predicted (`NOT_UNDER_TP`).
-Elsewhere the phases' figures are None, with the reason.
+forward and the optimizer step only), FP32 reduce, two blocks or more (`covered`). Under TP with sequence parallelism
+(torchtitan 0.3.0's, FSDP x TP and HSDP x TP) the start and the optimizer step, which hold no TP collective, are the
+same forms over TP's local shards (measured equal: FSDP 1 x TP 2, with and without full checkpointing, and FSDP 2 x TP
+2); the forward resharded after forward without AC has forms of its own (`_tp_forward`: the last block's w2
+reduce-scatter or the loss-parallel forward; measured equal at FSDP 1, FSDP 2 and HSDP 2 x 1 x TP 2, b 1 and 2, 2 and 3
+blocks); the backward, and the forward with AC or without resharding, are not predicted (`NOT_UNDER_TP`). Elsewhere the
+phases' figures are None, with the reason.
 """
 
 from __future__ import annotations
@@ -248,17 +248,17 @@ def _tp_forward(st, scn, params, start: int, held_blocks: list[int]) -> dict | N
       attention, w2's full-sequence partial sum and its contiguous copy for the reduce-scatter (b·s·dim·pd each:
       torch/distributed/_functional_collectives.py `reduce_scatter_tensor` chunks along dim 1 and concatenates), and
       the reduce-scatter's output and its custom op's copy;
-    * the loss-parallel forward (components/loss.py:128-185, at its last `where`): after lm_head the root reshards
-      (its unsharded parameters freed, and the last block's flat all-gather output), and beside everything the forward left (`predict.head_growth` from the
-      final norm's start) the loss holds three FP32 [N, V/T] (N = b·s: `logits_2d`, `shifted`, `log_probs`; `exp`
-      freed after its sum), the all-reduced max, sum and picked log-probability with their custom ops' copies and
-      the negated and masked results (8 FP32 [N]), `safe_labels` and `local_labels` (int64 [N]), two boolean [N]
-      masks (`!= IGNORE_INDEX`, `out_of_range`) and a 4-byte scalar."""
+    * the loss-parallel forward (components/loss.py:128-185, at its last `where`): after lm_head the root reshards (its
+      unsharded parameters freed, and the last block's flat all-gather output), and beside everything the forward left
+      (`growth.head_growth` from the final norm's start) the loss holds three FP32 [N, V/T] (N = b·s: `logits_2d`,
+      `shifted`, `log_probs`; `exp` freed after its sum), the all-reduced max, sum and picked log-probability with their
+      custom ops' copies and the negated and masked results (8 FP32 [N]), `safe_labels` and `local_labels` (int64 [N]),
+      two boolean [N] masks (`!= IGNORE_INDEX`, `out_of_range`) and a 4-byte scalar."""
     if st.ac != "none" or not st.reshard_after_forward:
         return None
     from symmem.accounting.analysis import stage_terms, values
     from symmem.accounting.evaluate import ceil_int, evaluate
-    from symmem.validate.fsdp2.predict import head_growth
+    from symmem.validate.fsdp2.growth import head_growth
 
     (stage,) = scn.stages
     vals = values(scn)

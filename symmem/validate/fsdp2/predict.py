@@ -57,7 +57,6 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     from symmem.accounting.analysis import stage_terms, values
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.fsdp import fsdp_params, rank_states, shard_degree
-
     from symmem.model import stage_parts
     from symmem.rules.torchtitan import HELD_NOT_SAVED
 
@@ -85,6 +84,7 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals,
                          axes=scn.parallel.axis_sizes())
     n = shard_degree(scn)
+    from symmem.validate.fsdp2.growth import head_growth
     from symmem.validate.fsdp2.peak import peaks
 
     head = head_growth(scn, stage, vals)
@@ -103,29 +103,3 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
                     "head_growth": head})
     return out
 
-
-def head_growth(scn, stage, vals) -> int:
-    """The growth of the live bytes from the final norm's start to lm_head's end (the runner's `head_growth`): what
-    the norm and lm_head leave for the backward, saved or only held (under TP at b = 1 the two more copies of the
-    all-gather, `torchtitan._linear_tp_b1`), and the logits, less the last block's output, the norm's input, which
-    the caller lets go (torchtitan/models/common/decoder.py:240-247 `h = self.norm(h)`; under TP the norm's
-    sequence-sharded output is gathered at its own output, decoder_sharding.py:119-139, and the caller holds the
-    gathered tensor, which lm_head saves)."""
-    import sympy
-
-    from symmem.accounting.activations import tensor_bytes
-    from symmem.accounting.analysis import stage_terms
-    from symmem.accounting.evaluate import ceil_int, evaluate
-    from symmem.model import stage_parts
-
-    (part,) = [p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl) if p.name == "head"]
-    ops = {op.kind: op for op in part.flow.ops}
-    norm, lm_head = ops["rmsnorm"], ops["linear"]
-    kept = sum(ceil_int(evaluate(t.nbytes, vals)) for t in stage_terms(scn, stage)
-               if t.part == "head" and t.op in (norm.name, lm_head.name))
-    axes = scn.parallel.axis_sizes()
-
-    def size(name: str) -> int:
-        return ceil_int(evaluate(tensor_bytes(part.flow.tensors[name], axes, scn.act_bytes, sympy.Integer(0)), vals))
-
-    return kept + size(lm_head.outputs[0]) - size(norm.inputs[0])

@@ -52,7 +52,7 @@ class Settings:
     max_seq_len: int = 2048  # the RoPE cache's length (HF config: max_position_embeddings; torchtitan's flavors 131072)
     flavor: str | None = None  # a torchtitan llama3 flavor ("debugmodel", ...) instead of the dims above
     family: str = "llama3"  # llama3 | deepseek_v3 (measured only: the profile models Llama 3)
-    moe: "MoESettings | None" = None  # deepseek_v3's dims beyond the shared ones (None: MoESettings())
+    moe: MoESettings | None = None  # deepseek_v3's dims beyond the shared ones (None: MoESettings())
     world: int = 2
     replicate: int = 1  # HSDP replicate degree (mesh (replicate, world // replicate))
     tp: int = 1  # tensor parallel degree, with sequence parallel (mesh (replicate, shard, tp), tp innermost)

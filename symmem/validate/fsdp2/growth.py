@@ -1,0 +1,32 @@
+"""What the forward leaves alive beyond the saved-tensor hooks' count, predicted for the FSDP2 runner's checks
+(`runner` records `head_growth`): shared by `predict` and `peak` (a module of its own, so that neither imports the
+other)."""
+
+from __future__ import annotations
+
+
+def head_growth(scn, stage, vals) -> int:
+    """The growth of the live bytes from the final norm's start to lm_head's end (the runner's `head_growth`): what
+    the norm and lm_head leave for the backward, saved or only held (under TP at b = 1 the two more copies of the
+    all-gather, `torchtitan._linear_tp_b1`), and the logits, less the last block's output, the norm's input, which
+    the caller lets go (torchtitan/models/common/decoder.py:240-247 `h = self.norm(h)`; under TP the norm's
+    sequence-sharded output is gathered at its own output, decoder_sharding.py:119-139, and the caller holds the
+    gathered tensor, which lm_head saves)."""
+    import sympy
+
+    from symmem.accounting.activations import tensor_bytes
+    from symmem.accounting.analysis import stage_terms
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.model import stage_parts
+
+    (part,) = [p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl) if p.name == "head"]
+    ops = {op.kind: op for op in part.flow.ops}
+    norm, lm_head = ops["rmsnorm"], ops["linear"]
+    kept = sum(ceil_int(evaluate(t.nbytes, vals)) for t in stage_terms(scn, stage)
+               if t.part == "head" and t.op in (norm.name, lm_head.name))
+    axes = scn.parallel.axis_sizes()
+
+    def size(name: str) -> int:
+        return ceil_int(evaluate(tensor_bytes(part.flow.tensors[name], axes, scn.act_bytes, sympy.Integer(0)), vals))
+
+    return kept + size(lm_head.outputs[0]) - size(norm.inputs[0])
