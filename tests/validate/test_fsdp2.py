@@ -156,6 +156,8 @@ MATRIX = {
     # the forward's most under TP (peak._tp_forward): the loss-parallel forward at FSDP 1 x TP 2, b 2; the last
     # block's w2 reduce-scatter with the last block's flat all-gather output at FSDP 2 x TP 2, b 2
     "fsdp2-tp2-b2": {"world": 4, "tp": 2, "vocab": 256, "b": 2},
+    # without resharding (every block's and the root's parameters kept) the loss-parallel forward is the most
+    "fsdp1-tp2-no-reshard": {"tp": 2, "vocab": 256, "reshard_after_forward": False},
     # per-op AC under TP: beside the odd products' outputs, the reduce-scatter outputs of wo and w2 (on the save list)
     # and w2's full-sequence partial sum (its mm counted odd), `_sac_cached_tp`
     "fsdp1-tp2-selective-op-ac": {"tp": 2, "vocab": 256, "ac": "selective-op"},
@@ -200,11 +202,11 @@ def test_profile_equals_the_run_on_every_rank(case):
         pk, by_phase = p["peaks"], m["peak_by_phase"]
         assert m["start"] == p["start"], (case, m["rank"])
         if st.tp > 1 and not pk.why_not:  # the start and the optimizer step hold no TP collective; the forward is
-            # written for FSDP x TP resharded after forward without AC (peak._tp_forward), the backward not
+            # written for FSDP x TP without AC (peak._tp_forward), the backward not
             assert by_phase["optimizer step"][0] == pk.optimizer_step, (case, m["rank"])
             assert pk.backward is None and pk.why_not_backward.startswith("TP 2"), case
             if pk.forward is None:
-                assert (st.ac != "none" or not st.reshard_after_forward) and pk.why_not_forward.startswith("TP 2")
+                assert st.ac != "none" and pk.why_not_forward.startswith("TP 2")
             else:
                 assert by_phase["forward"][0] == pk.forward, (case, m["rank"], by_phase["forward"],
                                                               pk.forward_moments)

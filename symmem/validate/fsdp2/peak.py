@@ -58,10 +58,10 @@ Predicted where the derivation was checked against the run (every byte traced): 
 forward and the optimizer step only), FP32 reduce, two blocks or more (`covered`). Under TP with sequence parallelism
 (torchtitan 0.3.0's, FSDP x TP and HSDP x TP) the start and the optimizer step, which hold no TP collective, are the
 same forms over TP's local shards (measured equal: FSDP 1 x TP 2, with and without full checkpointing, and FSDP 2 x TP
-2); the forward resharded after forward without AC has forms of its own (`_tp_forward`: the last block's w2
-reduce-scatter or the loss-parallel forward; measured equal at FSDP 1, FSDP 2 and HSDP 2 x 1 x TP 2, b 1 and 2, 2 and 3
-blocks); the backward, and the forward with AC or without resharding, are not predicted (`NOT_UNDER_TP`). Elsewhere the
-phases' figures are None, with the reason.
+2); the forward without AC has forms of its own (`_tp_forward`: the last block's w2 reduce-scatter or the loss-parallel
+forward; measured equal at FSDP 1, FSDP 2 and HSDP 2 x 1 x TP 2, b 1 and 2, 2 and 3 blocks, with and without
+resharding); the backward, and the forward with AC, are not predicted (`NOT_UNDER_TP`). Elsewhere the phases' figures
+are None, with the reason.
 """
 
 from __future__ import annotations
@@ -237,8 +237,10 @@ BACKWARD_FULL_AC = ("full checkpointing: the backward recomputes each block's fo
                     "yet among the moments (without resharding, 3 blocks, s 64, one peaked 118,912 bytes above the "
                     "last block's reduce-scatter, at a `_to_copy`)")
 def _tp_forward(st, scn, params, start: int, held_blocks: list[int]) -> dict | None:
-    """The forward's most under TP with sequence parallelism (FSDP x TP, resharded after forward, no AC; None
-    elsewhere), found by tracing every op on the CPU (FSDP 1 x TP 2, b 1 and 2) and written term by term. With
+    """The forward's most under TP with sequence parallelism (FSDP x TP, no AC; None with AC), found by tracing
+    every op on the CPU (FSDP 1 x TP 2, b 1 and 2) and written term by term. Without resharding every earlier block's
+    unsharded parameters stay, and the root's after lm_head (then the loss-parallel forward is the most: measured
+    equal at FSDP 1 x TP 2, b 1, 2 and 3 blocks, and FSDP 2 x TP 2, b 2). With
     h = b·(s/T)·dim·pd one sequence-sharded hidden state, two moments compete:
 
     * the last block's w2 reduce-scatter (its `_wrap_tensor_autograd`): the root's unsharded parameters, the
@@ -254,7 +256,7 @@ def _tp_forward(st, scn, params, start: int, held_blocks: list[int]) -> dict | N
       `shifted`, `log_probs`; `exp` freed after its sum), the all-reduced max, sum and picked log-probability with their
       custom ops' copies and the negated and masked results (8 FP32 [N]), `safe_labels` and `local_labels` (int64 [N]),
       two boolean [N] masks (`!= IGNORE_INDEX`, `out_of_range`) and a 4-byte scalar."""
-    if st.ac != "none" or not st.reshard_after_forward:
+    if st.ac != "none":
         return None
     from symmem.accounting.analysis import stage_terms, values
     from symmem.accounting.evaluate import ceil_int, evaluate
@@ -277,20 +279,22 @@ def _tp_forward(st, scn, params, start: int, held_blocks: list[int]) -> dict | N
     # (no later group's unshard waits on it in the forward: the module docstring's forward); with one rank the 2-D
     # path copies the parameters out and keeps no flat buffer (traced: FSDP 1 x TP 2 and FSDP 2 x TP 2, b 1)
     flat = n_blk if w > 1 else 0
-    before = start + u_root + embedding + sum(held_blocks) + flat
+    # without resharding every earlier block's unsharded parameters stay, and the root's after lm_head
+    kept = 0 if st.reshard_after_forward else (st.n_layers - 1) * n_blk
+    root_freed = u_root if st.reshard_after_forward else 0
+    before = start + u_root + embedding + sum(held_blocks) + flat + kept
     n, v = b * s, next(p for p in params if p.name.endswith("lm_head")).d0  # N tokens, V/T rows of lm_head
     return {"the last block's w2 reduce-scatter":
             before + hidden + n_blk + 4 * hidden + 2 * b * s * dim * pd,
             # the root's post-forward frees the last all-gather result (torch/distributed/fsdp/_fully_shard/
             # _fsdp_state.py:335-342) and reshards the root's parameters
             "the loss-parallel forward":
-            before - flat + hidden + head_growth(scn, stage, vals) - u_root + 3 * 4 * n * v + 8 * 4 * n + 2 * 8 * n
-            + 2 * n + 4}
+            before - flat + (0 if st.reshard_after_forward else n_blk) + hidden + head_growth(scn, stage, vals)
+            - root_freed + 3 * 4 * n * v + 8 * 4 * n + 2 * 8 * n + 2 * n + 4}
 
 
 BACKWARD_RECOMPUTED = ("AC {ac}: the backward recomputes what the forward did not keep, and those transients are not "
                        "yet among the moments (per-op AC, 3 blocks, b 2, s 24, without resharding: 24,832 bytes above "
                        "the last block's reduce-scatter, at an `rsqrt`)")
-NOT_UNDER_TP = ("TP {tp}: the forward's most is written for FSDP x TP resharded after forward without AC "
-                "(peak._tp_forward); the backward's, and the forward's with AC or without resharding, under TP's "
-                "sequence-parallel collectives, are not yet")
+NOT_UNDER_TP = ("TP {tp}: the forward's most is written for FSDP x TP without AC (peak._tp_forward); the "
+                "backward's, and the forward's with AC, under TP's sequence-parallel collectives, are not yet")

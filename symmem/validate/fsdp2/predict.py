@@ -102,4 +102,3 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
                     "held_per_block": {f"layer {i}": held[scn.policy.for_layer(i)] for i in range(st.n_layers)},
                     "head_growth": head})
     return out
-
