@@ -178,7 +178,9 @@ class Scenario:
         if base.name.startswith("torchtitan") and self.parallel.tp > 1:
             from symmem.rules.torchtitan import under_tp
 
-            base = under_tp(base, one_sequence=self.b == 1)  # DTensor TP keeps the gathered inputs, the vocabulary mask, loss-parallel's log-probs
+            # DTensor TP keeps the gathered inputs (at b = 1 two more copies each), the vocabulary mask, loss-parallel's
+            # log-probabilities
+            base = under_tp(base, one_sequence=self.b == 1)
         if self.precision.low_precision is None:
             return base
         from symmem.precision.apply import with_precision

@@ -154,13 +154,14 @@ HEAD = "the final norm and lm_head"
 
 def _growth(st, m: dict, p: dict) -> dict[str, tuple[int, int]]:
     """What the forward leaves alive beyond the hooks' saved tensors, (measured, predicted): the live bytes' growth
-    over an interior block (three blocks or more, resharded after forward, one AC policy for all: the caller's
-    hand-off of the block's input and output then cancels) and from the final norm's start to lm_head's end (under
-    TP at b = 1 each all-gather's two more copies, symmem/rules/torchtitan.py `_linear_tp_b1`)."""
+    over block 2 where it measures that block (`growth.interior_block_checked`) and from the final norm's start to
+    lm_head's end (under TP at b = 1 each all-gather's two more copies, symmem/rules/torchtitan.py
+    `_linear_tp_b1`)."""
+    from symmem.validate.fsdp2.growth import interior_block_checked
+
     out = {}
     held = m["held_after_block"]
-    if st.n_layers >= 3 and st.reshard_after_forward and not st.ac.startswith("selective-layer"):
-        # block 2 (0-based), as tests/validate/test_fsdp2.py checks it: block 0's end holds more (the embedding's)
+    if interior_block_checked(st):
         out["block 2"] = (held["layer 2"] - held["layer 1"], p["held_per_block"]["layer 2"])
     out[HEAD] = (m["head_growth"], p["head_growth"])
     return out

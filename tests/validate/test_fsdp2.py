@@ -168,6 +168,8 @@ MATRIX = {
 
 @pytest.mark.parametrize("case", list(MATRIX))
 def test_profile_equals_the_run_on_every_rank(case):
+    from symmem.validate.fsdp2.growth import interior_block_checked
+    from symmem.validate.fsdp2.peak import DTYPE_BYTES
     from symmem.validate.fsdp2.predict import predicted
 
     st = dataclasses.replace(SETTINGS, ffn_hidden=256, **MATRIX[case])
@@ -187,7 +189,7 @@ def test_profile_equals_the_run_on_every_rank(case):
             retried = True
             measured = run(st)
             m = measured[m["rank"]]
-        if st.n_layers >= 3 and st.reshard_after_forward and not st.ac.startswith("selective-layer"):
+        if interior_block_checked(st):
             # what an interior block leaves alive for the backward, saved or only held by the autograd graph
             # (under TP at b = 1 each all-gather's two more copies, rules/torchtitan.py `_linear_tp_b1`): the live
             # bytes grow by it from one block's end to the next's, once the first block's parameters are resharded.
@@ -199,7 +201,7 @@ def test_profile_equals_the_run_on_every_rank(case):
         # the same of the final norm and lm_head (under TP at b = 1 the gather of lm_head's input holds two more).
         # Under TP gloo's thread may still hold that gather's input (and, at b >= 2, its output, which b = 1 holds
         # anyway) a moment after the wait, even in a fresh run (seen in CI: +2,048 at b 1): those and nothing else
-        pd = {"bf16": 2, "fp16": 2, "fp32": 4}[st.param_dtype]
+        pd = DTYPE_BYTES[st.param_dtype]
         g_in, g_out = st.b * (st.s // st.tp) * st.dim * pd, (st.b * st.s * st.dim * pd if st.b > 1 else 0)
         by_gloo = {0} if st.tp == 1 else {0, g_in, g_in + g_out}
         assert m["head_growth"] - p["head_growth"] in by_gloo, (case, m["rank"], m["head_growth"], p["head_growth"])

@@ -5,6 +5,13 @@ other)."""
 from __future__ import annotations
 
 
+def interior_block_checked(st) -> bool:
+    """Whether the live bytes' growth over block 2 (0-based) measures that block's saved and held bytes: three
+    blocks or more (block 0's end holds the embedding's output chain too), resharded after forward, one AC policy for
+    all (the caller's hand-off of a block's input and output then cancels; under per-layer AC it does not)."""
+    return st.n_layers >= 3 and st.reshard_after_forward and not st.ac.startswith("selective-layer")
+
+
 def head_growth(scn, stage, vals) -> int:
     """The growth of the live bytes from the final norm's start to lm_head's end (the runner's `head_growth`): what
     the norm and lm_head leave for the backward, saved or only held (under TP at b = 1 the two more copies of the

@@ -163,13 +163,6 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
     local = [4 * p.rows(rank, w) * p.rest for p in torchtitan_order(params)]  # this rank's unpadded shards
     denom = max(2 * local[i] + (local[i - 1] if i else 0) for i in range(len(local)))
     optimizer = start - padded + states.total + 4 + denom  # 4: the loss
-    if st.tp > 1:  # the start and the step hold no TP collective: the same forms over TP's local shards
-        forward = _tp_forward(st, scn, params, start, held_blocks) if held_blocks is not None else None
-        if forward is None:
-            return Peaks(start, None, None, optimizer, why_not_forward=NOT_UNDER_TP.format(tp=st.tp),
-                         why_not_backward=NOT_UNDER_TP.format(tp=st.tp))
-        return Peaks(start, max(forward.values()), None, optimizer, forward_moments=forward,
-                     why_not_backward=NOT_UNDER_TP.format(tp=st.tp))
     pd, rd = DTYPE_BYTES[st.param_dtype], DTYPE_BYTES[st.reduce_dtype]
 
     def gathered(group) -> int:  # all-gathered numel: every rank's padded shard
@@ -178,6 +171,14 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
     block = [p for p in params if p.name.startswith("dense layers[0].")]
     root = [p for p in params if not p.name.startswith("dense layers[")]
     n_blk, u_root = gathered(block), gathered(root) * pd
+    if st.tp > 1:  # the start and the step hold no TP collective: the same forms over TP's local shards
+        forward = (_tp_forward(st, scn, params, start, held_blocks, n_blk * pd, u_root)
+                   if held_blocks is not None else None)
+        if forward is None:
+            return Peaks(start, None, None, optimizer, why_not_forward=NOT_UNDER_TP.format(tp=st.tp),
+                         why_not_backward=NOT_UNDER_TP.format(tp=st.tp))
+        return Peaks(start, max(forward.values()), None, optimizer, forward_moments=forward,
+                     why_not_backward=NOT_UNDER_TP.format(tp=st.tp))
     hidden = b * s * dim * pd  # the hidden state in the param dtype (FSDP2 casts the blocks' inputs)
     vocab_dim = next(p for p in root if p.name.endswith("lm_head")).d0 * dim
     vocab = vocab_dim // dim
@@ -236,7 +237,7 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
 BACKWARD_FULL_AC = ("full checkpointing: the backward recomputes each block's forward, and those transients are not "
                     "yet among the moments (without resharding, 3 blocks, s 64, one peaked 118,912 bytes above the "
                     "last block's reduce-scatter, at a `_to_copy`)")
-def _tp_forward(st, scn, params, start: int, held_blocks: list[int]) -> dict | None:
+def _tp_forward(st, scn, params, start: int, held_blocks: list[int], n_blk: int, u_root: int) -> dict | None:
     """The forward's most under TP with sequence parallelism (FSDP x TP, no AC; None with AC), found by tracing
     every op on the CPU (FSDP 1 x TP 2, b 1 and 2) and written term by term. Without resharding every earlier block's
     unsharded parameters stay, and the root's after lm_head (then the loss-parallel forward is the most: measured
@@ -255,7 +256,9 @@ def _tp_forward(st, scn, params, start: int, held_blocks: list[int]) -> dict | N
       (`growth.head_growth` from the final norm's start) the loss holds three FP32 [N, V/T] (N = b·s: `logits_2d`,
       `shifted`, `log_probs`; `exp` freed after its sum), the all-reduced max, sum and picked log-probability with their
       custom ops' copies and the negated and masked results (8 FP32 [N]), `safe_labels` and `local_labels` (int64 [N]),
-      two boolean [N] masks (`!= IGNORE_INDEX`, `out_of_range`) and a 4-byte scalar."""
+      two boolean [N] masks (`!= IGNORE_INDEX`, `out_of_range`) and a 4-byte scalar.
+
+    `n_blk` and `u_root`: one block's and the root's all-gathered parameters, bytes in the param dtype (`peaks`)."""
     if st.ac != "none":
         return None
     from symmem.accounting.analysis import stage_terms, values
@@ -268,12 +271,6 @@ def _tp_forward(st, scn, params, start: int, held_blocks: list[int]) -> dict | N
     b, s, dim = st.b, st.s, st.dim
     hidden = b * (s // t) * dim * pd
     w = st.world // (st.replicate * t)
-
-    def gathered(group) -> int:
-        return sum(p.padded(w) * w for p in group)
-
-    n_blk = gathered([p for p in params if p.name.startswith("dense layers[0].")]) * pd
-    u_root = gathered([p for p in params if not p.name.startswith("dense layers[")]) * pd
     embedding = sum(ceil_int(evaluate(x.nbytes, vals)) for x in stage_terms(scn, stage) if x.part == "embedding")
     # with a shard group of more than one rank the last block's flat all-gather output stays in its group's state
     # (no later group's unshard waits on it in the forward: the module docstring's forward); with one rank the 2-D

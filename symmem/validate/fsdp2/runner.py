@@ -287,6 +287,10 @@ def fsdp_tracker_class():
         def _sizes(self):
             return [(k, st.nbytes()) for k, r in list(self._refs.items()) if (st := r()) is not None]
 
+        def live_bytes(self) -> int:
+            """The live bytes now, between op boundaries too (no peak bookkeeping: a module hook's moment)."""
+            return sum(n for _k, n in self._sizes())
+
         def _check(self, op: str) -> None:
             sizes = self._sizes()
             self.current = sum(n for _k, n in sizes)
@@ -403,7 +407,7 @@ def _step(rank: int, st: Settings) -> dict:
     def block_done(name):
         saved.layer = None
         if live:
-            held_after[name] = sum(n for _k, n in live[0]._sizes())  # no peak bookkeeping: not an op boundary
+            held_after[name] = live[0].live_bytes()
 
     # and from the final norm's start to the output projection's end: the norm's and lm_head's saved and held
     # tensors and the logits, less the last block's output (the norm's input, which the caller lets go)
@@ -411,7 +415,7 @@ def _step(rank: int, st: Settings) -> dict:
 
     def head_mark(key):
         if live:
-            head_live[key] = sum(n for _k, n in live[0]._sizes())
+            head_live[key] = live[0].live_bytes()
 
     model.norm.register_forward_pre_hook(lambda mod, args: head_mark("before norm"))
     model.lm_head.register_forward_hook(lambda mod, args, out: head_mark("after lm_head"))
