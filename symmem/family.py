@@ -98,6 +98,11 @@ class Family:
         raise SymmemError(f"dataflow = 'hf': model family {self.name!r} has no Hugging Face dataflow; use "
                           "dataflow = 'paper' (--dataflow paper)")
 
+    def torchtitan_impl(self, model: ModelConfig, on_gpu: bool, unit_batch: bool, unit_seq: bool) -> object | None:
+        """torchtitan's own dataflow of this family's layers, where it differs from Hugging Face's (DeepSeek-V3);
+        None: the Hugging Face dataflow is torchtitan's (Llama 3: the same ops, `symmem.rules.torchtitan`)."""
+        return None
+
     def formula_aliases(self, model: ModelConfig) -> dict[sympy.Symbol, sympy.Symbol]:
         """Symbols a person's formula may use for another one in this model (replaced before comparing)."""
         return {}

@@ -70,6 +70,10 @@ class Profile:
     # the dataflow and attention implementation the framework's modules are (None: the scenario's)
     dataflow: str | None = None
     attn_impl: str | None = None
+    # whose model code the layers are, where a family's differs from Hugging Face's: "torchtitan-gpu" or
+    # "torchtitan-cpu" (torchtitan's DeepSeek-V3, symmem.blocks.torchtitan; its router's FP32 autocast runs on a
+    # GPU only); None: Hugging Face's
+    modules: str | None = None
     # bytes per element ZeRO-3 all-gathers the parameters in, when not the stored weights' (FSDP2 gathers in its
     # MixedPrecisionPolicy's param_dtype: the gathered blocks are BF16 while the shards are FP32)
     gather_bytes: int | None = None
@@ -312,9 +316,33 @@ def _torchtitan_check(scn) -> None:
         raise SymmemError(f"profile {scn.profile.name}: precision {scn.precision.name} with recompute selective-op: "
                           "per-op checkpointing of Float8 linears (aten._scaled_mm) is not modelled; use --recompute "
                           "none or full with Float8")
-    if scn.model.family.name != "llama":
-        raise SymmemError(f"profile {scn.profile.name}: model family {scn.model.family.name!r}: torchtitan's Llama 3 "
-                          "is the one modelled (its DeepSeek-V3 and Qwen3 are not yet)")
+    fam = scn.model.family.name
+    if fam == "deepseek" and scn.profile.name != TORCHTITAN_9DEC370:
+        _torchtitan_deepseek_check(scn)
+    elif fam != "llama":
+        raise SymmemError(f"profile {scn.profile.name}: model family {fam!r}: torchtitan's Llama 3 and (0.3.0) "
+                          "DeepSeek-V3 are modelled (its Qwen3 is not yet)")
+
+
+def _torchtitan_deepseek_check(scn) -> None:
+    """What of torchtitan 0.3.0's DeepSeek-V3 is modelled (symmem.blocks.torchtitan): its layers with the local token
+    dispatcher (EP 1, checked above), under FSDP/HSDP with no, full or per-layer AC; no TP yet, no per-op AC (its save
+    list's `_grouped_mm` is not counted), no MTP (torchtitan's flavors build none by default: `num_mtp_layers = 0`,
+    models/deepseek_v3/__init__.py:319-323, :533-537)."""
+    name = scn.profile.name
+    if scn.model.model_type != "deepseek_v3":
+        raise SymmemError(f"profile {name}: model_type {scn.model.model_type!r}: torchtitan's DeepSeek-V3 is "
+                          "modelled; DeepSeek-V2 is not a torchtitan model")
+    if scn.parallel.tp > 1:
+        raise SymmemError(f"profile {name}: TP {scn.parallel.tp} with DeepSeek-V3: torchtitan's MoE under TP is not "
+                          "modelled yet; set TP 1")
+    if scn.recompute_name == "selective-op":
+        raise SymmemError(f"profile {name}: recompute selective-op with DeepSeek-V3: what per-op checkpointing keeps "
+                          "of the grouped experts is not modelled yet; use none, full or selective-layer:N")
+    if scn.mtp and scn.model.n_mtp:
+        raise SymmemError(f"profile {name}: --mtp with num_nextn_predict_layers = {scn.model.n_mtp}: torchtitan "
+                          "trains DeepSeek-V3 without MTP unless asked (num_mtp_layers = 0), and its MTP is not "
+                          "modelled; run with --no-mtp")
 
 
 TORCHTITAN_9DEC370 = "torchtitan-2412"  # the profile of torchtitan 9dec370, the code of its published H100 runs
@@ -348,6 +376,8 @@ def _rope_cache(scn, stage, parts, values) -> list[Buffer]:
     layer. max_seq_len is the config's `max_position_embeddings` (torchtitan's llama3 flavors set 131,072,
     models/llama3/__init__.py:138, as Llama 3.1's config does)."""
     m = scn.model
+    if m.family.name == "deepseek":
+        return _deepseek_v3_buffers(scn, stage)
     head = m.value("h") // m.value("n_h")
     n = m.max_positions
     if n is None:
@@ -355,6 +385,24 @@ def _rope_cache(scn, stage, parts, values) -> list[Buffer]:
                           "it")
     return [Buffer(f"RoPE cache, {len(stage.layers)} layer(s) x [{n:,}, {head // 2}] complex64",
                    len(stage.layers) * n * (head // 2) * 8, "torchtitan/models/common/rope.py:185-193")]
+
+
+DSV3_ROPE_MAX_SEQ_LEN = 4096 * 4  # every torchtitan 0.3.0 DeepSeek-V3 flavor's rope max_seq_len (models/deepseek_v3/
+# __init__.py:358, :428, :502, :577), whatever the HF config's max_position_embeddings
+
+
+def _deepseek_v3_buffers(scn, stage) -> list[Buffer]:
+    """torchtitan 0.3.0's DeepSeek-V3 buffers: each attention's ComplexRoPE cache, [16,384, d_hr / 2] complex64
+    (models/deepseek_v3/model.py:91, models/common/rope.py:185-193), and each MoE block's FP32 `expert_bias_E` and
+    `tokens_per_expert_E`, [N] each (models/common/moe.py:380-395; load_balance_coeff 1e-3 by default, so the bias
+    exists). FSDP2 does not shard buffers."""
+    m = scn.model
+    n_moe = sum(1 for i in stage.layers if m.layer_kinds()[i] == "moe")
+    rope = len(stage.layers) * DSV3_ROPE_MAX_SEQ_LEN * (m.value("d_hr") // 2) * 8
+    return [Buffer(f"RoPE cache, {len(stage.layers)} layer(s) x [{DSV3_ROPE_MAX_SEQ_LEN:,}, {m.value('d_hr') // 2}] "
+                   "complex64", rope, "torchtitan/models/common/rope.py:185-193"),
+            Buffer(f"expert_bias_E and tokens_per_expert_E, {n_moe} MoE layer(s) x 2 x [{m.value('N')}] FP32",
+                   n_moe * 2 * 4 * m.value("N"), "torchtitan/models/common/moe.py:380-395")]
 
 
 def _freqs_cis_2412(scn, stage, parts, values) -> list[Buffer]:
@@ -378,7 +426,7 @@ def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.
         name, name, f"{version} under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
         buffers=buffers, precision="fp32", zero=3, allocation_order=allocation_order,
         states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
-        dataflow="hf", attn_impl="sdpa",
+        dataflow="hf", attn_impl="sdpa", modules="torchtitan-gpu" if on_gpu else "torchtitan-cpu",
         # torchtitan's enable_sequence_parallel defaults to on (torchtitan/config/configs.py:160): under TP the
         # norms and residuals run on s/t rows
         sequence_parallel=True,

@@ -231,6 +231,11 @@ class Scenario:
             "hf" if self.rules_name == "torch-eager" else "paper")
         if dataflow == "paper":
             return None
+        if prof is not None and prof.modules is not None:
+            own = self.model.family.torchtitan_impl(self.model, prof.modules == "torchtitan-gpu",
+                                                    unit_batch=self.b == 1, unit_seq=self.s == 1)
+            if own is not None:
+                return own
         attn = prof.attn_impl if prof is not None and prof.attn_impl else self.attn_impl
         return self.model.family.hf_impl(self.model, attn, self.experts_impl, self.hf_router,
                                           unit_batch=self.b == 1, unit_seq=self.s == 1)

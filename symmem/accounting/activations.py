@@ -51,7 +51,8 @@ def kept_tensors(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, 
     if not recomputed:
         return tuple(saved.values())
     producer = {t: op for op in flow.ops for t in op.outputs}
-    pinned = {t for op in flow.ops if "routing_decision" in op.tags for t in op.outputs}
+    pinned = ({t for op in flow.ops if "routing_decision" in op.tags for t in op.outputs} if rules.pins_routing
+              else set())
 
     def base(name: str) -> str:
         # Synthetic tensors (a mask "x.mask", an FP32 copy "x.fp32") belong to the tensor they derive from.

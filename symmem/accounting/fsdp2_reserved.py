@@ -84,7 +84,8 @@ def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
 
     fused = fuses_qkv(scn)
     params = fsdp_params(parts, vals, fuse_qkv=fused)
-    layers = next((p for p in parts if p.is_layers), None)
+    # each layer part's copies are global layers (DeepSeek-V3: a dense part, then MoE parts)
+    layer_of = {p.name: p.layers or tuple(range(p.count)) for p in parts if p.is_layers}
     blocks: dict[int, list] = {}
     root: list = []
     grads: dict = {}
@@ -92,14 +93,16 @@ def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
         part, rest = p.name.split("[", 1)
         copy, op = rest.split("].", 1)
         entry = (p.name, p.padded(n), p.d0 * p.rest, p.rows(0, n) * p.rest)
-        if layers is not None and part == layers.name:
-            blocks.setdefault(int(copy), []).append(entry)
+        if part in layer_of:
+            blocks.setdefault(layer_of[part][int(copy)], []).append(entry)
         else:
             root.append(entry)
         # the gradient appears at the op's backward; a fused wqkv's at q_proj's, the first of the three
         ops = ("self_attn.q_proj",) if op == "self_attn.wqkv" else (op,)
         for o in ops:
             grads.setdefault((part, int(copy), o), []).append((p.name, 2 * p.d0 * p.rest))
+    if sorted(blocks) != list(range(len(blocks))):
+        raise AssertionError(f"the stage's layers are not 0..{len(blocks) - 1}: {sorted(blocks)}")
     return (_Group("root", tuple(root)), [_Group(f"block {i}", tuple(blocks[i])) for i in sorted(blocks)], grads)
 
 
@@ -289,6 +292,9 @@ def replay(scn) -> Fsdp2Reserved:
         return after
 
     last = len(blocks) - 1
+
+    def layer_index(part, copy: int) -> int:  # a layer part's copy as the stage's layer (blocks are by layer)
+        return (part.layers or tuple(range(part.count)))[copy] if part.is_layers else -1
     # how the version wraps and steps (module docstring): 9dec370 one root unit, kept unsharded, the last block
     # too; 0.3.0 the embedding and [norm, lm_head] units, every block resharded
     units = _outer_units(scn, root)
@@ -309,16 +315,17 @@ def replay(scn) -> Fsdp2Reserved:
                 copy_out(it, unit, True)
             for copy in range(part.count):
                 fw = phase_events(part, copy, "forward")
+                layer = layer_index(part, copy)
                 if part.is_layers:
-                    all_gather(it, blocks[copy])
-                    copy_out(it, blocks[copy], True)
+                    all_gather(it, blocks[layer])
+                    copy_out(it, blocks[layer], True)
                 live = run(it, part, copy, fw, {}, None)
                 for name, a in live.items():  # what the part does not keep dies with its forward
                     if a.component != T.SAVED_CURRENT:
                         alloc.free((it, part.name, copy, name))
                 kept[(part.name, copy)] = {k: a for k, a in live.items() if a.component == T.SAVED_CURRENT}
-                if part.is_layers and resharded[copy]:
-                    reshard(it, blocks[copy])
+                if part.is_layers and resharded[layer]:
+                    reshard(it, blocks[layer])
             if unit is not None and part.name in units.resharded_after_forward:
                 reshard(it, unit)
         while stash:  # the root's post-forward frees the last all-gather output (_fsdp_state.py:333-342)
@@ -332,11 +339,12 @@ def replay(scn) -> Fsdp2Reserved:
                 bw = phase_events(part, copy, "backward")
                 grads: list = []
                 before = {}
+                layer = layer_index(part, copy)
                 if part.is_layers:
-                    if resharded[copy]:
-                        copy_out(it, blocks[copy], False)
-                    if copy > 0:
-                        all_gather(it, blocks[copy - 1])  # the backward prefetch
+                    if resharded[layer]:
+                        copy_out(it, blocks[layer], False)
+                    if layer > 0:
+                        all_gather(it, blocks[layer - 1])  # the backward prefetch
                     elif units.embedding is not None:
                         all_gather(it, units.embedding)
                 elif unit is not None and unit is units.head and blocks:
@@ -346,8 +354,8 @@ def replay(scn) -> Fsdp2Reserved:
                 for name in live:
                     alloc.free((it, part.name, copy, name))
                 if part.is_layers:
-                    reshard(it, blocks[copy])
-                    reduce_scatter(it, blocks[copy], grads, units.zero_grad_frees or it == 0)
+                    reshard(it, blocks[layer])
+                    reduce_scatter(it, blocks[layer], grads, units.zero_grad_frees or it == 0)
                 elif unit is not None and unit in units.in_final_callback:
                     final.append((unit, grads))
                 elif unit is not None:  # its post-backward, when the gradient of its input is computed

@@ -33,11 +33,11 @@ def _layer_ac(text: str) -> bool:
 def _settings(raw: dict, args, name: str):
     from symmem.validate.fsdp2.runner import Settings
 
-    if raw.get("model_type") != "llama":
+    if raw.get("model_type") not in ("llama", "deepseek_v3"):
         raise SymmemError(f"{name}: model_type = {raw.get('model_type')!r}: --framework fsdp2 runs torchtitan's "
-                          "Llama 3 (model_type llama)")
+                          "Llama 3 (model_type llama) and DeepSeek-V3 (deepseek_v3)")
     if raw.get("tie_word_embeddings"):
-        raise SymmemError(f"{name}: tie_word_embeddings = true: torchtitan's Llama 3 unties them")
+        raise SymmemError(f"{name}: tie_word_embeddings = true: torchtitan's models untie them")
     tp = args.tp
     world = args.dp * tp
     if world < 2 or world > MAX_WORLD:
@@ -45,6 +45,13 @@ def _settings(raw: dict, args, name: str):
     rep = args.hsdp_replicate
     if args.dp % rep:
         raise SymmemError(f"--hsdp-replicate = {rep}: must divide --dp = {args.dp} (HSDP's mesh is replicate x shard)")
+    if args.ac not in AC and not _layer_ac(args.ac):
+        raise SymmemError(f"--ac = {args.ac!r}: one of {', '.join(AC)}, or selective-layer:N (every N-th block "
+                          "checkpointed, N a whole number from 1)")
+    if args.b < 1 or args.s < 1:
+        raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
+    if raw["model_type"] == "deepseek_v3":
+        return _deepseek_settings(raw, args, name, world, rep)
     if tp > 1:
         n_kv = raw.get("num_key_value_heads") or raw.get("num_attention_heads")
         for key, v in (("num_attention_heads", raw.get("num_attention_heads")), ("num_key_value_heads", n_kv),
@@ -54,11 +61,6 @@ def _settings(raw: dict, args, name: str):
         if args.s % tp:
             raise SymmemError(f"--tp = {tp}: must divide -s = {args.s} (sequence parallelism splits the sequence; "
                               "torchtitan/trainer.py:306-315)")
-    if args.ac not in AC and not _layer_ac(args.ac):
-        raise SymmemError(f"--ac = {args.ac!r}: one of {', '.join(AC)}, or selective-layer:N (every N-th block "
-                          "checkpointed, N a whole number from 1)")
-    if args.b < 1 or args.s < 1:
-        raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
     keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
             "max_position_embeddings")
     for k in keys:
@@ -76,6 +78,65 @@ def _settings(raw: dict, args, name: str):
                     n_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
                     vocab=raw["vocab_size"], ffn_hidden=raw["intermediate_size"],
                     max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep, tp=tp,
+                    reshard_after_forward=not args.no_reshard_after_forward, ac=args.ac, b=args.b, s=args.s,
+                    seed=args.seed)
+
+
+DSV3_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "vocab_size", "max_position_embeddings", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
+             "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _deepseek_settings(raw: dict, args, name: str, world: int, rep: int):
+    """torchtitan 0.3.0's DeepSeek-V3 (`runner.MoESettings`) from an HF DeepSeek-V3 config: TP 1, no MTP."""
+    from symmem.validate.fsdp2.runner import MoESettings, Settings
+
+    if args.tp != 1:
+        raise SymmemError(f"--tp = {args.tp}: DeepSeek-V3 under TP is not predicted (the torchtitan profile models "
+                          "its MoE without TP); use --tp 1")
+    if args.ac == "selective-op":
+        raise SymmemError("--ac = 'selective-op': what per-op checkpointing keeps of DeepSeek-V3's grouped experts "
+                          "is not predicted; use none, full or selective-layer:N")
+    for k in DSV3_KEYS:
+        v = raw.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SymmemError(f"{name}: {k} = {v!r}: must be a positive integer")
+    for k, default in (("q_lora_rank", None), ("first_k_dense_replace", 0), ("num_nextn_predict_layers", 0)):
+        v = raw.get(k, default)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise SymmemError(f"{name}: {k} = {v!r}: must be null or a whole number")
+    if raw.get("num_nextn_predict_layers"):
+        raise SymmemError(f"{name}: num_nextn_predict_layers = {raw['num_nextn_predict_layers']}: torchtitan builds "
+                          "no MTP module by default and the profile models none; set it to 0")
+    if raw.get("moe_layer_freq", 1) != 1:
+        raise SymmemError(f"{name}: moe_layer_freq = {raw['moe_layer_freq']!r}: torchtitan's DeepSeek-V3 makes every "
+                          "block after first_k_dense_replace an MoE block (moe_layer_freq 1)")
+    score = raw.get("scoring_func", "softmax")
+    if score not in ("softmax", "sigmoid"):
+        raise SymmemError(f"{name}: scoring_func = {score!r}: torchtitan's router runs softmax or sigmoid")
+    if raw["num_experts_per_tok"] > raw["n_routed_experts"]:
+        raise SymmemError(f"{name}: num_experts_per_tok = {raw['num_experts_per_tok']}: more than n_routed_experts")
+    if raw.get("first_k_dense_replace", 0) > raw["num_hidden_layers"]:
+        raise SymmemError(f"{name}: first_k_dense_replace = {raw['first_k_dense_replace']}: more than "
+                          "num_hidden_layers")
+    if args.s > raw["max_position_embeddings"]:
+        raise SymmemError(f"-s = {args.s}: more than max_position_embeddings = {raw['max_position_embeddings']}")
+    h, n = raw["hidden_size"], raw["n_routed_experts"]
+    size = raw["num_hidden_layers"] * h * (raw["intermediate_size"] + 3 * n * raw["moe_intermediate_size"]) \
+        + 2 * raw["vocab_size"] * h
+    if size > 50_000_000:
+        raise SymmemError(f"{name}: about {size:,} parameters: keep it tiny, the model is built on the CPU per rank")
+    norm = raw.get("norm_topk_prob")
+    moe = MoESettings(n_dense_layers=raw.get("first_k_dense_replace", 0), dense_hidden=raw["intermediate_size"],
+                      moe_hidden=raw["moe_intermediate_size"], num_experts=n,
+                      num_shared_experts=raw["n_shared_experts"], top_k=raw["num_experts_per_tok"],
+                      kv_lora_rank=raw["kv_lora_rank"], qk_nope_head_dim=raw["qk_nope_head_dim"],
+                      qk_rope_head_dim=raw["qk_rope_head_dim"], v_head_dim=raw["v_head_dim"],
+                      q_lora_rank=raw.get("q_lora_rank") or 0, score_func=score,
+                      route_norm=bool(norm) if norm is not None else True)  # transformers' V3 default
+    return Settings(family="deepseek_v3", moe=moe, dim=h, n_layers=raw["num_hidden_layers"],
+                    n_heads=raw["num_attention_heads"], vocab=raw["vocab_size"],
+                    max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep,
                     reshard_after_forward=not args.no_reshard_after_forward, ac=args.ac, b=args.b, s=args.s,
                     seed=args.seed)
 
@@ -124,7 +185,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
         return 0 if ok else 1
-    print(f"{args.config}: FSDP2 + torchtitan 0.3.0 Llama 3 on {st.world} CPU ranks"
+    model = "DeepSeek-V3" if st.family == "deepseek_v3" else "Llama 3"
+    print(f"{args.config}: FSDP2 + torchtitan 0.3.0 {model} on {st.world} CPU ranks"
           + (f" (HSDP {st.replicate} x {st.world // (st.replicate * st.tp)})" if st.replicate > 1 else "")
           + (f" (FSDP {st.world // st.tp} x TP {st.tp}, sequence parallel)" if st.tp > 1 else "")
           + f", reshard_after_forward {st.reshard_after_forward}, AC {st.ac}, b = {st.b}, s = {st.s}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from symmem import blocks
-from symmem.blocks import hf
+from symmem.blocks import hf, torchtitan
 from symmem.blocks._dims import B, H, seq
 from symmem.blocks.embedding import token_ids
 from symmem.blocks.mla import d_v_symbol, q_latent
@@ -98,6 +98,8 @@ class DeepSeek(Family):
     def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
                     impl: object | None) -> str:
         axis = _resid_axis(kind)
+        if isinstance(impl, torchtitan.TorchtitanImpl):  # torchtitan's DeepSeek-V3
+            return torchtitan.layer(fb, x, kind, model=model, impl=impl, resid_axis=axis)
         if impl is not None:  # Hugging Face's implementation; the TP convention does not apply
             return hf.layer(fb, x, kind, model=model, impl=impl, resid_axis=axis)
         y = blocks.mla(fb, x, resid_axis=axis, q_latent=q_latent(model), convention=convention,
@@ -126,13 +128,17 @@ class DeepSeek(Family):
                           layer=lambda f, x: layer(f, x, "moe"), embed_dropout=impl is None, **kw)
 
     def build_shared(self, fb, model, impl) -> str | None:
-        # Hugging Face computes the rotary tables once per forward; every layer's RoPE keeps them.
-        return hf.rope_tables(fb, model) if impl is not None else None
+        # Hugging Face computes the rotary tables once per forward; every layer's RoPE keeps them. torchtitan's
+        # tables are each attention's buffer (symmem.blocks.torchtitan)
+        return hf.rope_tables(fb, model) if isinstance(impl, hf.HFImpl) else None
 
     def formula_aliases(self, model):
         # The paper writes d_h for the value head dimension too: where v_head_dim equals qk_nope_head_dim, the
         # dataflow says d_h (`d_v_symbol`), and a formula's d_v means the same.
         return {d_v: d_h} if d_v_symbol(model) == d_h else {}
+
+    def torchtitan_impl(self, model, on_gpu, unit_batch, unit_seq):
+        return torchtitan.TorchtitanImpl.of(model, on_gpu, unit_batch, unit_seq)
 
     def hf_impl(self, model, attn, experts, router, unit_batch, unit_seq):
         return hf.HFImpl(attn, experts, router or hf.router_kind_of(model), unit_batch=unit_batch,

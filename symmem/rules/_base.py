@@ -45,6 +45,10 @@ class RuleSet:
     # What per-op AC's cache holds of a layer op, given whether its policy answers MUST_SAVE for the op itself and
     # why: (op, flow, whole, why) -> saved; None: the op's outputs when it does (`activations.sac_kept`)
     sac_cached: Callable[[Op, Dataflow, bool, str], list[Saved]] | None = None
+    # Whether recomputation keeps the top-k routing decision (ops tagged `routing_decision`) so that it routes the
+    # same way (the paper's accounting); torch.utils.checkpoint keeps a checkpointed block's inputs only and routes
+    # again (torchtitan's full and per-layer AC: measured)
+    pins_routing: bool = True
 
     def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
         try:

@@ -55,7 +55,7 @@ from functools import lru_cache
 
 from symmem.graph import FP32, Dataflow, Dim, Op, Tensor
 from symmem.rules import torch_eager
-from symmem.rules._base import RuleSet, Saved, nothing
+from symmem.rules._base import RuleSet, Saved, inputs, nothing, outputs
 
 
 def _rows(y: Tensor) -> tuple[Dim, ...]:
@@ -106,8 +106,12 @@ def _flash_backward_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[
             Saved(Tensor(f"{lse.name}.softmax_d", lse.dims, FP32), f"FlashAttention's FP32 softmax_d ({op.name})")]
 
 
-# the RoPE table is a model buffer (the profile's), kept by no op
-_CHANGES = {"rotary_emb": nothing, "cross_entropy": _cross_entropy}
+# the RoPE table is a model buffer (the profile's), kept by no op. Two op kinds of torchtitan's DeepSeek-V3
+# (symmem.blocks.torchtitan): its `deterministic_scatter_add` keeps the index only (torchtitan/ops/scatter_add.py:28-43,
+# `ctx.save_for_backward(index)`), and the FP32 copy CUDA's FP32 autocast makes of the router gate's BF16 weight is
+# kept by the mm (MmBackward0 keeps mat2; torch/amp/autocast_mode.py, models/common/moe.py:297-299)
+_CHANGES = {"rotary_emb": nothing, "cross_entropy": _cross_entropy, "scatter_add": inputs(0),
+            "autocast_weight": outputs(0)}
 
 # torchtitan's Llama 3 runs q, k and v as one matrix product (wqkv, models/llama3's fuse_qkv): one mm for the
 # per-op AC's every-other-mm count (`activations.sac_kept`)
@@ -122,7 +126,10 @@ def _rule_set(name: str, where: str, rmsnorm, sac_saved_kinds: frozenset[str],
                    {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": rmsnorm}, context_parallel=False,
                    workspaces={"cross_entropy": _loss_workspace, **(workspaces or {})},
                    grad_in_place=frozenset({"cross_entropy"}),
-                   sac_saved_kinds=sac_saved_kinds, gemm_groups=gemm_groups)
+                   sac_saved_kinds=sac_saved_kinds, gemm_groups=gemm_groups,
+                   # torchtitan's full and per-layer AC are torch.utils.checkpoint (non-reentrant): a block keeps its
+                   # input and routes again (DeepSeek-V3's MoE block under full AC keeps its input alone: measured)
+                   pins_routing=False)
 
 
 # Per-op AC's save list (torchtitan/distributed/activation_checkpoint.py:31-94) holds the GPU's SDPA kernels

@@ -8,8 +8,10 @@ from __future__ import annotations
 def interior_block_checked(st) -> bool:
     """Whether the live bytes' growth over block 2 (0-based) measures that block's saved and held bytes: three
     blocks or more (block 0's end holds the embedding's output chain too), resharded after forward, one AC policy for
-    all (the caller's hand-off of a block's input and output then cancels; under per-layer AC it does not)."""
-    return st.n_layers >= 3 and st.reshard_after_forward and not st.ac.startswith("selective-layer")
+    all (the caller's hand-off of a block's input and output then cancels; under per-layer AC it does not), and
+    blocks 1 and 2 of one kind (DeepSeek-V3's dense and MoE blocks gather and hand off different bytes)."""
+    same_kind = st.moe is None or st.moe.n_dense_layers not in (2,) or st.family != "deepseek_v3"
+    return st.n_layers >= 3 and st.reshard_after_forward and not st.ac.startswith("selective-layer") and same_kind
 
 
 def head_growth(scn, stage, vals) -> int:

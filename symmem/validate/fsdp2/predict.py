@@ -23,6 +23,23 @@ def hf_config(st) -> dict:
             "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
 
 
+def deepseek_v3_config(st) -> dict:
+    """The HF DeepSeek-V3 config of the runner's torchtitan DeepSeek-V3 (`runner.MoESettings`): no MTP, untied."""
+    from symmem.validate.fsdp2.runner import MoESettings
+
+    m = st.moe or MoESettings()
+    return {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": st.dim,
+            "intermediate_size": m.dense_hidden, "moe_intermediate_size": m.moe_hidden,
+            "num_hidden_layers": st.n_layers, "num_attention_heads": st.n_heads, "num_key_value_heads": st.n_heads,
+            "n_routed_experts": m.num_experts, "num_experts_per_tok": m.top_k,
+            "n_shared_experts": m.num_shared_experts, "q_lora_rank": m.q_lora_rank or None,
+            "kv_lora_rank": m.kv_lora_rank, "qk_nope_head_dim": m.qk_nope_head_dim,
+            "qk_rope_head_dim": m.qk_rope_head_dim, "v_head_dim": m.v_head_dim,
+            "first_k_dense_replace": m.n_dense_layers, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
+            "vocab_size": st.vocab, "max_position_embeddings": st.max_seq_len, "scoring_func": m.score_func,
+            "norm_topk_prob": m.route_norm, "tie_word_embeddings": False}
+
+
 def scenario(st, raw: dict | None = None):
     """The symmem Scenario of the run: profile torchtitan-cpu, FSDP over `world` (ZeRO-3), BF16 activations."""
     from symmem.config import load_model
@@ -35,7 +52,7 @@ def scenario(st, raw: dict | None = None):
     fd, path = tempfile.mkstemp(suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(raw or hf_config(st), f)
+            json.dump(raw or (deepseek_v3_config(st) if st.family == "deepseek_v3" else hf_config(st)), f)
         model = load_model(path)
     finally:
         os.unlink(path)
@@ -73,16 +90,17 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
                 out[t.part] = out.get(t.part, 0) + ceil_int(evaluate(t.nbytes, vals))
         return out
 
-    # one block's saved bytes under the policy each block runs (per-layer checkpointing: full or none by layer)
+    # each block's saved bytes: its own part's (DeepSeek-V3: dense or MoE) under the policy it runs (per-layer
+    # checkpointing: full or none by layer)
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    part_of = {i: p.name for p in parts if p.is_layers for i in p.layers}
     policies = {scn.policy.for_layer(i) for i in range(st.n_layers)}
     by_policy = {pol: per_part(scn.replace(recompute_name=pol.label)) for pol in policies}
-    block = {pol: sum(v for k, v in pp.items() if k.endswith("layers")) for pol, pp in by_policy.items()}
-    held = {pol: sum(v for k, v in per_part(scn.replace(recompute_name=pol.label), held=True).items()
-                     if k.endswith("layers")) for pol in policies}
-    outside = sum(v for k, v in per_part(scn).items() if not k.endswith("layers"))
-    saved = {f"layer {i}": block[scn.policy.for_layer(i)] for i in range(st.n_layers)}
-    params = fsdp_params(stage_parts(scn.model, stage, scn.convention, scn.flow_impl), vals,
-                         axes=scn.parallel.axis_sizes())
+    held_by_policy = {pol: per_part(scn.replace(recompute_name=pol.label), held=True) for pol in policies}
+    outside = sum(v for k, v in per_part(scn).items() if k not in part_of.values())
+    saved = {f"layer {i}": by_policy[scn.policy.for_layer(i)][part_of[i]] for i in range(st.n_layers)}
+    held = {f"layer {i}": held_by_policy[scn.policy.for_layer(i)][part_of[i]] for i in range(st.n_layers)}
+    params = fsdp_params(parts, vals, fuse_qkv=st.family == "llama3", axes=scn.parallel.axis_sizes())
     n = shard_degree(scn)
     from symmem.validate.fsdp2.growth import head_growth
     from symmem.validate.fsdp2.peak import peaks
@@ -93,12 +111,12 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
         shard = (rank // st.tp) % n  # its index in the shard group: tp innermost in the mesh, then fsdp
         r = rank_states(params, n, shard, step_on_device=True)
         pk = peaks(st, scn, params, shard, [saved[f"layer {i}"] for i in range(st.n_layers)],
-                   [held[scn.policy.for_layer(i)] for i in range(st.n_layers)])
+                   [held[f"layer {i}"] for i in range(st.n_layers)])
         out.append({"rank": rank, "start": pk.start, "peaks": pk,
                     "states_by_kind": {"params": r.params, "grads": r.grads, "exp_avg": r.exp_avg,
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
                     "states": r.total,
                     "saved": {**saved, "outside layers": outside},
-                    "held_per_block": {f"layer {i}": held[scn.policy.for_layer(i)] for i in range(st.n_layers)},
+                    "held_per_block": held,
                     "head_growth": head})
     return out

@@ -83,6 +83,9 @@ class MoESettings:
     qk_nope_head_dim: int = 16
     qk_rope_head_dim: int = 8
     v_head_dim: int = 16
+    q_lora_rank: int = 0  # 0: one wq (the debugmodel's); else wq_a, q_norm, wq_b (the 671B's)
+    score_func: str = "softmax"  # the router's (the debugmodel's; the 671B's is sigmoid)
+    route_norm: bool = False  # top-k scores divided by their sum (the 671B's: True)
 
 
 def require() -> None:
@@ -96,7 +99,8 @@ def require() -> None:
 
 def build_deepseek_v3(st: Settings):
     """torchtitan 0.3.0's DeepSeekV3Model at `st.moe`'s sizes (its `_debugmodel`'s recipe, models/deepseek_v3/
-    __init__.py:319-386: softmax router, YaRN RoPE, no MTP), SDPA as the inner attention."""
+    __init__.py:319-386: YaRN RoPE, no MTP; its softmax router unless `st.moe` says otherwise), SDPA as the inner
+    attention."""
     import torchtitan.models.deepseek_v3 as d3
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
     from torchtitan.models.common.attention import ScaledDotProductAttention
@@ -104,15 +108,18 @@ def build_deepseek_v3(st: Settings):
     m = st.moe or MoESettings()
     d3.get_attention_config = lambda backend: ScaledDotProductAttention.Config()  # as for Llama 3 (build_model)
     layers = d3._build_dsv3_layers(
-        n_layers=st.n_layers, n_dense_layers=m.n_dense_layers, dim=st.dim, n_heads=st.n_heads, q_lora_rank=0,
+        n_layers=st.n_layers, n_dense_layers=m.n_dense_layers, dim=st.dim, n_heads=st.n_heads,
+        q_lora_rank=m.q_lora_rank,
         kv_lora_rank=m.kv_lora_rank, qk_nope_head_dim=m.qk_nope_head_dim, qk_rope_head_dim=m.qk_rope_head_dim,
         v_head_dim=m.v_head_dim, mscale=0.70, dense_hidden_dim=m.dense_hidden, moe_hidden_dim=m.moe_hidden,
         num_experts=m.num_experts, num_shared_experts=m.num_shared_experts, router_top_k=m.top_k,
-        router_score_func="softmax", attn_backend="sdpa", moe_comm_backend="standard",
+        router_score_func=m.score_func, router_route_norm=m.route_norm, attn_backend="sdpa",
+        moe_comm_backend="standard",
         non_blocking_capacity_factor=None,
-        rope=ComplexRoPE.Config(dim=m.qk_rope_head_dim, max_seq_len=st.max_seq_len, theta=10000.0, scaling="yarn",
-                                rope_factor=40.0, beta_fast=32.0, beta_slow=1.0,
-                                original_seq_len=st.max_seq_len // 4))
+        # every flavor's RoPE cache: 4096 x 4 positions (models/deepseek_v3/__init__.py:356-365), whatever the HF
+        # config's max_position_embeddings (the profile's buffer, symmem.profiles.DSV3_ROPE_MAX_SEQ_LEN)
+        rope=ComplexRoPE.Config(dim=m.qk_rope_head_dim, max_seq_len=4096 * 4, theta=10000.0, scaling="yarn",
+                                rope_factor=40.0, beta_fast=32.0, beta_slow=1.0, original_seq_len=4096))
     config = d3.DeepSeekV3Model.Config(
         vocab_size=st.vocab, dim=st.dim,
         tok_embeddings=Embedding.Config(num_embeddings=st.vocab, embedding_dim=st.dim, param_init=d3._EMBEDDING_INIT),
