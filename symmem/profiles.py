@@ -326,19 +326,19 @@ def _torchtitan_check(scn) -> None:
 
 def _torchtitan_deepseek_check(scn) -> None:
     """What of torchtitan 0.3.0's DeepSeek-V3 is modelled (symmem.blocks.torchtitan): its layers with the local token
-    dispatcher (EP 1, checked above), under FSDP/HSDP with no, full or per-layer AC; no TP yet, no per-op AC (its save
-    list's `_grouped_mm` is not counted), no MTP (torchtitan's flavors build none by default: `num_mtp_layers = 0`,
+    dispatcher (EP 1, checked above), under FSDP/HSDP with every AC mode; no TP yet, no MTP (torchtitan's flavors
+    build none by default: `num_mtp_layers = 0`,
     models/deepseek_v3/__init__.py:319-323, :533-537)."""
     name = scn.profile.name
     if scn.model.model_type != "deepseek_v3":
         raise SymmemError(f"profile {name}: model_type {scn.model.model_type!r}: torchtitan's DeepSeek-V3 is "
                           "modelled; DeepSeek-V2 is not a torchtitan model")
+    if scn.model.option("moe_layer_freq") != 1:
+        raise SymmemError(f"profile {name}: moe_layer_freq = {scn.model.option('moe_layer_freq')}: torchtitan's "
+                          "DeepSeek-V3 makes every block after first_k_dense_replace an MoE block (moe_layer_freq 1)")
     if scn.parallel.tp > 1:
         raise SymmemError(f"profile {name}: TP {scn.parallel.tp} with DeepSeek-V3: torchtitan's MoE under TP is not "
                           "modelled yet; set TP 1")
-    if scn.recompute_name == "selective-op":
-        raise SymmemError(f"profile {name}: recompute selective-op with DeepSeek-V3: what per-op checkpointing keeps "
-                          "of the grouped experts is not modelled yet; use none, full or selective-layer:N")
     if scn.mtp and scn.model.n_mtp:
         raise SymmemError(f"profile {name}: --mtp with num_nextn_predict_layers = {scn.model.n_mtp}: torchtitan "
                           "trains DeepSeek-V3 without MTP unless asked (num_mtp_layers = 0), and its MTP is not "

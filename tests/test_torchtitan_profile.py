@@ -293,3 +293,45 @@ def test_sweep_under_tp_equals_memory_and_says_what_it_leaves_out(capsys):
     assert main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "--profile", "torchtitan-2412", "--tp", "2"]) == 2
     err = capsys.readouterr().err
     assert "--tp = '2': profile torchtitan-2412 models FSDP (and HSDP) alone" in err and err.count("\n") == 1
+
+
+def test_deepseek_v3_router_on_a_gpu_keeps_fp32_copies_the_cpu_cannot_make():
+    """torchtitan's router runs its gate under autocast(dtype=float32) (models/common/moe.py:297-299): CUDA honours
+    it, the CPU refuses it (torch/amp/autocast_mode.py:282-304), so the GPU profile's MoE block keeps the FP32 copies
+    of the gate's input [b·s, h] and weight [N, h], FP32 scores, and FP32 sorted scores for the combine, where the
+    CPU's (measured: tests/validate/test_fsdp2.py) keeps them in BF16 and reads the BF16 input the shared expert
+    keeps anyway. By hand at h 64, 4 experts, top 2, b 1, s 32."""
+    from symmem.accounting.analysis import stage_terms, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.validate.fsdp2.predict import deepseek_v3_config, scenario
+    from symmem.validate.fsdp2.runner import Settings
+
+    st = Settings(family="deepseek_v3", dim=64, n_layers=3, n_heads=4, vocab=256, world=2, b=1, s=32)
+    scn = scenario(st, deepseek_v3_config(st))
+    routing = {}
+    for prof in ("torchtitan-cpu", "torchtitan"):
+        sc = scn.replace(profile_name=prof)
+        vals = values(sc)
+        routing[prof] = {t.tensor: ceil_int(evaluate(t.nbytes, vals)) for t in stage_terms(sc, sc.stages[0])
+                         if t.part == "moe layers" and t.op.startswith(("moe.router", "dispatch", "combine"))}
+    t, h, e, k = 32, 64, 4, 2
+    common = {"moe.topk_ids": 8 * t * k, "dispatch.sorted_slots": 8 * t * k, "dispatch.token_idx": 8 * t * k,
+              "combine.out_fp32": 4 * t * k * h}
+    assert routing["torchtitan-cpu"] == common | {"moe.x_norm": 2 * t * h, "moe.router_scores": 2 * t * e,
+                                                  "dispatch.scores_sorted": 2 * t * k}
+    assert routing["torchtitan"] == common | {"moe.router_in": 4 * t * h, "moe.router_weight_fp32": 4 * e * h,
+                                              "moe.router_scores": 4 * t * e, "dispatch.scores_sorted": 4 * t * k}
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--tp", "2"], "TP 2 with DeepSeek-V3"),
+    (["--ep", "8"], "EP 8"),
+    (["--mtp"], "--mtp with num_nextn_predict_layers = 1"),
+])
+def test_deepseek_v3_under_torchtitan_refuses_what_is_not_modelled(capsys, extra, words):
+    argv = ["memory", "--model", "deepseek-v3", "--profile", "torchtitan", "--dp", "64", *extra]
+    if "--mtp" not in extra:
+        argv.append("--no-mtp")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err

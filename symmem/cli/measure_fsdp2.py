@@ -94,9 +94,6 @@ def _deepseek_settings(raw: dict, args, name: str, world: int, rep: int):
     if args.tp != 1:
         raise SymmemError(f"--tp = {args.tp}: DeepSeek-V3 under TP is not predicted (the torchtitan profile models "
                           "its MoE without TP); use --tp 1")
-    if args.ac == "selective-op":
-        raise SymmemError("--ac = 'selective-op': what per-op checkpointing keeps of DeepSeek-V3's grouped experts "
-                          "is not predicted; use none, full or selective-layer:N")
     for k in DSV3_KEYS:
         v = raw.get(k)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -136,8 +136,11 @@ def _rule_set(name: str, where: str, rmsnorm, sac_saved_kinds: frozenset[str],
 # (`_scaled_dot_product_flash_attention`, `_efficient_attention`, cuDNN's; FlexAttention) but not the CPU's
 # `_scaled_dot_product_flash_attention_for_cpu`: on the CPU the attention is recomputed (measured)
 RULES = _rule_set("torchtitan", "a GPU (fused rms_norm)", _rms_norm_fused, frozenset({"sdpa_flash"}))
+# SDPA's math path (the CPU's when q/k and v head sizes differ: DeepSeek-V3) runs two aten.bmm, compute-intensive
+# ops on the save list (torch/_functorch/partitioners.py get_default_op_list): their FP32 outputs, the scores and
+# the probabilities times v, are cached (measured)
 RULES_CPU = _rule_set("torchtitan-cpu", "the CPU (ATen's composite rms_norm; measured by symmem measure --framework "
-                      "fsdp2)", _rms_norm_composite, frozenset())
+                      "fsdp2)", _rms_norm_composite, frozenset({"matmul"}))
 # torchtitan 9dec370 (2024-12-26), the code of its published H100 benchmarks: three q, k, v products, its RMSNorm
 # (module docstring); its per-op save list (torchtitan/parallelisms/parallelize_llama.py at that commit, `_save_list`:
 # mm, the efficient and flash SDPA kernels, reduce_scatter_tensor, abs and max) keeps the GPU's SDPA outputs

@@ -373,6 +373,13 @@ DSV3 = {
     "dsv3-full-ac": {"ac": "full"},
     "dsv3-selective-layer-2-4-layers": {"ac": "selective-layer:2", "n_layers": 4},
     "dsv3-no-reshard-b2-s16": {"reshard_after_forward": False, "b": 2, "s": 16},
+    # per-op AC: the block input, the odd products' outputs (wq, wkv_b, then w1 and w2 of the dense or the shared
+    # expert: the router's gate is forced to recompute, activation_checkpoint.py:196-198), topk's FP32 values and
+    # int64 ids, and on the math path the two bmm outputs (FP32); the grouped experts are recomputed
+    "dsv3-selective-op": {"ac": "selective-op"},
+    # the CPU's flash kernel is not on the save list: recomputed
+    "dsv3-flash-selective-op-b2-no-reshard": {"ac": "selective-op", "moe": {"qk_nope_head_dim": 8}, "b": 2,
+                                              "reshard_after_forward": False},
     # padded shards: 3 experts and KV rank 31 over a shard group of 2; two dense blocks
     "dsv3-hsdp-2x2-padded": {"world": 4, "replicate": 2, "n_layers": 4,
                              "moe": {"num_experts": 3, "kv_lora_rank": 31, "n_dense_layers": 2}},
@@ -429,7 +436,7 @@ def test_deepseek_v3_measure_cli_compares_and_refuses_what_it_does_not_predict(t
     assert "torchtitan 0.3.0 DeepSeek-V3" in text and text.count("saved per block and outside EQUAL") == 2, text
     assert "(DIFFERENT)" not in text and "not predicted (deepseek_v3" in text, text
     for extra, words in ((["--tp", "2", "--dp", "1"], "--tp = 2: DeepSeek-V3 under TP is not predicted"),
-                         (["--ac", "selective-op"], "--ac = 'selective-op': what per-op checkpointing keeps")):
+                         (["--ac", "selective-layer:0"], "--ac = 'selective-layer:0'")):
         assert main([*argv, *extra]) == 2
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1, err

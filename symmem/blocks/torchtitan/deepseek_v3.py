@@ -183,8 +183,12 @@ def router(fb: DataflowBuilder, xn: str, impl: TorchtitanImpl) -> tuple[str, str
                       [("moe.router_scores", rows + (D(N),), dt)], tags=ROUTING)
     decision = ROUTING + ("routing_decision",)
     # :308-317: the expert bias, the group-limited masking and topk choose the ids; the scores they build are not
-    # used for the gradient, so their nodes and what they saved die at once
-    (ids,) = fb.op("argtopk", "moe.router.topk", [scores], [("moe.topk_ids", rows + (D(N_r),), INT64)], tags=decision)
+    # used for the gradient, so their nodes and what they saved die at once. topk's values are FP32 whatever the
+    # scores' dtype: the FP32 expert_bias_E (moe.py:380-392) promotes the sum. Per-op AC's save list holds topk
+    # (torchtitan/distributed/activation_checkpoint.py:51-53): both outputs cached (measured)
+    _values, ids = fb.op("argtopk", "moe.router.topk", [scores], [("moe.topk_values", rows + (D(N_r),), FP32),
+                                                                  ("moe.topk_ids", rows + (D(N_r),), INT64)],
+                         tags=decision)
     # :321: scores.gather(-1, ids): GatherBackward0 keeps the ids (and the scores, already kept)
     (w_k,) = fb.op("gather", "moe.router.gather", [scores, ids], [("moe.topk_scores", rows + (D(N_r),), dt)],
                    tags=ROUTING)
