@@ -326,8 +326,8 @@ def _torchtitan_check(scn) -> None:
 
 def _torchtitan_deepseek_check(scn) -> None:
     """What of torchtitan 0.3.0's DeepSeek-V3 is modelled (symmem.blocks.torchtitan): its layers with the local token
-    dispatcher (EP 1, checked above), under FSDP/HSDP with every AC mode; no TP yet, no MTP (torchtitan's flavors
-    build none by default: `num_mtp_layers = 0`,
+    dispatcher (EP 1, checked above), under FSDP/HSDP and TP with sequence parallelism, every AC mode; no MTP
+    (torchtitan's flavors build none by default: `num_mtp_layers = 0`,
     models/deepseek_v3/__init__.py:319-323, :533-537)."""
     name = scn.profile.name
     if scn.model.model_type != "deepseek_v3":
@@ -336,9 +336,13 @@ def _torchtitan_deepseek_check(scn) -> None:
     if scn.model.option("moe_layer_freq") != 1:
         raise SymmemError(f"profile {name}: moe_layer_freq = {scn.model.option('moe_layer_freq')}: torchtitan's "
                           "DeepSeek-V3 makes every block after first_k_dense_replace an MoE block (moe_layer_freq 1)")
-    if scn.parallel.tp > 1:
-        raise SymmemError(f"profile {name}: TP {scn.parallel.tp} with DeepSeek-V3: torchtitan's MoE under TP is not "
-                          "modelled yet; set TP 1")
+    if scn.model.value("h_E") % scn.parallel.tp:
+        raise SymmemError(f"profile {name}: TP {scn.parallel.tp}: must divide moe_intermediate_size = "
+                          f"{scn.model.value('h_E')} (torchtitan splits the experts' hidden dimension over TP)")
+    if scn.parallel.tp > 1 and not scn.parallel.moe_sp:
+        raise SymmemError(f"profile {name}: TP {scn.parallel.tp} with the MoE block not sequence-sharded: torchtitan "
+                          "reduce-scatters the MoE block's output to the sequence shards (models/common/"
+                          "moe_sharding.py); set moe_sequence_parallel = true (--moe-sequence-parallel)")
     if scn.mtp and scn.model.n_mtp:
         raise SymmemError(f"profile {name}: --mtp with num_nextn_predict_layers = {scn.model.n_mtp}: torchtitan "
                           "trains DeepSeek-V3 without MTP unless asked (num_mtp_layers = 0), and its MTP is not "

@@ -324,7 +324,7 @@ def test_deepseek_v3_router_on_a_gpu_keeps_fp32_copies_the_cpu_cannot_make():
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--tp", "2"], "TP 2 with DeepSeek-V3"),
+    (["--tp", "2", "--no-moe-sequence-parallel"], "TP 2 with the MoE block not sequence-sharded"),
     (["--ep", "8"], "EP 8"),
     (["--mtp"], "--mtp with num_nextn_predict_layers = 1"),
 ])

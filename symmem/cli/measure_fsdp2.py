@@ -91,9 +91,14 @@ def _deepseek_settings(raw: dict, args, name: str, world: int, rep: int):
     """torchtitan 0.3.0's DeepSeek-V3 (`runner.MoESettings`) from an HF DeepSeek-V3 config: TP 1, no MTP."""
     from symmem.validate.fsdp2.runner import MoESettings, Settings
 
-    if args.tp != 1:
-        raise SymmemError(f"--tp = {args.tp}: DeepSeek-V3 under TP is not predicted (the torchtitan profile models "
-                          "its MoE without TP); use --tp 1")
+    tp = args.tp
+    if tp > 1:
+        for key in ("num_attention_heads", "intermediate_size", "moe_intermediate_size", "vocab_size"):
+            v = raw.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and v % tp:
+                raise SymmemError(f"--tp = {tp}: must divide {key} = {v} (uneven TP shards are not predicted)")
+        if args.s % tp:
+            raise SymmemError(f"--tp = {tp}: must divide -s = {args.s} (sequence parallelism splits the sequence)")
     for k in DSV3_KEYS:
         v = raw.get(k)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -133,7 +138,7 @@ def _deepseek_settings(raw: dict, args, name: str, world: int, rep: int):
                       route_norm=bool(norm) if norm is not None else True)  # transformers' V3 default
     return Settings(family="deepseek_v3", moe=moe, dim=h, n_layers=raw["num_hidden_layers"],
                     n_heads=raw["num_attention_heads"], vocab=raw["vocab_size"],
-                    max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep,
+                    max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep, tp=tp,
                     reshard_after_forward=not args.no_reshard_after_forward, ac=args.ac, b=args.b, s=args.s,
                     seed=args.seed)
 

@@ -109,9 +109,10 @@ def _flash_backward_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[
 # the RoPE table is a model buffer (the profile's), kept by no op. Two op kinds of torchtitan's DeepSeek-V3
 # (symmem.blocks.torchtitan): its `deterministic_scatter_add` keeps the index only (torchtitan/ops/scatter_add.py:28-43,
 # `ctx.save_for_backward(index)`), and the FP32 copy CUDA's FP32 autocast makes of the router gate's BF16 weight is
-# kept by the mm (MmBackward0 keeps mat2; torch/amp/autocast_mode.py, models/common/moe.py:297-299)
+# kept by the mm (MmBackward0 keeps mat2; torch/amp/autocast_mode.py, models/common/moe.py:297-299). Its MoE
+# block's reduce-scatter of the routed experts' partial output (under TP; an identity without) keeps nothing
 _CHANGES = {"rotary_emb": nothing, "cross_entropy": _cross_entropy, "scatter_add": inputs(0),
-            "autocast_weight": outputs(0)}
+            "autocast_weight": outputs(0), "reduce_scatter": nothing}
 
 # torchtitan's Llama 3 runs q, k and v as one matrix product (wqkv, models/llama3's fuse_qkv): one mm for the
 # per-op AC's every-other-mm count (`activations.sac_kept`)
@@ -253,4 +254,7 @@ def under_tp(base: RuleSet, one_sequence: bool = False) -> RuleSet:
         base, name=name, description=base.description + "; under TP with sequence parallelism" + more,
         rules={**base.rules, "linear": linear, "embedding": _embedding_tp,
                "cross_entropy": torch_eager._cross_entropy},
-        workspaces={**base.workspaces, "cross_entropy": _loss_parallel_workspace}, sac_cached=_sac_cached_tp)
+        workspaces={**base.workspaces, "cross_entropy": _loss_parallel_workspace}, sac_cached=_sac_cached_tp,
+        # the save list's `_c10d_functional.reduce_scatter_tensor` (activation_checkpoint.py:60-62): DeepSeek-V3's
+        # reduce-scatter of the routed experts' output is cached (measured)
+        sac_saved_kinds=base.sac_saved_kinds | {"reduce_scatter"})

@@ -380,6 +380,17 @@ DSV3 = {
     # the CPU's flash kernel is not on the save list: recomputed
     "dsv3-flash-selective-op-b2-no-reshard": {"ac": "selective-op", "moe": {"qk_nope_head_dim": 8}, "b": 2,
                                               "reshard_after_forward": False},
+    # TP 2 with sequence parallelism (models/deepseek_v3/sharding.py, models/common/moe_sharding.py, EP off): each
+    # module's input gathered at its entry and kept whole (at b 1 with the gather's two more copies), the attention
+    # on the whole sequence split by heads, the MoE block on every token with the experts' hidden dim split, its
+    # routed and shared outputs reduce-scattered (per-op AC caches both)
+    "dsv3-tp2": {"tp": 2},
+    "dsv3-fsdp2-tp2-b2": {"world": 4, "tp": 2, "b": 2},
+    "dsv3-tp2-full-ac": {"tp": 2, "ac": "full"},
+    "dsv3-tp2-selective-op": {"tp": 2, "ac": "selective-op"},
+    "dsv3-hsdp-2x1-tp2-sigmoid-norm-q-latent-no-reshard-b2": {
+        "world": 4, "replicate": 2, "tp": 2, "b": 2, "reshard_after_forward": False,
+        "moe": {"score_func": "sigmoid", "route_norm": True, "q_lora_rank": 24}},
     # padded shards: 3 experts and KV rank 31 over a shard group of 2; two dense blocks
     "dsv3-hsdp-2x2-padded": {"world": 4, "replicate": 2, "n_layers": 4,
                              "moe": {"num_experts": 3, "kv_lora_rank": 31, "n_dense_layers": 2}},
@@ -435,7 +446,7 @@ def test_deepseek_v3_measure_cli_compares_and_refuses_what_it_does_not_predict(t
     assert code == 0, text
     assert "torchtitan 0.3.0 DeepSeek-V3" in text and text.count("saved per block and outside EQUAL") == 2, text
     assert "(DIFFERENT)" not in text and "not predicted (deepseek_v3" in text, text
-    for extra, words in ((["--tp", "2", "--dp", "1"], "--tp = 2: DeepSeek-V3 under TP is not predicted"),
+    for extra, words in ((["--tp", "3", "--dp", "1"], "--tp = 3: must divide num_attention_heads = 4"),
                          (["--ac", "selective-layer:0"], "--ac = 'selective-layer:0'")):
         assert main([*argv, *extra]) == 2
         err = capsys.readouterr().err

@@ -4,8 +4,15 @@ the rule set's (`symmem.rules.torchtitan`), measured on the CPU by `symmem measu
 at tiny sizes, tests/validate/test_fsdp2.py).
 
 Only the local token dispatcher (no expert parallelism) is written: torchtitan's `LocalTokenDispatcher`
-(models/common/token_dispatcher.py:47-169). The routed slots are (N experts, E_tok tokens each), as in the other
-MoE dataflows, N·E_tok = b·s·N_r on one rank whatever the routing: the dispatcher keeps every slot, unpadded.
+(models/common/token_dispatcher.py:47-169). It keeps every routed slot, unpadded, whatever the routing: the slots
+are (b, s, N_r), not the other MoE dataflows' (N experts, E_tok tokens each).
+
+Under TP with sequence parallelism (models/deepseek_v3/sharding.py, models/common/moe_sharding.py, EP off) the norms
+run on the rank's s/t rows and each module's input is all-gathered at its entry: the attention then runs on the whole
+sequence, its low-rank projections (wkv_a, kv_norm, wq_a, q_norm) replicated and its up-projections and wo split by
+heads; the MoE block's router, dispatcher and grouped experts run on every token of the whole sequence, the experts'
+hidden dimension split over TP (w1_EFD, w3_EFD Shard(1), w2_EDF Shard(2)), the shared experts column- and
+row-parallel. The rule set's `under_tp` keeps each gathered input whole (symmem.rules.torchtitan).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from dataclasses import dataclass
 from symmem.blocks._dims import S_FULL, S_MOE, S_SP, B, H, seq
 from symmem.blocks.hf._ops import cast, linear, rmsnorm, views
 from symmem.blocks.hf.attention import CORE, PREP, core
-from symmem.blocks.hf.ffn import ROUTING, _expert_dims
+from symmem.blocks.hf.ffn import ROUTING
 from symmem.blocks.hf.impl import sdpa_backend
 from symmem.blocks.mla import d_v_symbol, q_latent
 from symmem.blocks.symbols import N, N_r, N_s, d_c, d_cq, d_h, d_hr, h_E, h_F, n_h
@@ -84,8 +91,8 @@ def mla(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: TorchtitanI
     (x,) = fb.op("region", "attn_enter", [x_in], [("attn.x", (B, S_SP, H))])
     xn = rmsnorm(fb, "attention_norm", x, "attn.x_norm", (B, S_SP, H))
     if q_latent(model):  # :106-108: wq_b(q_norm(wq_a(x)))
-        cq = linear(fb, "attention.wq_a", xn, ("attn.q_a", (B, S_SP, D(d_cq))), (H, D(d_cq)))
-        cqn = rmsnorm(fb, "attention.q_norm", cq, "attn.q_a_norm", (B, S_SP, D(d_cq)))
+        cq = linear(fb, "attention.wq_a", xn, ("attn.q_a", (B, S, D(d_cq))), (H, D(d_cq)))
+        cqn = rmsnorm(fb, "attention.q_norm", cq, "attn.q_a_norm", (B, S, D(d_cq)))
         q = linear(fb, "attention.wq_b", cqn, ("attn.q", (B, S, heads, D(d_qk))), (D(d_cq), heads, D(d_qk)),
                    tags=["up_projection"])
     else:  # :104
@@ -93,15 +100,16 @@ def mla(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: TorchtitanI
     # :111-121: q.view(...) and torch.split: views
     q_nope, q_pe = views(fb, "split", "q_split", q, [("attn.q_nope", (B, S, heads, D(d_h))),
                                                      ("attn.q_pe", (B, S, heads, D(d_hr)))], tags=PREP)
-    kv = linear(fb, "attention.wkv_a", xn, ("attn.kv_a", (B, S_SP, D(d_c + d_hr))), (H, D(d_c + d_hr)))  # :124
-    kv_nope, k_pe = views(fb, "split", "kv_split", kv, [("attn.kv_nope", (B, S_SP, D(d_c))),
-                                                        ("attn.k_pe", (B, S_SP, D(d_hr)))])  # :125
+    # :124-125 on the whole sequence (the attention's input is gathered at its entry, sharding.py:81-92)
+    kv = linear(fb, "attention.wkv_a", xn, ("attn.kv_a", (B, S, D(d_c + d_hr))), (H, D(d_c + d_hr)))
+    kv_nope, k_pe = views(fb, "split", "kv_split", kv, [("attn.kv_nope", (B, S, D(d_c))),
+                                                        ("attn.k_pe", (B, S, D(d_hr)))])
     # :127: ComplexRoPE multiplies the complex views of FP32 copies by the cached table, a buffer that needs no
     # gradient (models/common/rope.py): nothing is kept for backward; the outputs are new tensors
     q_pe_r, k_pe_r = fb.op("rope", "rope", [q_pe, k_pe], [("attn.q_pe_rope", (B, S, heads, D(d_hr))),
-                                                          ("attn.k_pe_rope", (B, S_SP, D(d_hr)))], tags=PREP)
+                                                          ("attn.k_pe_rope", (B, S, D(d_hr)))], tags=PREP)
     (query,) = fb.op("concat", "q_cat", [q_nope, q_pe_r], [("attn.query", (B, heads, S, D(d_qk)))], tags=PREP)  # :128
-    kvn = rmsnorm(fb, "attention.kv_norm", kv_nope, "attn.kv_norm", (B, S_SP, D(d_c)))  # :130
+    kvn = rmsnorm(fb, "attention.kv_norm", kv_nope, "attn.kv_norm", (B, S, D(d_c)))  # :130
     kvb = linear(fb, "attention.wkv_b", kvn, ("attn.kv_b", (B, S, heads, D(d_h + d_v))),
                  (D(d_c), heads, D(d_h + d_v)), tags=["up_projection"])
     k_nope, value = views(fb, "split", "kv_b_split", kvb, [("attn.k_nope", (B, heads, S, D(d_h))),
@@ -153,20 +161,28 @@ def dense(fb: DataflowBuilder, x_in: str, *, resid_axis: str) -> str:
 def moe(fb: DataflowBuilder, x_in: str, *, impl: TorchtitanImpl) -> str:
     """`MoE.forward` (models/common/moe.py:392-455): router, routed experts, shared experts, their sum."""
     fb.block = "moe"
-    rows = (B, S_MOE)
-    xn = rmsnorm(fb, "ffn_norm", x_in, "moe.x_norm", rows + (H,))
+    # the norm on the rank's rows (s/t under sequence parallelism), the block on the whole sequence (its input
+    # gathered at its entry), its output reduce-scattered back to the residual's rows (moe_sharding.py)
+    (x,) = fb.op("region", "moe_enter", [x_in], [("moe.x", (B, S_SP, H))])
+    xn = rmsnorm(fb, "ffn_norm", x, "moe.x_norm", (B, S_SP, H))
     scores, idx = router(fb, xn, impl)
     routed = routed_experts(fb, xn, scores, idx, score_dtype=FP32 if impl.on_gpu else ACT)
-    shared = feed_forward(fb, "moe.shared_experts", xn, rows=rows, out_rows=rows, width=D(N_s * h_E),
-                          group="shared_expert")
-    (ym,) = fb.op("add", "moe_sum", [routed, shared], [("moe.out", rows + (H,))])
-    (y,) = fb.op("add", "moe_residual", [x_in, ym], [("moe.y", rows + (H,))])
+    # the routed experts' output is a partial sum over TP (their hidden dimension split), reduce-scattered to the
+    # sequence shards (moe_sharding.py `_routed_experts_sharding_configs`); the shared experts' w2 is row-parallel
+    # (`_shared_expert_rowwise_config`): each its own reduce-scatter, an identity without TP
+    (routed_rs,) = fb.op("reduce_scatter", "routed_experts.reduce_scatter", [routed],
+                         [("moe.routed_out_sp", (B, S_SP, H))])
+    shared = feed_forward(fb, "moe.shared_experts", xn, rows=(B, S_FULL), out_rows=(B, S_SP),
+                          width=D(N_s * h_E, "tp"), group="shared_expert")
+    (ym,) = fb.op("add", "moe_sum", [routed_rs, shared], [("moe.out", (B, S_SP, H))])
+    (oe,) = fb.op("region", "moe_exit", [ym], [("moe.out_resid", (B, S_MOE, H))])
+    (y,) = fb.op("add", "moe_residual", [x_in, oe], [("moe.y", (B, S_MOE, H))])
     return y
 
 
 def router(fb: DataflowBuilder, xn: str, impl: TorchtitanImpl) -> tuple[str, str]:
     """`TokenChoiceTopKRouter.forward` (models/common/moe.py:285-343); returns (top-k scores, expert ids)."""
-    rows = (B, S_MOE)
+    rows = (B, S_FULL)
     dt = FP32 if impl.on_gpu else ACT
     w = Weight("moe.router.gate.weight", (H, D(N)), "router")
     if impl.on_gpu:
@@ -206,7 +222,7 @@ def routed_experts(fb: DataflowBuilder, xn: str, scores: str, ids: str, *, score
     """`RoutedExperts.forward` (models/common/moe.py:158-197) with the `LocalTokenDispatcher`: reorder the token
     slots by expert (token_dispatcher.py:70-106), the three grouped products (moe.py:87-107), weigh in FP32 and
     scatter-add back (token_dispatcher.py:141-169)."""
-    experts, slots, width = _expert_dims()
+    experts, slots, width = D(N), (B, S_FULL, D(N_r)), D(h_E, "tp")
     # argsort(ids.view(-1), stable=True): the slots in expert order (int64, no gradient)
     (order,) = fb.op("no_grad", "dispatch.argsort", [ids], [("dispatch.sorted_slots", slots, INT64)])
     # topk_scores.view(-1)[order]: IndexBackward0 keeps `order`
@@ -231,7 +247,7 @@ def routed_experts(fb: DataflowBuilder, xn: str, scores: str, ids: str, *, score
     wd = cast(fb, "combine.to_dtype", wo, "combine.weighted", slots + (H,))
     # deterministic_scatter_add(out, tok.reshape(-1, 1).expand(-1, dim), src): keeps the index (a view of `tok`),
     # torchtitan/ops/scatter_add.py:36-43
-    (y,) = fb.op("scatter_add", "combine.scatter_add", [tok, wd], [("moe.routed_out", (B, S_MOE, H))])
+    (y,) = fb.op("scatter_add", "combine.scatter_add", [tok, wd], [("moe.routed_out", (B, S_FULL, H))])
     return y
 
 

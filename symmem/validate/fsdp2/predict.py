@@ -60,7 +60,8 @@ def scenario(st, raw: dict | None = None):
 
     return model_scenario(model).replace(
         profile_name="torchtitan-cpu", precision=recipe("fp32"), zero=zero_stage(3),
-        parallel=Parallel(dp=st.world // (st.replicate * st.tp), tp=st.tp, sequence_parallel=st.tp > 1),
+        parallel=Parallel(dp=st.world // (st.replicate * st.tp), tp=st.tp, sequence_parallel=st.tp > 1,
+                          moe_sequence_parallel=st.tp > 1),  # DeepSeek-V3's MoE output reduce-scattered to s/t
         b=st.b, s=st.s,
         act_bytes={"bf16": 2, "fp16": 2, "fp32": 4}[st.param_dtype],  # FSDP2 casts the inputs to param_dtype
         recompute_name=AC_RECOMPUTE.get(st.ac, st.ac))

@@ -126,6 +126,11 @@ def build_deepseek_v3(st: Settings):
         norm=RMSNorm.Config(normalized_shape=st.dim, param_init=d3._NORM_INIT),
         lm_head=Linear.Config(in_features=st.dim, out_features=st.vocab, param_init=d3._output_linear_init(st.dim)),
         layers=layers, mtp_layers=[])
+    if st.tp > 1:  # as for Llama 3 (build_model): the trainer sets the sharding config before the build
+        # (models/deepseek_v3/model.py:196-211 `update_from_config`), sequence parallel on, EP off
+        from torchtitan.models.deepseek_v3.sharding import set_deepseek_v3_sharding_config
+
+        set_deepseek_v3_sharding_config(config, enable_sp=True, enable_ep=False)
     model = config.build()
     model.init_states()
     return model
