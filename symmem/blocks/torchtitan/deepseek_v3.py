@@ -28,7 +28,7 @@ from symmem.blocks.mla import d_v_symbol, q_latent
 from symmem.blocks.symbols import N, N_r, N_s, d_c, d_cq, d_h, d_hr, h_E, h_F, n_h
 from symmem.config import ModelConfig
 from symmem.errors import SymmemError
-from symmem.graph import ACT, BF16, FP32, INT32, INT64, D, DataflowBuilder, Dim, Weight
+from symmem.graph import ACT, BF16, BOOL, FP32, INT32, INT64, D, DataflowBuilder, Dim, Weight
 
 SCORE_FUNCS = ("softmax", "sigmoid")
 
@@ -166,7 +166,11 @@ def moe(fb: DataflowBuilder, x_in: str, *, impl: TorchtitanImpl) -> str:
     (x,) = fb.op("region", "moe_enter", [x_in], [("moe.x", (B, S_SP, H))])
     xn = rmsnorm(fb, "ffn_norm", x, "moe.x_norm", (B, S_SP, H))
     scores, idx = router(fb, xn, impl)
-    routed = routed_experts(fb, xn, scores, idx, score_dtype=FP32 if impl.on_gpu else ACT)
+    # :415-421: a one-hot [b, s, N] boolean routing map summed per expert (no gradient); MoE.forward's locals (the
+    # map, the counts, the scaled top-k scores) stay alive until it returns (`moe_return`, below)
+    (rmap,) = fb.op("no_grad", "moe.routing_map", [idx], [("moe.routing_map", (B, S_FULL, D(N)), BOOL)])
+    (counts,) = fb.op("no_grad", "moe.tokens_per_expert", [rmap], [("moe.tokens_per_expert", (D(N),), INT64)])
+    routed = routed_experts(fb, xn, scores, counts, idx, score_dtype=FP32 if impl.on_gpu else ACT)
     # the routed experts' output is a partial sum over TP (their hidden dimension split), reduce-scattered to the
     # sequence shards (moe_sharding.py `_routed_experts_sharding_configs`); the shared experts' w2 is row-parallel
     # (`_shared_expert_rowwise_config`): each its own reduce-scatter, an identity without TP
@@ -175,6 +179,7 @@ def moe(fb: DataflowBuilder, x_in: str, *, impl: TorchtitanImpl) -> str:
     shared = feed_forward(fb, "moe.shared_experts", xn, rows=(B, S_FULL), out_rows=(B, S_SP),
                           width=D(N_s * h_E, "tp"), group="shared_expert")
     (ym,) = fb.op("add", "moe_sum", [routed_rs, shared], [("moe.out", (B, S_SP, H))])
+    fb.op("region", "moe_return", [scores, rmap, counts], [])  # the Python scope's end: its locals released
     (oe,) = fb.op("region", "moe_exit", [ym], [("moe.out_resid", (B, S_MOE, H))])
     (y,) = fb.op("add", "moe_residual", [x_in, oe], [("moe.y", (B, S_MOE, H))])
     return y
@@ -218,7 +223,7 @@ def router(fb: DataflowBuilder, xn: str, impl: TorchtitanImpl) -> tuple[str, str
     return w_k, ids
 
 
-def routed_experts(fb: DataflowBuilder, xn: str, scores: str, ids: str, *, score_dtype) -> str:
+def routed_experts(fb: DataflowBuilder, xn: str, scores: str, counts: str, ids: str, *, score_dtype) -> str:
     """`RoutedExperts.forward` (models/common/moe.py:158-197) with the `LocalTokenDispatcher`: reorder the token
     slots by expert (token_dispatcher.py:70-106), the three grouped products (moe.py:87-107), weigh in FP32 and
     scatter-add back (token_dispatcher.py:141-169)."""
@@ -230,8 +235,8 @@ def routed_experts(fb: DataflowBuilder, xn: str, scores: str, ids: str, *, score
                         [("dispatch.scores_sorted", slots, score_dtype)])
     (tok,) = fb.op("no_grad", "dispatch.token_of_slot", [order], [("dispatch.token_idx", slots, INT64)])  # // top_k
     (xs,) = fb.op("index", "dispatch.gather_tokens", [xn, tok], [("experts.x", slots + (H,))])  # x_TD[tok]
-    # moe.py:415-421: a one-hot routing map summed per expert, cumsum'd to int32 offsets (moe.py:76)
-    (offs,) = fb.op("no_grad", "experts.offsets", [ids], [("experts.offsets", (experts,), INT32)])
+    # the per-expert counts cumsum'd to int32 offsets (moe.py:76)
+    (offs,) = fb.op("no_grad", "experts.offsets", [counts], [("experts.offsets", (experts,), INT32)])
     xb = cast(fb, "experts.x_bf16", xs, "experts.x_bf16", slots + (H,), BF16)  # x_RD.bfloat16()
     h1 = _grouped(fb, "w1_EFD", xb, offs, ("experts.h1", slots + (width,)), (experts, width, H))
     (a,) = fb.op("silu", "experts.silu", [h1], [("experts.act", slots + (width,), BF16)])
@@ -239,7 +244,9 @@ def routed_experts(fb: DataflowBuilder, xn: str, scores: str, ids: str, *, score
     (p,) = fb.op("mul", "experts.mul", [a, h3], [("experts.prod", slots + (width,), BF16)])
     dn = _grouped(fb, "w2_EDF", p, offs, ("experts.down", slots + (H,)), (experts, H, width))
     d = cast(fb, "experts.type_as", dn, "experts.out", slots + (H,))  # .type_as(x_RD)
-    # combine: (out.to(float32) * scores_sorted.reshape(-1, 1)).to(out.dtype): the product keeps both
+    # combine: out_TD = zeros_like(x_TD) first, then (out.to(float32) * scores_sorted.reshape(-1, 1)).to(out.dtype):
+    # the product keeps both
+    (zeros,) = fb.op("no_grad", "combine.zeros", [], [("combine.zeros", (B, S_FULL, H))])
     d32 = cast(fb, "combine.to_fp32", d, "combine.out_fp32", slots + (H,), FP32)
     (col,) = views(fb, "view", "combine.scores_column", s_sorted, [("combine.scores_col", slots + (D(1),),
                                                                      score_dtype)])
@@ -247,7 +254,9 @@ def routed_experts(fb: DataflowBuilder, xn: str, scores: str, ids: str, *, score
     wd = cast(fb, "combine.to_dtype", wo, "combine.weighted", slots + (H,))
     # deterministic_scatter_add(out, tok.reshape(-1, 1).expand(-1, dim), src): keeps the index (a view of `tok`),
     # torchtitan/ops/scatter_add.py:36-43
-    (y,) = fb.op("scatter_add", "combine.scatter_add", [tok, wd], [("moe.routed_out", (B, S_FULL, H))])
+    (y,) = fb.op("scatter_add", "combine.scatter_add", [tok, wd, zeros], [("moe.routed_out", (B, S_FULL, H))])
+    # RoutedExperts.forward holds the experts' output (`routed_output_RD`) until combine returns
+    fb.op("region", "routed_experts_return", [d], [])
     return y
 
 

@@ -94,10 +94,6 @@ class Peaks:
 
 def covered(st) -> str:
     """Why the settings are outside what the closed forms were checked on ('' when inside)."""
-    if st.family != "llama3":
-        return (f"{st.family} (the closed forms of the step's moments are written for Llama 3's blocks, all alike; "
-                "DeepSeek-V3's dense and MoE blocks gather and keep different bytes, its router and dispatcher "
-                "transients are not yet among them)")
     if st.reduce_dtype != "fp32":
         return (f"reduce dtype {st.reduce_dtype} (the backward's most moves into a block's backward, whose own "
                 "tensors there are not yet in closed form)")
@@ -109,7 +105,7 @@ def covered(st) -> str:
 
 
 def _last_forward_transient(scn) -> int:
-    """Bytes of the layer's non-saved tensors at its last forward op (the dataflow's timeline)."""
+    """Bytes of the last layer's non-saved tensors at its last forward op (the dataflow's timeline)."""
     from symmem.accounting import timeline as T
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
     from symmem.accounting.evaluate import ceil_int, evaluate
@@ -118,10 +114,32 @@ def _last_forward_transient(scn) -> int:
     (stage,) = scn.stages
     vals, axes = values(scn), scn.parallel.axis_sizes()
     e_tok = _tokens_per_expert(_activation_key(scn), axes)
-    layers = next(p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl) if p.is_layers)
+    last_layer = len(scn.model.layer_kinds()) - 1
+    layers = next(p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+                  if p.is_layers and last_layer in (p.layers or range(p.count)))
     tl = T.part_timeline(layers.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok)
     last = [ev for ev in tl.events if ev.phase == "forward"][-1]
     return sum(ceil_int(evaluate(a.nbytes, vals)) for a in last.alive if a.component != T.SAVED_CURRENT)
+
+
+def _last_forward_busiest(scn) -> tuple[int, str]:
+    """The most the last layer's forward holds of its own (what it has saved so far and its transients, the
+    dataflow's timeline), and at which op."""
+    from symmem.accounting import timeline as T
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.model import stage_parts
+
+    (stage,) = scn.stages
+    vals, axes = values(scn), scn.parallel.axis_sizes()
+    e_tok = _tokens_per_expert(_activation_key(scn), axes)
+    last_layer = len(scn.model.layer_kinds()) - 1
+    layers = next(p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+                  if p.is_layers and last_layer in (p.layers or range(p.count)))
+    tl = T.part_timeline(layers.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok)
+    held = [(sum(ceil_int(evaluate(a.nbytes, vals)) for a in ev.alive), ev.op) for ev in tl.events
+            if ev.phase == "forward"]
+    return max(held)
 
 
 # torchtitan's parameter order in a block (`model.parameters()`, the order AdamW steps them): attention's wqkv and
@@ -130,14 +148,38 @@ def _last_forward_transient(scn) -> int:
 # norm and output layer last
 BLOCK_ORDER = ("self_attn.wqkv", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj", "mlp.up_proj",
                "input_layernorm", "post_attention_layernorm")
+# DeepSeek-V3's block (models/deepseek_v3/model.py:61-92, :158-169; models/common/moe.py:352-365): the attention's
+# projections and norms, the two block norms, then the dense feed-forward or the MoE's grouped experts, router gate
+# and shared experts (symmem.blocks.torchtitan's op names)
+BLOCK_ORDER_DSV3 = ("attention.wq", "attention.wq_a", "attention.q_norm", "attention.wq_b", "attention.wkv_a",
+                    "attention.kv_norm", "attention.wkv_b", "attention.wo", "attention_norm", "ffn_norm",
+                    "feed_forward.w1", "feed_forward.w2", "feed_forward.w3", "experts.w1_EFD", "experts.w2_EDF",
+                    "experts.w3_EFD", "moe.router.gate", "moe.shared_experts.w1", "moe.shared_experts.w2",
+                    "moe.shared_experts.w3")
 
 
-def torchtitan_order(params) -> list:
-    """`params` (accounting.fsdp.fsdp_params) in the order torchtitan's model lists them."""
+def layer_of(parts) -> dict[str, tuple[int, ...]]:
+    """Each layer part's copies as the stage's layers (DeepSeek-V3: a dense part, then MoE parts)."""
+    return {p.name: p.layers or tuple(range(p.count)) for p in parts if p.is_layers}
+
+
+def param_layer(p, layers: dict[str, tuple[int, ...]]) -> int | None:
+    """The layer an FSDP parameter (`fsdp_params`: "PART[COPY].OP") belongs to, None outside the layers."""
+    part, _, rest = p.name.partition("[")
+    return layers[part][int(rest.split("]", 1)[0])] if part in layers else None
+
+
+def torchtitan_order(params, layers: dict[str, tuple[int, ...]] | None = None) -> list:
+    """`params` (accounting.fsdp.fsdp_params) in the order torchtitan's model lists them; `layers` (`layer_of`):
+    the layer parts' layers, or Llama's one part "dense layers"."""
+    layers = layers if layers is not None else {"dense layers": tuple(range(1 + max(
+        (int(p.name.split("[")[1].split("]")[0]) for p in params if p.name.startswith("dense layers[")), default=-1)))}
+
     def key(p):
         part, _, op = p.name.partition("].")
-        if part.startswith("dense layers["):
-            return (1, int(part.split("[")[1]), BLOCK_ORDER.index(op))
+        i = param_layer(p, layers)
+        if i is not None:
+            return (1, i, (BLOCK_ORDER if op in BLOCK_ORDER else BLOCK_ORDER_DSV3).index(op))
         return (0, 0, 0) if part.startswith("embedding") else (2, 0, 0 if op == "norm" else 1)
     return sorted(params, key=key)
 
@@ -164,7 +206,8 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
     why = covered(st)
     if why:
         return Peaks(start, None, None, None, why)
-    local = [4 * p.rows(rank, w) * p.rest for p in torchtitan_order(params)]  # this rank's unpadded shards
+    layers = layer_of(parts)
+    local = [4 * p.rows(rank, w) * p.rest for p in torchtitan_order(params, layers)]  # this rank's unpadded shards
     denom = max(2 * local[i] + (local[i - 1] if i else 0) for i in range(len(local)))
     optimizer = start - padded + states.total + 4 + denom  # 4: the loss
     pd, rd = DTYPE_BYTES[st.param_dtype], DTYPE_BYTES[st.reduce_dtype]
@@ -172,12 +215,21 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
     def gathered(group) -> int:  # all-gathered numel: every rank's padded shard
         return sum(p.padded(w) * w for p in group)
 
-    block = [p for p in params if p.name.startswith("dense layers[0].")]
-    root = [p for p in params if not p.name.startswith("dense layers[")]
-    n_blk, u_root = gathered(block), gathered(root) * pd
+    # each block's all-gathered parameters (DeepSeek-V3's dense and MoE blocks differ); the forms below read the
+    # last block's and the one before it (`n_blk`, `n_prev`), and every block's where all of them stay
+    blocks = [gathered([p for p in params if param_layer(p, layers) == i]) for i in range(n_layers)]
+    root = [p for p in params if param_layer(p, layers) is None]
+    n_blk, n_prev, n_all, u_root = blocks[-1], blocks[-2], sum(blocks), gathered(root) * pd
+    moe = st.family == "deepseek_v3"
+    if moe and st.ac != "none":
+        return Peaks(start, None, None, optimizer, why_not_forward=FORWARD_MOE_AC.format(ac=st.ac),
+                     why_not_backward=BACKWARD_MOE)
     if st.tp > 1:  # the start and the step hold no TP collective: the same forms over TP's local shards
         forward = (_tp_forward(st, scn, params, start, held_blocks, n_blk * pd, u_root)
-                   if held_blocks is not None else None)
+                   if held_blocks is not None and not moe else None)
+        if moe:
+            return Peaks(start, None, None, optimizer, why_not_forward=NOT_MOE_TP.format(tp=st.tp),
+                         why_not_backward=NOT_MOE_TP.format(tp=st.tp))
         if forward is None:
             return Peaks(start, None, None, optimizer, why_not_forward=NOT_UNDER_TP.format(tp=st.tp),
                          why_not_backward=NOT_UNDER_TP.format(tp=st.tp))
@@ -192,11 +244,17 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
     # the blocks' saved bytes: all of them, all but the last, the first's (one figure for all but under per-layer AC)
     saved_all, saved_before_last, saved_first = sum(saved_blocks), sum(saved_blocks[:-1]), saved_blocks[0]
     last = scn.replace(recompute_name=scn.policy.for_layer(n_layers - 1).label)  # the last block's own policy
-    end_last = start + u_root + saved_all + 2 * n_blk * pd + _last_forward_transient(last) + hidden
+    if moe:  # the MoE block's most is inside it (the combine, with the Python scope's locals), not at its end
+        busiest, at = _last_forward_busiest(last)
+        end_last, last_moment = start + u_root + saved_before_last + 2 * n_blk * pd + busiest + hidden, (
+            f"the last block's busiest op ({at})")
+    else:
+        end_last = start + u_root + saved_all + 2 * n_blk * pd + _last_forward_transient(last) + hidden
+        last_moment = "the last block's last op"
     if st.reshard_after_forward:
         forward = {"the last block's unshard":
-                   start + u_root + saved_before_last + hidden + 3 * n_blk * pd,
-                   "the last block's last op": end_last}
+                   start + u_root + saved_before_last + hidden + (2 * n_blk + n_prev) * pd,
+                   last_moment: end_last}
         # the second block's reduce-scatter (the first block's saved tensors and flat all-gather output, the
         # reduce-scatter's input and gloo's copy, the shards so far, the output layer's gradient, two [dim]
         # gradients: the final norm's and one more, and dloss), with or without the first block's copied-out
@@ -215,11 +273,11 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
         # FP32 each, and the b·s FP32 rstd, beside the input) and the loss's FP32 logits (components/loss.py:60-61,
         # `.float()` then log_softmax) are live at the output layer and the loss
         norm = 2 * b * s * dim * 4 + b * s * 4 + hidden
-        at_head = start + u_root + (n_layers + 1) * n_blk * pd + saved_all + norm + b * s * vocab * pd
+        at_head = start + u_root + (n_all + n_blk) * pd + saved_all + norm + b * s * vocab * pd
         forward = {"the output layer's GEMM": at_head,
-                   "the last block's unshard": start + u_root + (n_layers + 2) * n_blk * pd
+                   "the last block's unshard": start + u_root + (n_all + n_prev + n_blk) * pd
                    + saved_before_last + hidden,
-                   "the last block's last op": end_last + (n_layers - 1) * n_blk * pd,
+                   last_moment: end_last + (n_all - n_blk) * pd,
                    "the loss": at_head - n_blk * pd + 2 * b * s * vocab * 4 + 8}
         # the first reduce-scatter (the last block's; every later one is lower), or the loss's backward (the
         # log-softmax's saved output and the two FP32 [b, s, vocab] gradients): the larger, in every run traced
@@ -230,9 +288,10 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
                    + 3 * b * s * vocab * 4 + 8}
         top = max(moments, key=moments.__getitem__)
         backward = {top: moments[top]}
-    if st.ac != "none":  # the backward recomputes (a block's forward, or per-op AC's unsaved ops), whose transients
-        # are not among the moments
-        why_back = BACKWARD_FULL_AC if st.ac == "full" else BACKWARD_RECOMPUTED.format(ac=st.ac)
+    if st.ac != "none" or moe:  # the backward recomputes (a block's forward, or per-op AC's unsaved ops), whose
+        # transients are not among the moments; DeepSeek-V3's moments are not written
+        why_back = (BACKWARD_MOE if moe else BACKWARD_FULL_AC if st.ac == "full"
+                    else BACKWARD_RECOMPUTED.format(ac=st.ac))
         return Peaks(start, max(forward.values()), None, optimizer, forward_moments=forward,
                      why_not_backward=why_back)
     return Peaks(start, max(forward.values()), backward, optimizer, forward_moments=forward)
@@ -294,6 +353,14 @@ def _tp_forward(st, scn, params, start: int, held_blocks: list[int], n_blk: int,
             - root_freed + 3 * 4 * n * v + 8 * 4 * n + 2 * 8 * n + 2 * n + 4}
 
 
+BACKWARD_MOE = ("DeepSeek-V3: the backward's moments are written for Llama 3's blocks (the second block's "
+                "reduce-scatter, the embedding's backward); a MoE block's backward holds the dispatcher's and the "
+                "grouped experts' gradients, not yet among them")
+FORWARD_MOE_AC = ("AC {ac} with DeepSeek-V3: the forward's most is in a checkpointed block's attention, where the "
+                  "CPU's math SDPA holds transients its dataflow does not have (full AC, FSDP 2, h 64, s 32: 23,232 "
+                  "bytes above the last block's busiest op, at a `_to_copy`)")
+NOT_MOE_TP = ("TP {tp} with DeepSeek-V3: the forward's most under TP is written for Llama 3's blocks "
+              "(peak._tp_forward), not the MoE block's gathers and reduce-scatters")
 BACKWARD_RECOMPUTED = ("AC {ac}: the backward recomputes what the forward did not keep, and those transients are not "
                        "yet among the moments (per-op AC, 3 blocks, b 2, s 24, without resharding: 24,832 bytes above "
                        "the last block's reduce-scatter, at an `rsqrt`)")

@@ -309,6 +309,9 @@ def fsdp_tracker_class():
             by_phase = self.__dict__.setdefault("by_phase", {})
             if self.current > by_phase.get(self.phase, (0,))[0]:
                 by_phase[self.phase] = (self.current, op)
+                # what is alive at each phase's most, by the op that allocated it (a diagnostic: `at_phase_peak`)
+                self.__dict__.setdefault("at_phase_peak", {})[self.phase] = [(n, self.origin[k]) for k, n in sizes
+                                                                            if n]
             if self.current > self.peak:
                 self.peak, self.peak_op, self.peak_phase = self.current, op, self.phase
                 self.at_peak = [(n, self.origin[k]) for k, n in sizes if n]
@@ -501,7 +504,8 @@ def _step(rank: int, st: Settings) -> dict:
         loss = loss.full_tensor()
     return {"rank": rank, "loss": float(loss.detach()), "peak": tracker.peak, "peak_op": tracker.peak_op,
             "peak_phase": tracker.peak_phase,
-            "peak_by_phase": tracker.by_phase, "at_peak": _summary(tracker.at_peak), "start": start, "end": end,
+            "peak_by_phase": tracker.by_phase, "at_peak": _summary(tracker.at_peak),
+            "at_phase_peak": {k: _summary(v) for k, v in tracker.__dict__.get("at_phase_peak", {}).items()}, "start": start, "end": end,
             "states": states["total"], "states_by_kind": states, "params": params,
             "saved": dict(sorted(saved_layers.items(), key=lambda kv: (kv[0] == "outside layers", kv[0]))),
             "saved_detail": saved_detail, "unsharded_param_bytes": unsharded, "held_after_block": held_after,
