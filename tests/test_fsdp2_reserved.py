@@ -159,3 +159,30 @@ def test_torchtitan_030_replay_keeps_the_gradients_and_its_own_units():
     # every block resharded after forward, the root holding nothing: the copy-in stream never holds the 9dec370
     # root's 2 GiB all-gather output
     assert r.by_stream["all-gather copy-in"] < replay(_scenario(8)).by_stream["all-gather copy-in"]
+
+
+def test_deepseek_v3_replay_gathers_each_block_as_its_kind():
+    # torchtitan 0.3.0's DeepSeek-V3 (no MTP) under FSDP 256: the replay's blocks are the stage's layers in order, 3
+    # dense then 58 MoE, each gathering its own parameters, counted here by hand from the config (hidden 7,168, 128
+    # heads, q/k head 192, v head 128, q rank 1,536, KV rank 512, rope 64, dense FFN 18,432, 256 experts of 2,048
+    # and one shared); FSDP pads each dim 0 to a multiple of the 256 ranks. The replayed step runs, and its copy-in
+    # stream holds at least two MoE blocks' BF16 all-gathers (the block computed and the one prefetched)
+    from symmem.accounting.analysis import values
+    from symmem.accounting.fsdp import shard_degree
+    from symmem.accounting.fsdp2_reserved import _groups, replay
+    from symmem.config import load_model
+    from symmem.model import stage_parts
+
+    scn = _scenario(256, profile="torchtitan", recompute_name="full", b=1, s=4096, mtp=False)
+    scn = scn.replace(model=load_model("deepseek-v3"))
+    (stage,) = scn.stages
+    n = shard_degree(scn)
+    _root, blocks, _ = _groups(scn, stage_parts(scn.model, stage, scn.convention, scn.flow_impl), values(scn), n)
+    h = 7168
+    pad = lambda rows: -(-rows // n) * n  # noqa: E731
+    attention = (pad(1536) * h + pad(1536) + pad(128 * 192) * 1536 + pad(576) * h + pad(512) + pad(128 * 256) * 512
+                 + pad(h) * 128 * 128 + 2 * pad(h))
+    dense = attention + 2 * pad(18432) * h + pad(h) * 18432
+    moe = attention + 3 * pad(256) * 2048 * h + pad(256) * h + 2 * pad(2048) * h + pad(h) * 2048
+    assert [b.padded(n) for b in blocks] == [dense] * 3 + [moe] * 58
+    assert replay(scn).by_stream["all-gather copy-in"] >= 2 * 2 * moe
