@@ -58,11 +58,13 @@ def test_rules_differ_only_in_rmsnorm():
 
     gpu, cpu, eager = rule_set("torchtitan"), rule_set("torchtitan-cpu"), rule_set("torch-eager")
     assert {k for k in gpu.rules if gpu.rules[k] is not cpu.rules[k]} == {"rmsnorm"}
-    # and from torch-eager's in the RMSNorm, the RoPE table (a buffer), the loss, and two op kinds torch-eager's
-    # dataflows do not have (torchtitan's DeepSeek-V3: its scatter-add and the router's autocast weight copy)
+    # and from torch-eager's in the RMSNorm, the RoPE table (a buffer), the loss, and three op kinds torch-eager's
+    # dataflows do not have (torchtitan's DeepSeek-V3: its scatter-add, the router's autocast weight copy and the
+    # reduce-scatter of the routed experts' output)
+    new = {"scatter_add", "autocast_weight", "reduce_scatter"}
     assert {k for k in gpu.rules if gpu.rules[k] is not eager.rules.get(k)} == {
-        "rmsnorm", "rotary_emb", "cross_entropy", "scatter_add", "autocast_weight"}
-    assert not ({"scatter_add", "autocast_weight"} & set(eager.rules))
+        "rmsnorm", "rotary_emb", "cross_entropy", *new}
+    assert not (new & set(eager.rules))
 
 
 @pytest.mark.parametrize("flag", ["--pp", "--cp"])

@@ -134,13 +134,27 @@ def _deepseek_settings(raw: dict, args, name: str, world: int, rep: int):
                       num_shared_experts=raw["n_shared_experts"], top_k=raw["num_experts_per_tok"],
                       kv_lora_rank=raw["kv_lora_rank"], qk_nope_head_dim=raw["qk_nope_head_dim"],
                       qk_rope_head_dim=raw["qk_rope_head_dim"], v_head_dim=raw["v_head_dim"],
-                      q_lora_rank=raw.get("q_lora_rank") or 0, score_func=score,
+                      q_lora_rank=raw.get("q_lora_rank") or 0, score_func=score, **_groups(raw, name, n),
                       route_norm=bool(norm) if norm is not None else True)  # transformers' V3 default
     return Settings(family="deepseek_v3", moe=moe, dim=h, n_layers=raw["num_hidden_layers"],
                     n_heads=raw["num_attention_heads"], vocab=raw["vocab_size"],
                     max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep, tp=tp,
                     reshard_after_forward=not args.no_reshard_after_forward, ac=args.ac, b=args.b, s=args.s,
                     seed=args.seed)
+
+
+def _groups(raw: dict, name: str, experts: int) -> dict:
+    """torchtitan's group-limited routing from `n_group`, `topk_group` (none for n_group absent, null or 1)."""
+    n_group, topk = raw.get("n_group"), raw.get("topk_group")
+    if n_group in (None, 1):
+        return {}
+    for key, v in (("n_group", n_group), ("topk_group", topk)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SymmemError(f"{name}: {key} = {v!r}: must be a positive integer")
+    if experts % n_group or experts // n_group < 2 or topk > n_group:
+        raise SymmemError(f"{name}: n_group = {n_group}, topk_group = {topk}: torchtitan's router needs n_group to "
+                          f"divide n_routed_experts = {experts} in groups of 2 or more, and topk_group <= n_group")
+    return {"n_group": n_group, "topk_group": topk}
 
 
 def _same(match: bool | None) -> str:

@@ -79,6 +79,14 @@ class DeepSeek(Family):
             options["topk_method"] = raw["topk_method"]
         if raw.get("norm_topk_prob") is not None:
             options["norm_topk_prob"] = boolean("norm_topk_prob", raw["norm_topk_prob"], source)
+        # group-limited routing (torchtitan's num_expert_groups / num_limited_groups): what torchtitan's router
+        # builds (symmem.blocks.torchtitan), absent or null: none
+        for key in ("n_group", "topk_group"):
+            if raw.get(key) is not None:
+                options[key] = positive_int(key, raw[key], source, 1_000_000)
+        if options.get("topk_group", 0) > options.get("n_group", 1 << 62):
+            raise SymmemError(f"{source}: topk_group = {options['topk_group']}: more than n_group = "
+                              f"{options['n_group']}")
         return ModelConfig(name=source, family=self, model_type=raw["model_type"],
                            values=tuple(values.items()), n_mtp=n_mtp, tie_word_embeddings=tie,
                            ignored_keys=ignored(raw, self), options=tuple(options.items()))

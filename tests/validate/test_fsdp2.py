@@ -364,9 +364,10 @@ def _dsv3_block_by_hand(h=64, s=32, nh=4, dq=24, dv=16, kv=32, ffn=128, e=4, k=2
 
 DSV3 = {
     "dsv3": {},
-    # the 671B's router (sigmoid, top-k scores divided by their sum) and query latent (wq_a, q_norm, wq_b), b 2
-    "dsv3-sigmoid-norm-q-latent-b2": {"moe": {"score_func": "sigmoid", "route_norm": True, "q_lora_rank": 24},
-                                      "b": 2},
+    # the 671B's router (sigmoid, top-k scores divided by their sum, group-limited: here 2 groups, 1 kept) and query
+    # latent (wq_a, q_norm, wq_b), b 2
+    "dsv3-sigmoid-norm-groups-q-latent-b2": {"moe": {"score_func": "sigmoid", "route_norm": True, "q_lora_rank": 24,
+                                                     "n_group": 2, "topk_group": 1}, "b": 2},
     # q/k head size equal to v's: the CPU's flash kernel, its output wo's input itself
     "dsv3-flash-b2": {"moe": {"qk_nope_head_dim": 8}, "b": 2},
     # torch.utils.checkpoint keeps a block's input only: the MoE block routes again in its recompute
@@ -377,6 +378,8 @@ DSV3 = {
     # expert: the router's gate is forced to recompute, activation_checkpoint.py:196-198), topk's FP32 values and
     # int64 ids, and on the math path the two bmm outputs (FP32); the grouped experts are recomputed
     "dsv3-selective-op": {"ac": "selective-op"},
+    # group-limited routing's two aten.topk (each group's top 2, the groups kept) are on the save list too
+    "dsv3-groups-selective-op": {"ac": "selective-op", "moe": {"n_group": 2, "topk_group": 1}},
     # the CPU's flash kernel is not on the save list: recomputed
     "dsv3-flash-selective-op-b2-no-reshard": {"ac": "selective-op", "moe": {"qk_nope_head_dim": 8}, "b": 2,
                                               "reshard_after_forward": False},

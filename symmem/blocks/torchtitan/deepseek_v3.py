@@ -44,8 +44,9 @@ class TorchtitanImpl:
       models/deepseek_v3/model.py:51), which keeps q, k, v, the output and the FP32 logsumexp
       (torch/_higher_order_ops/flex_attention.py); on the CPU torchtitan's `ScaledDotProductAttention`
       (models/common/attention.py:414-445), whose backend torch picks (`sdpa_backend`).
-    * `score_func`, `route_norm`: `TokenChoiceTopKRouter.Config` (models/common/moe.py:214-225), from the HF config's
-      `scoring_func` and `norm_topk_prob`.
+    * `score_func`, `route_norm`, `groups`: `TokenChoiceTopKRouter.Config` (models/common/moe.py:214-225), from the
+      HF config's `scoring_func`, `norm_topk_prob`, and `n_group`, `topk_group` (num_expert_groups,
+      num_limited_groups).
     """
 
     on_gpu: bool = True
@@ -53,6 +54,7 @@ class TorchtitanImpl:
     route_norm: bool = True
     unit_batch: bool = False  # b = 1
     unit_seq: bool = False  # s = 1
+    groups: tuple[int, int] | None = None  # group-limited routing: (n_group, topk_group), n_group > 1
     attn: str = "sdpa"  # what `symmem.blocks.hf.attention.core` reads on the CPU
 
     def __post_init__(self) -> None:
@@ -71,9 +73,11 @@ class TorchtitanImpl:
     @classmethod
     def of(cls, model: ModelConfig, on_gpu: bool, unit_batch: bool, unit_seq: bool) -> TorchtitanImpl:
         norm = model.option("norm_topk_prob")
+        n_group, topk_group = model.option("n_group"), model.option("topk_group")
+        groups = (n_group, topk_group or n_group) if n_group is not None and n_group > 1 else None
         return cls(on_gpu, model.option("scoring_func") or "softmax",
                    bool(norm) if norm is not None else model.model_type == "deepseek_v3",  # transformers' default
-                   unit_batch=unit_batch, unit_seq=unit_seq)
+                   unit_batch=unit_batch, unit_seq=unit_seq, groups=groups)
 
 
 def layer(fb: DataflowBuilder, x: str, kind: str, *, model: ModelConfig, impl: TorchtitanImpl, resid_axis: str) -> str:
@@ -203,6 +207,17 @@ def router(fb: DataflowBuilder, xn: str, impl: TorchtitanImpl) -> tuple[str, str
     (scores,) = fb.op(impl.score_func, f"moe.router.{impl.score_func}", [logits],
                       [("moe.router_scores", rows + (D(N),), dt)], tags=ROUTING)
     decision = ROUTING + ("routing_decision",)
+    if impl.groups is not None:
+        # :246-280 `_get_node_limited_routing_scores`: each group's top 2 scores summed, the best `topk_group`
+        # groups kept (two aten.topk: per-op AC's save list caches their values, FP32 with the expert bias, and
+        # ids; nothing else is kept, the choice needing no gradient)
+        n_group, topk_group = impl.groups
+        fb.op("argtopk", "moe.router.group_top2", [scores], [
+            ("moe.group_top2_values", rows + (D(n_group), D(2)), FP32),
+            ("moe.group_top2_ids", rows + (D(n_group), D(2)), INT64)], tags=decision)
+        fb.op("argtopk", "moe.router.group_topk", [scores], [
+            ("moe.group_topk_values", rows + (D(topk_group),), FP32),
+            ("moe.group_topk_ids", rows + (D(topk_group),), INT64)], tags=decision)
     # :308-317: the expert bias, the group-limited masking and topk choose the ids; the scores they build are not
     # used for the gradient, so their nodes and what they saved die at once. topk's values are FP32 whatever the
     # scores' dtype: the FP32 expert_bias_E (moe.py:380-392) promotes the sum. Per-op AC's save list holds topk

@@ -37,7 +37,8 @@ def deepseek_v3_config(st) -> dict:
             "qk_rope_head_dim": m.qk_rope_head_dim, "v_head_dim": m.v_head_dim,
             "first_k_dense_replace": m.n_dense_layers, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
             "vocab_size": st.vocab, "max_position_embeddings": st.max_seq_len, "scoring_func": m.score_func,
-            "norm_topk_prob": m.route_norm, "tie_word_embeddings": False}
+            "norm_topk_prob": m.route_norm, "n_group": m.n_group, "topk_group": m.topk_group,
+            "tie_word_embeddings": False}
 
 
 def scenario(st, raw: dict | None = None):

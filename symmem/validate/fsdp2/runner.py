@@ -86,6 +86,8 @@ class MoESettings:
     q_lora_rank: int = 0  # 0: one wq (the debugmodel's); else wq_a, q_norm, wq_b (the 671B's)
     score_func: str = "softmax"  # the router's (the debugmodel's; the 671B's is sigmoid)
     route_norm: bool = False  # top-k scores divided by their sum (the 671B's: True)
+    n_group: int | None = None  # group-limited routing: expert groups, and the groups kept (the 671B's: 8, 4)
+    topk_group: int | None = None
 
 
 def require() -> None:
@@ -113,7 +115,8 @@ def build_deepseek_v3(st: Settings):
         kv_lora_rank=m.kv_lora_rank, qk_nope_head_dim=m.qk_nope_head_dim, qk_rope_head_dim=m.qk_rope_head_dim,
         v_head_dim=m.v_head_dim, mscale=0.70, dense_hidden_dim=m.dense_hidden, moe_hidden_dim=m.moe_hidden,
         num_experts=m.num_experts, num_shared_experts=m.num_shared_experts, router_top_k=m.top_k,
-        router_score_func=m.score_func, router_route_norm=m.route_norm, attn_backend="sdpa",
+        router_score_func=m.score_func, router_route_norm=m.route_norm, router_num_expert_groups=m.n_group,
+        router_num_limited_groups=m.topk_group, attn_backend="sdpa",
         moe_comm_backend="standard",
         non_blocking_capacity_factor=None,
         # every flavor's RoPE cache: 4096 x 4 positions (models/deepseek_v3/__init__.py:356-365), whatever the HF

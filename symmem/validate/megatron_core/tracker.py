@@ -107,7 +107,10 @@ class SavedPerLayer:
             except (RuntimeError, NotImplementedError):
                 return t
             ptr = st.data_ptr()
-            if st.nbytes() and ptr not in self.excluded and ptr not in self.owner:
+            known = self.refs.get(ptr)
+            # a new storage, or one at the address of a packed storage already released (a node that died at once,
+            # e.g. DeepSeek-V3's group-limited routing: its masked_fill and topk pack, and nothing keeps them)
+            if st.nbytes() and ptr not in self.excluded and (known is None or known[0]() is None):
                 self.owner[ptr] = self.layer or OUTSIDE
                 self.refs[ptr] = (weakref.ref(st), st.nbytes())
                 self.shapes[ptr] = (tuple(t.shape), str(t.dtype).replace("torch.", ""))
