@@ -194,3 +194,54 @@ NEW_FLAGS = {
            lambda f: st.tuples(st.just(f), st.sampled_from(NEW_FLAGS[f]))), min_size=1, max_size=4))
 def test_mutated_flags_on_the_newer_surfaces(command, flags):
     _run_with_flags(command, flags)
+
+
+# `measure --framework fsdp2` with a DeepSeek-V3 config: every mutated config is either turned into the runner's
+# settings, whose prediction the profile then derives, or refused in one SymmemError line, before any process starts
+DSV3_VALUES = [None, True, 0, 1, 2, 3, 4, 7, 8, 16, 24, 31, 32, 64, 256, 10**12, -1, 2.5, "8", [], {}]
+DSV3_KEYS = ["hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "vocab_size", "n_routed_experts", "num_experts_per_tok", "n_shared_experts", "kv_lora_rank",
+             "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "first_k_dense_replace",
+             "num_nextn_predict_layers", "moe_layer_freq", "scoring_func", "norm_topk_prob", "n_group", "topk_group",
+             "max_position_embeddings", "tie_word_embeddings"]
+
+
+@SETTINGS
+@given(changes=st.dictionaries(st.sampled_from(DSV3_KEYS), st.sampled_from(DSV3_VALUES + ["sigmoid", "softmax"]),
+                               max_size=3),
+       tp=st.sampled_from([1, 2, 3]), ac=st.sampled_from(["none", "full", "selective-op", "selective-layer:2"]))
+def test_mutated_deepseek_v3_configs_for_fsdp2_measure(changes, tp, ac):
+    import argparse
+
+    from symmem.cli.measure_fsdp2 import _settings
+    from symmem.errors import SymmemError
+    from symmem.validate.fsdp2.predict import deepseek_v3_config, predicted
+    from symmem.validate.fsdp2.runner import MoESettings, Settings
+
+    raw = deepseek_v3_config(Settings(family="deepseek_v3", moe=MoESettings(), dim=64, n_layers=3, n_heads=4,
+                                      vocab=256)) | changes
+    args = argparse.Namespace(dp=2, tp=tp, hsdp_replicate=1, ac=ac, b=1, s=32, no_reshard_after_forward=False, seed=0)
+    try:
+        st = _settings(raw, args, "cfg.json")
+        predicted(st, raw)
+    except SymmemError as e:
+        assert "\n" not in str(e) and str(e)
+
+
+def test_a_null_first_k_dense_replace_is_refused_in_one_line():
+    # found by the property above at a larger sample: `first_k_dense_replace: null` reached a comparison (TypeError)
+    import argparse
+
+    import pytest
+
+    from symmem.cli.measure_fsdp2 import _settings
+    from symmem.errors import SymmemError
+    from symmem.validate.fsdp2.predict import deepseek_v3_config
+    from symmem.validate.fsdp2.runner import MoESettings, Settings
+
+    raw = deepseek_v3_config(Settings(family="deepseek_v3", moe=MoESettings(), dim=64, n_layers=3, n_heads=4,
+                                      vocab=256)) | {"first_k_dense_replace": None}
+    args = argparse.Namespace(dp=2, tp=1, hsdp_replicate=1, ac="none", b=1, s=32, no_reshard_after_forward=False,
+                              seed=0)
+    with pytest.raises(SymmemError, match=r"cfg.json: first_k_dense_replace = None: must be a whole number$"):
+        _settings(raw, args, "cfg.json")

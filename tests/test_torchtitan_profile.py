@@ -337,3 +337,19 @@ def test_deepseek_v3_under_torchtitan_refuses_what_is_not_modelled(capsys, extra
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+def test_deepseek_v3_sweep_under_torchtitan_equals_memory(capsys):
+    """torchtitan's DeepSeek-V3 swept on 256 H100s (EP 1: FSDP and TP only, full AC, b 1, s 4,096): the layout that
+    fits is TP 8 x FSDP 32, its peak `symmem memory`'s at the same settings, its reserved '-' with the reason."""
+    argv = ["sweep", "--model", "deepseek-v3", "--gpus", "256", "--gpu", "H100", "--profile", "torchtitan", "-b", "1",
+            "-s", "4096", "--recompute", "full", "--pp", "1", "--global-batch-size", "256", "--no-mtp",
+            "--rank-by", "headroom", "--json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["ranked"]
+    assert [(r["tp"], r["dp"]) for r in rows] == [(8, 32)]
+    (r,) = rows
+    d = _memory(capsys, "--model", "deepseek-v3", "--no-mtp", "--dp", "32", "--tp", "8", "-b", "1", "-s", "4096",
+                "--recompute", "full", "--microbatches", str(r["microbatches"]))
+    assert d["stages"][0]["peak_allocated"] == r["peak_allocated"]
+    assert r["reserved"] is None and r["reserved_why"]

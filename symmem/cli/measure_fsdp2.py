@@ -105,8 +105,10 @@ def _deepseek_settings(raw: dict, args, name: str, world: int, rep: int):
             raise SymmemError(f"{name}: {k} = {v!r}: must be a positive integer")
     for k, default in (("q_lora_rank", None), ("first_k_dense_replace", 0), ("num_nextn_predict_layers", 0)):
         v = raw.get(k, default)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise SymmemError(f"{name}: {k} = {v!r}: must be null or a whole number")
+        if v is None and k == "q_lora_rank":  # null: no query latent
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise SymmemError(f"{name}: {k} = {v!r}: must be a whole number" + (" or null" if default is None else ""))
     if raw.get("num_nextn_predict_layers"):
         raise SymmemError(f"{name}: num_nextn_predict_layers = {raw['num_nextn_predict_layers']}: torchtitan builds "
                           "no MTP module by default and the profile models none; set it to 0")
