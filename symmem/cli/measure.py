@@ -33,8 +33,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help="transformers: one HF decoder layer; megatron-core: one whole Megatron-Core 0.16.1 training "
                         "iteration per rank on the CPU (needs the megatron extra); torchao-float8: one HF Llama "
                         "decoder layer under torchao 0.18.0's float8 training (emulate=True); fsdp2: one FSDP2 "
-                        "training step of torchtitan 0.3.0's Llama 3 per rank on the CPU (needs the torchtitan "
-                        "extra; --dp ranks, default 2)")
+                        "training step of torchtitan 0.3.0's Llama 3 or DeepSeek-V3 per rank on the CPU (needs the "
+                        "torchtitan extra; --dp ranks, default 2)")
     p.add_argument("--hsdp-replicate", dest="hsdp_replicate", type=int_arg(1, 8), default=None,
                    help="fsdp2: HSDP's replicate degree (the mesh is replicate x --dp/replicate; default 1)")
     p.add_argument("--no-reshard-after-forward", dest="no_reshard_after_forward", action="store_true",

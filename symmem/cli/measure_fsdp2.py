@@ -1,4 +1,5 @@
-"""`symmem measure --framework fsdp2`: one training step of PyTorch FSDP2 over torchtitan 0.3.0's Llama 3 on the
+"""`symmem measure --framework fsdp2`: one training step of PyTorch FSDP2 over torchtitan 0.3.0's Llama 3 (or
+DeepSeek-V3, from an HF deepseek_v3 config) on the
 CPU, per rank, measured (`symmem.validate.fsdp2.runner`) and predicted by the `torchtitan-cpu` profile
 (`symmem.validate.fsdp2.predict`).
 

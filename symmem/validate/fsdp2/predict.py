@@ -1,6 +1,7 @@
 """What the `torchtitan-cpu` profile predicts for a run of `runner.Settings`: per rank, the model states
 (`symmem.accounting.fsdp`) and what each block and the rest of the model save for backward (the rule set
-`torchtitan-cpu` over the Hugging Face Llama dataflow with SDPA). The settings become an HF Llama config
+`torchtitan-cpu` over the Hugging Face Llama dataflow with SDPA, or torchtitan's DeepSeek-V3 dataflow,
+symmem.blocks.torchtitan). The settings become an HF Llama (or DeepSeek-V3) config
 (`hf_config`), the same dims torchtitan builds from."""
 
 from __future__ import annotations

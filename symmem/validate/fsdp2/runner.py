@@ -1,7 +1,8 @@
-"""One training step of FSDP2 over torchtitan 0.3.0's Llama 3 per rank on the CPU (gloo), measured to the byte.
+"""One training step of FSDP2 over torchtitan 0.3.0's Llama 3 or DeepSeek-V3 per rank on the CPU (gloo), measured to
+the byte.
 
 `run(settings)` spawns `world` processes (`torch.multiprocessing`, gloo); each builds torchtitan's `Llama3Model`
-from a tiny flavor (or a named torchtitan flavor) in FP32 with `ScaledDotProductAttention` as the inner attention
+from a tiny flavor (or a named torchtitan flavor), or its `DeepSeekV3Model` at `MoESettings`' sizes, in FP32 with `ScaledDotProductAttention` as the inner attention
 (torchtitan 0.3.0 refuses `sdpa` for language models, torchtitan/models/common/config_utils.py:71-89
 `get_attention_config`, and FlexAttention has no backward on the CPU), applies torchtitan's activation checkpointing
 (`torchtitan.distributed.activation_checkpoint`), `fully_shard`s every block and then the root with
@@ -51,7 +52,7 @@ class Settings:
     ffn_dim_multiplier: float | None = None
     max_seq_len: int = 2048  # the RoPE cache's length (HF config: max_position_embeddings; torchtitan's flavors 131072)
     flavor: str | None = None  # a torchtitan llama3 flavor ("debugmodel", ...) instead of the dims above
-    family: str = "llama3"  # llama3 | deepseek_v3 (measured only: the profile models Llama 3)
+    family: str = "llama3"  # llama3 | deepseek_v3
     moe: MoESettings | None = None  # deepseek_v3's dims beyond the shared ones (None: MoESettings())
     world: int = 2
     replicate: int = 1  # HSDP replicate degree (mesh (replicate, world // replicate))
