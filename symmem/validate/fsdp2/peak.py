@@ -225,11 +225,13 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
         return Peaks(start, None, None, optimizer, why_not_forward=FORWARD_MOE_AC.format(ac=st.ac),
                      why_not_backward=BACKWARD_MOE)
     if st.tp > 1:  # the start and the step hold no TP collective: the same forms over TP's local shards
-        forward = (_tp_forward(st, scn, params, start, held_blocks, n_blk * pd, u_root)
-                   if held_blocks is not None and not moe else None)
+        forward = (_tp_forward(st, scn, params, start, held_blocks, n_blk * pd, u_root, (n_all - n_blk) * pd,
+                               _last_forward_busiest(scn) if moe else None)
+                   if held_blocks is not None else None)
         if moe:
-            return Peaks(start, None, None, optimizer, why_not_forward=NOT_MOE_TP.format(tp=st.tp),
-                         why_not_backward=NOT_MOE_TP.format(tp=st.tp))
+            return Peaks(start, None if forward is None else max(forward.values()), None, optimizer,
+                         forward_moments=forward, why_not_forward=None if forward else NOT_MOE_TP.format(tp=st.tp),
+                         why_not_backward=BACKWARD_MOE)
         if forward is None:
             return Peaks(start, None, None, optimizer, why_not_forward=NOT_UNDER_TP.format(tp=st.tp),
                          why_not_backward=NOT_UNDER_TP.format(tp=st.tp))
@@ -300,7 +302,8 @@ def peaks(st, scn, params, rank: int, saved_blocks: list[int], held_blocks: list
 BACKWARD_FULL_AC = ("full checkpointing: the backward recomputes each block's forward, and those transients are not "
                     "yet among the moments (without resharding, 3 blocks, s 64, one peaked 118,912 bytes above the "
                     "last block's reduce-scatter, at a `_to_copy`)")
-def _tp_forward(st, scn, params, start: int, held_blocks: list[int], n_blk: int, u_root: int) -> dict | None:
+def _tp_forward(st, scn, params, start: int, held_blocks: list[int], n_blk: int, u_root: int, n_before: int,
+                busiest: tuple[int, str] | None = None) -> dict | None:
     """The forward's most under TP with sequence parallelism (FSDP x TP, no AC; None with AC), found by tracing
     every op on the CPU (FSDP 1 x TP 2, b 1 and 2) and written term by term. Without resharding every earlier block's
     unsharded parameters stay, and the root's after lm_head (then the loss-parallel forward is the most: measured
@@ -321,7 +324,12 @@ def _tp_forward(st, scn, params, start: int, held_blocks: list[int], n_blk: int,
       custom ops' copies and the negated and masked results (8 FP32 [N]), `safe_labels` and `local_labels` (int64 [N]),
       two boolean [N] masks (`!= IGNORE_INDEX`, `out_of_range`) and a 4-byte scalar.
 
-    `n_blk` and `u_root`: one block's and the root's all-gathered parameters, bytes in the param dtype (`peaks`)."""
+    DeepSeek-V3's last (MoE) block holds its most inside, at the combine (`busiest`: the timeline's most of its own
+    saved and transient bytes, and the op): everything before it, the block's input and unsharded parameters, and
+    that most (measured equal: FSDP 1 x TP 2, b 1; FSDP 2 x TP 2, b 2), beside the loss-parallel forward.
+
+    `n_blk`, `u_root`, `n_before`: the last block's, the root's and the earlier blocks' all-gathered parameters,
+    bytes in the param dtype (`peaks`)."""
     if st.ac != "none":
         return None
     from symmem.accounting.analysis import stage_terms, values
@@ -340,12 +348,16 @@ def _tp_forward(st, scn, params, start: int, held_blocks: list[int], n_blk: int,
     # path copies the parameters out and keeps no flat buffer (traced: FSDP 1 x TP 2 and FSDP 2 x TP 2, b 1)
     flat = n_blk if w > 1 else 0
     # without resharding every earlier block's unsharded parameters stay, and the root's after lm_head
-    kept = 0 if st.reshard_after_forward else (st.n_layers - 1) * n_blk
+    kept = 0 if st.reshard_after_forward else n_before
     root_freed = u_root if st.reshard_after_forward else 0
     before = start + u_root + embedding + sum(held_blocks) + flat + kept
     n, v = b * s, next(p for p in params if p.name.endswith("lm_head")).d0  # N tokens, V/T rows of lm_head
-    return {"the last block's w2 reduce-scatter":
-            before + hidden + n_blk + 4 * hidden + 2 * b * s * dim * pd,
+    if busiest is not None:
+        inside = {f"the last block's busiest op ({busiest[1]})":
+                  before - held_blocks[-1] + hidden + n_blk + busiest[0]}
+    else:
+        inside = {"the last block's w2 reduce-scatter": before + hidden + n_blk + 4 * hidden + 2 * b * s * dim * pd}
+    return {**inside,
             # the root's post-forward frees the last all-gather result (torch/distributed/fsdp/_fully_shard/
             # _fsdp_state.py:335-342) and reshards the root's parameters
             "the loss-parallel forward":
