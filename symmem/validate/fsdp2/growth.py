@@ -10,7 +10,10 @@ def interior_block_checked(st) -> bool:
     blocks or more (block 0's end holds the embedding's output chain too), resharded after forward, one AC policy for
     all (the caller's hand-off of a block's input and output then cancels; under per-layer AC it does not), and
     blocks 1 and 2 of one kind (DeepSeek-V3's dense and MoE blocks gather and hand off different bytes)."""
-    same_kind = st.moe is None or st.moe.n_dense_layers not in (2,) or st.family != "deepseek_v3"
+    # DeepSeek-V3: blocks 1 and 2 are both MoE (at most one dense block) or both dense (three or more); the
+    # runner's default MoESettings has one dense block
+    n_dense = st.moe.n_dense_layers if st.moe is not None else 1
+    same_kind = st.family != "deepseek_v3" or n_dense != 2
     return st.n_layers >= 3 and st.reshard_after_forward and not st.ac.startswith("selective-layer") and same_kind
 
 
