@@ -343,6 +343,9 @@ def _torchtitan_deepseek_check(scn) -> None:
         raise SymmemError(f"profile {name}: TP {scn.parallel.tp} with the MoE block not sequence-sharded: torchtitan "
                           "reduce-scatters the MoE block's output to the sequence shards (models/common/"
                           "moe_sharding.py); set moe_sequence_parallel = true (--moe-sequence-parallel)")
+    if scn.routing.kind != "paper":
+        raise SymmemError(f"profile {name}: routing = {scn.routing.kind!r}: torchtitan's local token dispatcher keeps "
+                          "every routed slot (b s N_r per rank) whatever the routing; drop --routing")
     if scn.mtp and scn.model.n_mtp:
         raise SymmemError(f"profile {name}: --mtp with num_nextn_predict_layers = {scn.model.n_mtp}: torchtitan "
                           "trains DeepSeek-V3 without MTP unless asked (num_mtp_layers = 0), and its MTP is not "

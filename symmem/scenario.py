@@ -240,6 +240,14 @@ class Scenario:
         return self.model.family.hf_impl(self.model, attn, self.experts_impl, self.hf_router,
                                           unit_batch=self.b == 1, unit_seq=self.s == 1)
 
+    @property
+    def routing_label(self) -> str:
+        """What the routed slots are: the routing model's, or the dataflow's own where its dispatcher keeps every
+        slot whatever the routing (torchtitan's local dispatcher, symmem.blocks.torchtitan)."""
+        if getattr(self.flow_impl, "fixed_slots", False):
+            return "every slot kept (b s N_r per rank: torchtitan's local token dispatcher)"
+        return self.routing.label
+
     @cached_property
     def policy(self) -> Policy:
         pol = policy(self.recompute_name)

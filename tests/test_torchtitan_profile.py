@@ -329,6 +329,8 @@ def test_deepseek_v3_router_on_a_gpu_keeps_fp32_copies_the_cpu_cannot_make():
     (["--tp", "2", "--no-moe-sequence-parallel"], "TP 2 with the MoE block not sequence-sharded"),
     (["--ep", "8"], "EP 8"),
     (["--mtp"], "--mtp with num_nextn_predict_layers = 1"),
+    # the local dispatcher keeps every slot: a routing model would change nothing it derives, so it is refused
+    (["--routing", "capacity", "--capacity-factor", "1.25"], "routing = 'capacity': torchtitan's local token"),
 ])
 def test_deepseek_v3_under_torchtitan_refuses_what_is_not_modelled(capsys, extra, words):
     argv = ["memory", "--model", "deepseek-v3", "--profile", "torchtitan", "--dp", "64", *extra]
@@ -353,3 +355,11 @@ def test_deepseek_v3_sweep_under_torchtitan_equals_memory(capsys):
                 "--recompute", "full", "--microbatches", str(r["microbatches"]))
     assert d["stages"][0]["peak_allocated"] == r["peak_allocated"]
     assert r["reserved"] is None and r["reserved_why"]
+
+
+def test_deepseek_v3_under_torchtitan_says_its_slots_are_every_slot(capsys):
+    # the header names what the routed slots are (b s N_r per rank, the local dispatcher's), not the routing model's
+    # E_tok, which its dataflow does not read
+    assert main(["memory", "--model", "deepseek-v3", "--profile", "torchtitan", "--dp", "256", "--no-mtp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["routing"] == "every slot kept (b s N_r per rank: torchtitan's local token dispatcher)"

@@ -64,7 +64,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({
             "quantity": q.name, "unit": q.unit, "stage": args.stage, "scenario": scn.name,
-            "recompute": scn.policy.label, "rules": scn.rules.name, "routing": scn.routing.label,
+            "recompute": scn.policy.label, "rules": scn.rules.name, "routing": scn.routing_label,
             "verdict": cmp.verdict, "condition": dict(cmp.condition), "derived": plain(derived),
             "claimed": plain(claimed), "difference": plain(cmp.difference), "difference_value": cmp.worth,
             "evaluated_at": at,
@@ -75,7 +75,7 @@ def run(args) -> int:
         return code
     # Everything is formatted before anything is printed: a failure leaves no verdict half-shown.
     lines = [f"{q.name} ({q.unit}) of stage {args.stage}, scenario {scn.name}: {scn.parallel.describe()}; "
-             f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing.label}",
+             f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing_label}",
              f"derived: {plain(derived)}",
              f"yours:   {plain(claimed)}"]
     if cmp.verdict == EQUAL:

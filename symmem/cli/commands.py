@@ -147,7 +147,7 @@ def _act_args(p: argparse.ArgumentParser) -> None:
 
 def _settings(scn) -> dict:
     return {"scenario": scn.name, "model": scn.model.name, "parallel": scn.parallel.describe(),
-            "rules": scn.rules.name, "recompute": scn.policy.label, "routing": scn.routing.label,
+            "rules": scn.rules.name, "recompute": scn.policy.label, "routing": scn.routing_label,
             "schedule": scn.schedule.label, "microbatches": scn.m, "b": scn.b, "s": scn.s,
             "global_batch_size": scn.b * scn.m * scn.parallel.dp}
 
@@ -292,7 +292,7 @@ def _memory_run(args) -> int:
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}")
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
-          f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing.label}; schedule "
+          f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing_label}; schedule "
           f"{scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}, "
           f"global batch {scn.b * scn.m * scn.parallel.dp:,}")
     print(f"GPU capacity {scn.gpu_memory:,} bytes ({fmt_gb(scn.gpu_memory)} GB, {fmt_gib(scn.gpu_memory)} GiB); "

@@ -24,7 +24,7 @@ def scenario_tables(scn):
                      + (" (peak)" if m is top else "")))
     notes = (f"Scenario {scn.name}: {scn.model.name}, {scn.parallel.describe()}; precision {scn.precision.name}, "
              f"ZeRO {int(scn.zero)} ({scn.zero.label}); rules {scn.rules.name}, recompute {scn.policy.label}, "
-             f"routing {scn.routing.label}; {scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}.",
+             f"routing {scn.routing_label}; {scn.schedule.label}, M = {scn.m}, b = {scn.b}, s = {scn.s}.",
              f"Overheads: {scn.fragmentation[0]:.0%}-{scn.fragmentation[1]:.0%} fragmentation and "
              f"{scn.comm_buffers[0]:,}-{scn.comm_buffers[1]:,} bytes of communication buffers; capacity "
              f"{scn.gpu_memory:,} bytes. GiB = 2^30 bytes.")

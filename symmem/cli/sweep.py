@@ -373,7 +373,7 @@ def _settings(space) -> dict:
             "scenario": base.name, "convention": base.convention, "precision": base.precision.name,
             "rules": base.rules.name, "profile": base.profile.name, "activation_bytes": base.act_bytes,
             "dataflow": "hf" if base.flow_impl is not None else "paper",
-            "routing": base.routing.label, "mtp": base.mtp,
+            "routing": base.routing_label, "mtp": base.mtp,
             "sequence_parallel": par.sequence_parallel, "moe_sequence_parallel": par.moe_sp,
             "fragmentation": list(base.fragmentation), "comm_buffers": list(base.comm_buffers),
             "axes": {"tp": list(space.tp), "cp": list(space.cp), "pp": list(space.pp), "ep": list(space.ep),

@@ -62,6 +62,9 @@ class TorchtitanImpl:
             raise SymmemError(f"scoring_func = {self.score_func!r}: torchtitan's router runs "
                               f"{' or '.join(SCORE_FUNCS)}")
 
+    # the local token dispatcher keeps every routed slot, b·s·N_r per rank, whatever the routing model
+    fixed_slots = True
+
     @property
     def flat_view(self) -> bool:  # as HFImpl.flat_view (the math backend's flattening of v)
         return self.unit_batch or self.unit_seq
