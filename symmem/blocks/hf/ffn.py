@@ -19,20 +19,25 @@ ROUTING = ("routing",)
 
 
 def swiglu(fb: DataflowBuilder, name: str, x: str, *, rows: tuple[Dim, ...], out_rows: tuple[Dim, ...], width: Dim,
-           group: str = "dense") -> str:
-    """HF's DeepseekV3MLP / DeepseekV2MLP: down(silu(gate(x)) * up(x)), no dropout."""
-    g = linear(fb, f"{name}.gate_proj", x, (f"{name}.gate", rows + (width,)), (H, width), group)
-    u = linear(fb, f"{name}.up_proj", x, (f"{name}.up", rows + (width,)), (H, width), group)
+           group: str = "dense", projections: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")) -> str:
+    """HF's DeepseekV3MLP / DeepseekV2MLP: down(silu(gate(x)) * up(x)), no dropout; `projections`: the gate's,
+    up's and down's module names (torchtitan's FeedForward: w1, w3, w2)."""
+    gate, up, down = projections
+    g = linear(fb, f"{name}.{gate}", x, (f"{name}.gate", rows + (width,)), (H, width), group)
+    u = linear(fb, f"{name}.{up}", x, (f"{name}.up", rows + (width,)), (H, width), group)
     (a,) = fb.op("silu", f"{name}.act_fn", [g], [(f"{name}.act", rows + (width,))])
     (p,) = fb.op("mul", f"{name}.mul", [a, u], [(f"{name}.prod", rows + (width,))])
-    return linear(fb, f"{name}.down_proj", p, (f"{name}.out", out_rows + (H,)), (width, H), group)
+    return linear(fb, f"{name}.{down}", p, (f"{name}.out", out_rows + (H,)), (width, H), group)
 
 
-def dense_mlp(fb: DataflowBuilder, x_in: str, *, resid_axis: str) -> str:
+def dense_mlp(fb: DataflowBuilder, x_in: str, *, resid_axis: str, norm: str = "post_attention_layernorm",
+              name: str = "mlp", projections: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")) -> str:
+    """The norm, then `swiglu` (its module `name` and `projections`: torchtitan's are ffn_norm, feed_forward and
+    w1, w3, w2), and the residual."""
     fb.block = "mlp"
     (x,) = fb.op("region", "mlp_enter", [x_in], [("mlp.x", (B, S_SP, H))])
-    xn = rmsnorm(fb, "post_attention_layernorm", x, "mlp.x_norm", (B, S_SP, H))
-    out = swiglu(fb, "mlp", xn, rows=(B, S_FULL), out_rows=(B, S_SP), width=D(h_F, "tp"))
+    xn = rmsnorm(fb, norm, x, "mlp.x_norm", (B, S_SP, H))
+    out = swiglu(fb, name, xn, rows=(B, S_FULL), out_rows=(B, S_SP), width=D(h_F, "tp"), projections=projections)
     (oe,) = fb.op("region", "mlp_exit", [out], [("mlp.out_resid", (B, seq(resid_axis), H))])
     (y,) = fb.op("add", "mlp_residual", [x_in, oe], [("mlp.y", (B, seq(resid_axis), H))])
     return y

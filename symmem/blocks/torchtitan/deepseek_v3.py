@@ -22,15 +22,16 @@ from dataclasses import dataclass
 from symmem.blocks._dims import S_FULL, S_MOE, S_SP, B, H, seq
 from symmem.blocks.hf._ops import cast, linear, rmsnorm, views
 from symmem.blocks.hf.attention import CORE, PREP, core
-from symmem.blocks.hf.ffn import ROUTING
+from symmem.blocks.hf.ffn import ROUTING, dense_mlp, swiglu
 from symmem.blocks.hf.impl import sdpa_backend
 from symmem.blocks.mla import d_v_symbol, q_latent
-from symmem.blocks.symbols import N, N_r, N_s, d_c, d_cq, d_h, d_hr, h_E, h_F, n_h
+from symmem.blocks.symbols import N, N_r, N_s, d_c, d_cq, d_h, d_hr, h_E, n_h
 from symmem.config import ModelConfig
 from symmem.errors import SymmemError
 from symmem.graph import ACT, BF16, BOOL, FP32, INT32, INT64, D, DataflowBuilder, Dim, Weight
 
 SCORE_FUNCS = ("softmax", "sigmoid")
+TORCHTITAN_FFN = ("w1", "w3", "w2")  # FeedForward's gate, up and down projections
 
 
 @dataclass(frozen=True)
@@ -147,22 +148,15 @@ def mla(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: TorchtitanI
 
 def feed_forward(fb: DataflowBuilder, name: str, x: str, *, rows: tuple[Dim, ...], out_rows: tuple[Dim, ...],
                  width: Dim, group: str = "dense") -> str:
-    """`FeedForward.forward`: w2(F.silu(w1(x)) * w3(x)) (models/common/feed_forward.py:53-54)."""
-    g = linear(fb, f"{name}.w1", x, (f"{name}.h1", rows + (width,)), (H, width), group)
-    u = linear(fb, f"{name}.w3", x, (f"{name}.h3", rows + (width,)), (H, width), group)
-    (a,) = fb.op("silu", f"{name}.silu", [g], [(f"{name}.act", rows + (width,))])
-    (p,) = fb.op("mul", f"{name}.mul", [a, u], [(f"{name}.prod", rows + (width,))])
-    return linear(fb, f"{name}.w2", p, (f"{name}.out", out_rows + (H,)), (width, H), group)
+    """`FeedForward.forward`: w2(F.silu(w1(x)) * w3(x)) (models/common/feed_forward.py:53-54), Hugging Face's SwiGLU
+    under torchtitan's module names."""
+    return swiglu(fb, name, x, rows=rows, out_rows=out_rows, width=width, group=group, projections=TORCHTITAN_FFN)
 
 
 def dense(fb: DataflowBuilder, x_in: str, *, resid_axis: str) -> str:
-    fb.block = "mlp"
-    (x,) = fb.op("region", "mlp_enter", [x_in], [("mlp.x", (B, S_SP, H))])
-    xn = rmsnorm(fb, "ffn_norm", x, "mlp.x_norm", (B, S_SP, H))
-    out = feed_forward(fb, "feed_forward", xn, rows=(B, S_FULL), out_rows=(B, S_SP), width=D(h_F, "tp"))
-    (oe,) = fb.op("region", "mlp_exit", [out], [("mlp.out_resid", (B, seq(resid_axis), H))])
-    (y,) = fb.op("add", "mlp_residual", [x_in, oe], [("mlp.y", (B, seq(resid_axis), H))])
-    return y
+    """`ffn_norm`, then `feed_forward` (Hugging Face's dense MLP under torchtitan's names)."""
+    return dense_mlp(fb, x_in, resid_axis=resid_axis, norm="ffn_norm", name="feed_forward",
+                     projections=TORCHTITAN_FFN)
 
 
 def moe(fb: DataflowBuilder, x_in: str, *, impl: TorchtitanImpl) -> str:

@@ -104,8 +104,9 @@ def covered(st) -> str:
     return ""
 
 
-def _last_forward_transient(scn) -> int:
-    """Bytes of the last layer's non-saved tensors at its last forward op (the dataflow's timeline)."""
+def _last_layer_forward(scn) -> list[tuple[int, int, str]]:
+    """The last layer's forward events (the dataflow's timeline under the scenario's policy): each one's bytes of
+    the layer's own alive tensors, all and those not saved, and its op."""
     from symmem.accounting import timeline as T
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
     from symmem.accounting.evaluate import ceil_int, evaluate
@@ -118,28 +119,22 @@ def _last_forward_transient(scn) -> int:
     layers = next(p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
                   if p.is_layers and last_layer in (p.layers or range(p.count)))
     tl = T.part_timeline(layers.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok)
-    last = [ev for ev in tl.events if ev.phase == "forward"][-1]
-    return sum(ceil_int(evaluate(a.nbytes, vals)) for a in last.alive if a.component != T.SAVED_CURRENT)
+    out = []
+    for ev in (e for e in tl.events if e.phase == "forward"):
+        sizes = [(ceil_int(evaluate(a.nbytes, vals)), a.component != T.SAVED_CURRENT) for a in ev.alive]
+        out.append((sum(n for n, _ in sizes), sum(n for n, unsaved in sizes if unsaved), ev.op))
+    return out
+
+
+def _last_forward_transient(scn) -> int:
+    """Bytes of the last layer's non-saved tensors at its last forward op."""
+    return _last_layer_forward(scn)[-1][1]
 
 
 def _last_forward_busiest(scn) -> tuple[int, str]:
-    """The most the last layer's forward holds of its own (what it has saved so far and its transients, the
-    dataflow's timeline), and at which op."""
-    from symmem.accounting import timeline as T
-    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
-    from symmem.accounting.evaluate import ceil_int, evaluate
-    from symmem.model import stage_parts
-
-    (stage,) = scn.stages
-    vals, axes = values(scn), scn.parallel.axis_sizes()
-    e_tok = _tokens_per_expert(_activation_key(scn), axes)
-    last_layer = len(scn.model.layer_kinds()) - 1
-    layers = next(p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
-                  if p.is_layers and last_layer in (p.layers or range(p.count)))
-    tl = T.part_timeline(layers.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok)
-    held = [(sum(ceil_int(evaluate(a.nbytes, vals)) for a in ev.alive), ev.op) for ev in tl.events
-            if ev.phase == "forward"]
-    return max(held)
+    """The most the last layer's forward holds of its own (what it has saved so far and its transients), and at
+    which op."""
+    return max((held, op) for held, _unsaved, op in _last_layer_forward(scn))
 
 
 # torchtitan's parameter order in a block (`model.parameters()`, the order AdamW steps them): attention's wqkv and
