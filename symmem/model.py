@@ -117,6 +117,11 @@ class Part:
     def is_layers(self) -> bool:
         return self.kind not in ("embedding", "shared", "head", "mtp")
 
+    @property
+    def layer_ids(self) -> tuple[int, ...]:
+        """The stage's layers its copies are, in order (copy i is layer `layer_ids[i]`); 0..count-1 when not given."""
+        return self.layers or tuple(range(self.count))
+
 
 @bound_cache(maxsize=4096)  # asked for once per stage and quantity: the same parts each time
 def stage_parts(model: ModelConfig, stage: Stage, convention: str, impl: object | None = None) -> tuple[Part, ...]:

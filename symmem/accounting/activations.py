@@ -211,7 +211,7 @@ def part_terms(part: Part, rules: RuleSet, policy: Policy, axes: AxisSizes, act_
     at the size of the whole storage. Under a per-layer policy (`selective-layer:N`) a part's layers count by the
     policy each runs under (`Policy.layer_split`), a term per storage and policy."""
     terms: dict[tuple, Term] = {}
-    split = (policy.layer_split(part.layers or tuple(range(part.count))) if part.is_layers
+    split = (policy.layer_split(part.layer_ids) if part.is_layers
              else [(policy.outside_layers(), part.count)])
     for pol, count in split:
         note = f" (layers under recompute {pol.label})" if part.is_layers and pol is not policy else ""

@@ -85,7 +85,7 @@ def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
     fused = fuses_qkv(scn)
     params = fsdp_params(parts, vals, fuse_qkv=fused)
     # each layer part's copies are global layers (DeepSeek-V3: a dense part, then MoE parts)
-    layer_of = {p.name: p.layers or tuple(range(p.count)) for p in parts if p.is_layers}
+    layer_of = {p.name: p.layer_ids for p in parts if p.is_layers}
     blocks: dict[int, list] = {}
     root: list = []
     grads: dict = {}
@@ -181,7 +181,7 @@ def replay(scn) -> Fsdp2Reserved:
 
     def timeline(part, copy: int):
         """The part's timeline under the policy its `copy` runs (per-layer checkpointing: full or none)."""
-        layers = part.layers or tuple(range(part.count))
+        layers = part.layer_ids
         pol = scn.policy.for_layer(layers[copy]) if part.is_layers else scn.policy.outside_layers()
         if (part.name, pol) not in timelines:
             timelines[(part.name, pol)] = T.part_timeline(part.flow, scn.rules, pol, axes, scn.act_bytes, e_tok)
@@ -294,7 +294,7 @@ def replay(scn) -> Fsdp2Reserved:
     last = len(blocks) - 1
 
     def layer_index(part, copy: int) -> int:  # a layer part's copy as the stage's layer (blocks are by layer)
-        return (part.layers or tuple(range(part.count)))[copy] if part.is_layers else -1
+        return part.layer_ids[copy] if part.is_layers else -1
     # how the version wraps and steps (module docstring): 9dec370 one root unit, kept unsharded, the last block
     # too; 0.3.0 the embedding and [norm, lm_head] units, every block resharded
     units = _outer_units(scn, root)

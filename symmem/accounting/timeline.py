@@ -247,7 +247,7 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
     layer does; the other kind's last copy sees those of its own kind (a floor for the moment it stands for)."""
     units = []  # (part, policy, copies, label)
     for p in parts:
-        split = (policy.layer_split(p.layers or tuple(range(p.count))) if p.is_layers
+        split = (policy.layer_split(p.layer_ids) if p.is_layers
                  else [(policy.outside_layers(), p.count)])
         for pol, n in split:
             label = p.name if pol is policy or not p.is_layers else f"{p.name} ({pol.label})"

@@ -53,15 +53,10 @@ def _settings(raw: dict, args, name: str):
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
     if raw["model_type"] == "deepseek_v3":
         return _deepseek_settings(raw, args, name, world, rep)
-    if tp > 1:
-        n_kv = raw.get("num_key_value_heads") or raw.get("num_attention_heads")
-        for key, v in (("num_attention_heads", raw.get("num_attention_heads")), ("num_key_value_heads", n_kv),
-                       ("intermediate_size", raw.get("intermediate_size")), ("vocab_size", raw.get("vocab_size"))):
-            if isinstance(v, int) and not isinstance(v, bool) and v % tp:
-                raise SymmemError(f"--tp = {tp}: must divide {key} = {v} (uneven TP shards are not predicted)")
-        if args.s % tp:
-            raise SymmemError(f"--tp = {tp}: must divide -s = {args.s} (sequence parallelism splits the sequence; "
-                              "torchtitan/trainer.py:306-315)")
+    n_kv = raw.get("num_key_value_heads") or raw.get("num_attention_heads")
+    _tp_divides(tp, args.s, (("num_attention_heads", raw.get("num_attention_heads")),
+                             ("num_key_value_heads", n_kv), ("intermediate_size", raw.get("intermediate_size")),
+                             ("vocab_size", raw.get("vocab_size"))))
     keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
             "max_position_embeddings")
     for k in keys:
@@ -83,6 +78,19 @@ def _settings(raw: dict, args, name: str):
                     seed=args.seed)
 
 
+def _tp_divides(tp: int, s: int, sizes) -> None:
+    """TP must divide each of `sizes` ((config key, value); a value not an integer is the key checks' to refuse) and
+    the sequence (sequence parallelism splits it; torchtitan/trainer.py:306-315)."""
+    if tp == 1:
+        return
+    for key, v in sizes:
+        if isinstance(v, int) and not isinstance(v, bool) and v % tp:
+            raise SymmemError(f"--tp = {tp}: must divide {key} = {v} (uneven TP shards are not predicted)")
+    if s % tp:
+        raise SymmemError(f"--tp = {tp}: must divide -s = {s} (sequence parallelism splits the sequence; "
+                          "torchtitan/trainer.py:306-315)")
+
+
 DSV3_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers", "num_attention_heads",
              "vocab_size", "max_position_embeddings", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
              "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -93,13 +101,8 @@ def _deepseek_settings(raw: dict, args, name: str, world: int, rep: int):
     from symmem.validate.fsdp2.runner import MoESettings, Settings
 
     tp = args.tp
-    if tp > 1:
-        for key in ("num_attention_heads", "intermediate_size", "moe_intermediate_size", "vocab_size"):
-            v = raw.get(key)
-            if isinstance(v, int) and not isinstance(v, bool) and v % tp:
-                raise SymmemError(f"--tp = {tp}: must divide {key} = {v} (uneven TP shards are not predicted)")
-        if args.s % tp:
-            raise SymmemError(f"--tp = {tp}: must divide -s = {args.s} (sequence parallelism splits the sequence)")
+    _tp_divides(tp, args.s, ((k, raw.get(k)) for k in ("num_attention_heads", "intermediate_size",
+                                                       "moe_intermediate_size", "vocab_size")))
     for k in DSV3_KEYS:
         v = raw.get(k)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:

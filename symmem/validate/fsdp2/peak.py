@@ -117,7 +117,7 @@ def _last_layer_forward(scn) -> list[tuple[int, int, str]]:
     e_tok = _tokens_per_expert(_activation_key(scn), axes)
     last_layer = len(scn.model.layer_kinds()) - 1
     layers = next(p for p in stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
-                  if p.is_layers and last_layer in (p.layers or range(p.count)))
+                  if p.is_layers and last_layer in p.layer_ids)
     tl = T.part_timeline(layers.flow, scn.rules, scn.policy, axes, scn.act_bytes, e_tok)
     out = []
     for ev in (e for e in tl.events if e.phase == "forward"):
@@ -155,7 +155,7 @@ BLOCK_ORDER_DSV3 = ("attention.wq", "attention.wq_a", "attention.q_norm", "atten
 
 def layer_of(parts) -> dict[str, tuple[int, ...]]:
     """Each layer part's copies as the stage's layers (DeepSeek-V3: a dense part, then MoE parts)."""
-    return {p.name: p.layers or tuple(range(p.count)) for p in parts if p.is_layers}
+    return {p.name: p.layer_ids for p in parts if p.is_layers}
 
 
 def param_layer(p, layers: dict[str, tuple[int, ...]]) -> int | None:
@@ -167,8 +167,8 @@ def param_layer(p, layers: dict[str, tuple[int, ...]]) -> int | None:
 def torchtitan_order(params, layers: dict[str, tuple[int, ...]] | None = None) -> list:
     """`params` (accounting.fsdp.fsdp_params) in the order torchtitan's model lists them; `layers` (`layer_of`):
     the layer parts' layers, or Llama's one part "dense layers"."""
-    layers = layers if layers is not None else {"dense layers": tuple(range(1 + max(
-        (int(p.name.split("[")[1].split("]")[0]) for p in params if p.name.startswith("dense layers[")), default=-1)))}
+    if layers is None:  # Llama's one part: copy i is layer i (no copy index reaches the parameter count)
+        layers = {"dense layers": tuple(range(len(params)))}
 
     def key(p):
         part, _, op = p.name.partition("].")

@@ -96,7 +96,7 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     # each block's saved bytes: its own part's (DeepSeek-V3: dense or MoE) under the policy it runs (per-layer
     # checkpointing: full or none by layer)
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
-    part_of = {i: p.name for p in parts if p.is_layers for i in p.layers}
+    part_of = {i: p.name for p in parts if p.is_layers for i in p.layer_ids}
     policies = {scn.policy.for_layer(i) for i in range(st.n_layers)}
     by_policy = {pol: per_part(scn.replace(recompute_name=pol.label)) for pol in policies}
     held_by_policy = {pol: per_part(scn.replace(recompute_name=pol.label), held=True) for pol in policies}

@@ -2,7 +2,8 @@
 the byte.
 
 `run(settings)` spawns `world` processes (`torch.multiprocessing`, gloo); each builds torchtitan's `Llama3Model`
-from a tiny flavor (or a named torchtitan flavor), or its `DeepSeekV3Model` at `MoESettings`' sizes, in FP32 with `ScaledDotProductAttention` as the inner attention
+from a tiny flavor (or a named torchtitan flavor), or its `DeepSeekV3Model` at `MoESettings`' sizes, in FP32 with
+`ScaledDotProductAttention` as the inner attention
 (torchtitan 0.3.0 refuses `sdpa` for language models, torchtitan/models/common/config_utils.py:71-89
 `get_attention_config`, and FlexAttention has no backward on the CPU), applies torchtitan's activation checkpointing
 (`torchtitan.distributed.activation_checkpoint`), `fully_shard`s every block and then the root with
@@ -509,7 +510,8 @@ def _step(rank: int, st: Settings) -> dict:
     return {"rank": rank, "loss": float(loss.detach()), "peak": tracker.peak, "peak_op": tracker.peak_op,
             "peak_phase": tracker.peak_phase,
             "peak_by_phase": tracker.by_phase, "at_peak": _summary(tracker.at_peak),
-            "at_phase_peak": {k: _summary(v) for k, v in tracker.__dict__.get("at_phase_peak", {}).items()}, "start": start, "end": end,
+            "at_phase_peak": {k: _summary(v) for k, v in tracker.__dict__.get("at_phase_peak", {}).items()},
+            "start": start, "end": end,
             "states": states["total"], "states_by_kind": states, "params": params,
             "saved": dict(sorted(saved_layers.items(), key=lambda kv: (kv[0] == "outside layers", kv[0]))),
             "saved_detail": saved_detail, "unsharded_param_bytes": unsharded, "held_after_block": held_after,
