@@ -44,7 +44,7 @@ from functools import lru_cache
 import sympy
 
 from symmem.accounting import timeline as T
-from symmem.accounting.allocator import CachingAllocator
+from symmem.accounting.allocator import CachingAllocator, request
 from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.graph import local_size
 
@@ -125,20 +125,34 @@ def _one_f_one_b(k: Fraction, m: int) -> list[str]:
 
 
 def _iteration(alloc: CachingAllocator, events: tuple, it: int) -> None:
-    malloc, free = alloc.malloc, alloc.free  # bound once: this loop runs about 100,000 times per paper
+    """One iteration of `_iteration_events` (the first makes the "first" allocations too: TE's dummy weight
+    gradients, made once, at their first use). Every storage an iteration allocates it frees, so the next one may
+    use the same keys."""
+    alloc.run(events[0] if it == 0 else events[1])
+
+
+def _ops(events: list[tuple]) -> tuple[tuple, tuple]:
+    """The events as `CachingAllocator.run` takes them, for the first iteration and for the later ones: sizes
+    rounded, and each storage's key a small integer (hashing the nested key tuple on every call was a tenth of the
+    replay's time)."""
+    ids: dict = {}
+    first, later = [], []
     for kind, key, nbytes in events:
-        if kind == "malloc":
-            malloc((it, key), nbytes)
-        elif kind == "free":
-            free((it, key))
-        elif it == 0:  # "first": made once, at its first use (TE's dummy weight-gradient buffers)
-            malloc(key, nbytes)
+        if kind == "first":
+            first.append((key, request(key, nbytes)))
+            continue
+        op = (ids.setdefault(key, len(ids)), request(key, nbytes) if kind == "malloc" else 0)
+        first.append(op)
+        later.append(op)
+    if sum(1 if size else -1 for _, size in later):  # a bug of the event builder, never input
+        raise AssertionError("an iteration leaves an allocation alive: the next one would reuse its key")
+    return tuple(first), tuple(later)
 
 
 @lru_cache(maxsize=64)
 def _iteration_events(scn, stage) -> tuple:
-    """One iteration of one GPU of `stage` as (kind, key, bytes): every activation storage of every layer copy and
-    micro-batch from the timeline, in 1F1B order; the same for every rank and iteration (written once)."""
+    """One iteration of one GPU of `stage` (`_ops`: the first, the later): every activation storage of every layer
+    copy and micro-batch from the timeline, in 1F1B order; the same for every rank and iteration (written once)."""
     from symmem.accounting.activations import tensor_bytes
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
     from symmem.model import stage_parts
@@ -210,7 +224,7 @@ def _iteration_events(scn, stage) -> tuple:
                         live = now
                     out += [("free", (mb, pi, copy, name), 0) for name in live]
             out += [("free", (mb, "pipeline", name), 0) for name, _ in pipeline]
-    return tuple(out)
+    return _ops(out)
 
 
 def replay_stage(scn, stage, rank: int = 0) -> Reserved:
