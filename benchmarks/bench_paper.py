@@ -1,11 +1,13 @@
-"""`symmem paper` from a cold start, against its floor, side by side and on one core.
+"""`symmem paper` from a cold start, against its floor, side by side: in wall time on the machine's cores, and on one.
 
 Floor: `python -c "import sympy, jinja2, matplotlib.pyplot"`, the libraries `symmem paper` cannot do without.
-Both are run alternately, pinned to one core (`taskset -c 0`, when there is taskset), and measured in CPU seconds
-(user + system of the process and its children, which is what one core has to give) and in wall seconds; both run
-from compiled bytecode (symmem's is compiled first, as pip does for an installed package). The ratio is the median
-over the pairs of each run against the floor run just before it. Targets: `symmem paper` within 1.5 s of CPU and
-within twice the floor's time.
+Both are run alternately, twice per pair: on every core the machine gives (what a user waits for: `symmem paper`
+draws the figures in a second process beside the tables), then pinned to one core (`taskset -c 0`, when there is
+taskset), measured in CPU seconds (user + system of the process and its children, the work whatever the cores) and
+in wall seconds; both run from compiled bytecode (symmem's is compiled first, as pip does for an installed
+package). A ratio is the median over the pairs of each run against the floor run just before it. Targets (issue
+29): `symmem paper` within twice the floor's wall time on the machine's cores; on one core, its CPU within twice
+the floor's and within 1.5 s (both reported, neither met since the torchtitan and measured-run tables grew).
 
 Run alone: `python benchmarks/bench_paper.py [--repeat N]`; `benchmarks/run.py` runs it with the others.
 `--breakdown` also prints where one in-process run spends its CPU (imports, each derivation, rendering, each
@@ -83,11 +85,11 @@ def compile_sources() -> None:
         compileall.compile_dir(os.path.join(root, pkg), quiet=1)
 
 
-def measure(cmd: list[str]) -> tuple[float, float]:
-    """(CPU seconds of the child and its children, wall seconds) of one run."""
+def measure(cmd: list[str], pin: bool = True) -> tuple[float, float]:
+    """(CPU seconds of the child and its children, wall seconds) of one run, on one core or (`pin` False) on all."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(_pin(cmd), check=True, capture_output=True, env=_env())
+    subprocess.run(_pin(cmd) if pin else cmd, check=True, capture_output=True, env=_env())
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -96,6 +98,7 @@ def measure(cmd: list[str]) -> tuple[float, float]:
 
 def run(repeat: int = 5) -> dict[str, float]:
     floor_cpu, floor_wall, paper_cpu, paper_wall, sweep_cpu, sweep_wall = [], [], [], [], [], []
+    floor_all, paper_all = [], []  # wall seconds on every core
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "paper_tables")
         paper = [sys.executable, "-m", "symmem", "paper", "--out", out]
@@ -103,6 +106,8 @@ def run(repeat: int = 5) -> dict[str, float]:
         measure(FLOOR)  # warm the file cache for both
         measure(paper)
         for _ in range(repeat):  # alternately, so that both see the same load
+            floor_all.append(measure(FLOOR, pin=False)[1])
+            paper_all.append(measure(paper, pin=False)[1])
             c, w = measure(FLOOR)
             floor_cpu.append(c)
             floor_wall.append(w)
@@ -118,13 +123,19 @@ def run(repeat: int = 5) -> dict[str, float]:
     r["ratio_cpu"] = statistics.median(p / f for p, f in zip(paper_cpu, floor_cpu, strict=True))
     r["ratio_wall"] = statistics.median(p / f for p, f in zip(paper_wall, floor_wall, strict=True))
     r["sweep_cpu"], r["sweep_wall"] = statistics.median(sweep_cpu), statistics.median(sweep_wall)
+    r["floor_all"], r["paper_all"] = statistics.median(floor_all), statistics.median(paper_all)
+    r["ratio_all"] = statistics.median(p / f for p, f in zip(paper_all, floor_all, strict=True))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     r["sweep_ratio_wall"] = statistics.median(p / f for p, f in zip(sweep_wall, floor_wall, strict=True))
     pinned = "one core (taskset -c 0)" if shutil.which("taskset") else "all cores (no taskset)"
+    print(f"symmem paper, cold start, on this machine's {cores} cores, median of {repeat}: {r['paper_all']:.2f} s "
+          f"wall; floor {r['floor_all']:.2f} s wall; ratio (median of the pairs) {r['ratio_all']:.2f}x; target "
+          f"within {RATIO_TARGET:.0f}x: {'met' if r['ratio_all'] <= RATIO_TARGET else 'MISSED'}")
     print(f"symmem paper, cold start, on {pinned}, median of {repeat}: {r['paper_cpu']:.2f} s CPU, "
           f"{r['paper_wall']:.2f} s wall; floor (python + import sympy, jinja2, matplotlib.pyplot): "
           f"{r['floor_cpu']:.2f} s CPU, {r['floor_wall']:.2f} s wall; ratio (median of the {repeat} side-by-side "
           f"pairs) {r['ratio_cpu']:.2f}x CPU, {r['ratio_wall']:.2f}x wall")
-    print(f"  targets: within {CPU_TARGET} s of CPU: {'met' if r['paper_cpu'] <= CPU_TARGET else 'MISSED'}; "
+    print(f"  on one core: within {CPU_TARGET} s of CPU: {'met' if r['paper_cpu'] <= CPU_TARGET else 'MISSED'}; "
           f"within {RATIO_TARGET:.0f}x the floor (CPU): {'met' if r['ratio_cpu'] <= RATIO_TARGET else 'MISSED'}")
     print(f"symmem sweep --rank-by time, Llama-3-70B on 512 GPUs (megatron-te, s 8192): {r['sweep_cpu']:.2f} s CPU, "
           f"{r['sweep_wall']:.2f} s wall, {r['sweep_ratio_wall']:.2f}x the floor (wall, median of the pairs); target "

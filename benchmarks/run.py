@@ -58,7 +58,7 @@ def main() -> None:
     args = p.parse_args()
     repeat = 3 if args.quick else 5
     bench_derivation(repeat)
-    import bench_paper as paper_floor  # benchmarks/bench_paper.py: symmem paper against its floor, one core
+    import bench_paper as paper_floor  # benchmarks/bench_paper.py: symmem paper against its floor, all cores and one
 
     paper_floor.run(repeat)
     import bench_sweep  # benchmarks/bench_sweep.py: the sweep planner's compiled path against its loop

@@ -299,10 +299,18 @@ def amount_values(values: dict) -> Callable[[sympy.Expr], int | Fraction]:
 
 def stage_peak(events: list[Event], static: dict[str, int], values: dict, in_flight: Fraction) -> StagePeak:
     value = amount_values(values)
+    # each amount's value looked up inline by the identity of its expression (`events` keeps them alive): a stage
+    # has up to ~10^5 amounts, and a call or a sympy hash (a Python method) per amount was most of this loop's time
+    known: dict[int, int | Fraction] = {}
     scored = []
     for ev in events:
-        total = ceil_int(Fraction(sum([value(a.nbytes) for a in ev.amounts])))
-        scored.append((ev, total))
+        total = 0
+        for a in ev.amounts:
+            v = known.get(id(a.nbytes))
+            if v is None:
+                v = known[id(a.nbytes)] = value(a.nbytes)
+            total += v
+        scored.append((ev, total if total.__class__ is int else ceil_int(Fraction(total))))
     best = max(scored, key=lambda x: x[1])[0]  # the first of equals: forward before backward, earlier parts first
     return StagePeak(static, best, _component_sums(best.amounts, values), in_flight, tuple(scored))
 

@@ -36,21 +36,23 @@ FIGURES = {
 }
 
 
-def collect() -> list[Table]:
+def collect(modules: tuple[str, ...] | None = None) -> list[Table]:
+    """The tables of `modules` (derivations' module names; all of them by default), in their order."""
     import derivations
 
     tables: list[Table] = []
-    for name in derivations.MODULES:
+    for name in derivations.MODULES if modules is None else modules:
         module = importlib.import_module(f"derivations.{name}")
         tables.extend(module.tables())
     return tables
 
 
-# With two cores or more, the figures are drawn in one child process beside the tables: the six figures cost about
-# what the tables cost, so a second child (there were two) only added its own start-up and matplotlib's
-# first-figure cost (measured on two cores: more CPU, no shorter wall time).
-FIGURE_GROUPS = (("stage_memory", "params_by_block", "deepseek_generations_activations", "memory_vs_microbatch",
-                  "memory_vs_seqlen", "measured_runs", "measured_step_times"),)
+# With two cores or more, one child process draws the figures (loading matplotlib for them: the tables need none of
+# it) and derives the tables of CHILD_TABLES, beside the parent deriving the others: the published torchtitan runs'
+# table, with its FSDP2 allocator replays, evened the two out (measured: the child ended 0.3 s after the parent with
+# the measured runs' table instead, the parent waiting for it). A second child (there were two) only added its own
+# start-up and matplotlib's first-figure cost (measured on two cores: more CPU, no shorter wall time).
+CHILD_TABLES = ("torchtitan_published",)
 # figures a derivation draws itself (not the paper scenario's plots)
 DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations", "measured_runs": "measured_runs",
                       "measured_step_times": "measured_step_times"}
@@ -76,9 +78,17 @@ def figure_files(names: tuple[str, ...] = tuple(FIGURES)) -> dict[str, bytes]:
     return out
 
 
-def _figures_in_child(conn, names) -> None:
+def _child_work(modules: tuple[str, ...]) -> tuple[dict[str, bytes], dict[str, list[Table]], str]:
+    """Every figure's files, the tables of `modules` (by module) and the version of the matplotlib that drew."""
+    import matplotlib
+
+    files = figure_files()
+    return files, {m: collect((m,)) for m in modules}, matplotlib.__version__
+
+
+def _in_child(conn, modules) -> None:
     try:
-        conn.send(("ok", figure_files(names)))
+        conn.send(("ok", _child_work(modules)))
     except BaseException as e:  # reported to the parent, which raises it there
         conn.send(("error", f"{e.__class__.__name__}: {e}"))
     finally:
@@ -92,8 +102,9 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _start_figures():
-    if _cores() < 2:  # one core: children would only add their cost (copy-on-write pages), never overlap
+def _start_child():
+    """(process, pipe) of the child doing `_child_work(CHILD_TABLES)`, or None where there is one core or no fork."""
+    if _cores() < 2:  # one core: a child would only add its cost (copy-on-write pages), never overlap
         return None
     import multiprocessing  # only here: a one-core run never forks, and need not import it
 
@@ -101,38 +112,20 @@ def _start_figures():
         ctx = multiprocessing.get_context("fork")
     except ValueError:  # no fork on this platform: draw in-process
         return None
-    handles = []
-    for names in FIGURE_GROUPS:
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_figures_in_child, args=(child, names), daemon=True)
-        proc.start()
-        child.close()
-        handles.append((proc, parent))
-    return handles
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_in_child, args=(child, CHILD_TABLES), daemon=True)
+    proc.start()
+    child.close()
+    return proc, parent
 
 
-def _join_figures(handles) -> dict[str, bytes]:
-    if handles is None:
-        return figure_files()
-    out: dict[str, bytes] = {}
-    for proc, conn in handles:
-        status, payload = conn.recv()
-        proc.join()
-        if status != "ok":
-            raise RuntimeError(f"drawing the figures failed: {payload}")
-        out.update(payload)
-    return out
-
-
-def _matplotlib_version() -> str:
-    import sys
-
-    mpl = sys.modules.get("matplotlib")
-    if mpl is not None:  # loaded to draw the figures: its own version (importlib.metadata costs 30 ms to import)
-        return mpl.__version__
-    from importlib.metadata import version
-
-    return version("matplotlib")
+def _join_child(handle) -> tuple[dict[str, bytes], dict[str, list[Table]], str]:
+    proc, conn = handle
+    status, payload = conn.recv()
+    proc.join()
+    if status != "ok":
+        raise RuntimeError(f"drawing the figures failed: {payload}")
+    return payload
 
 
 def report(tables: list[Table]) -> dict[str, str]:
@@ -151,14 +144,9 @@ def report(tables: list[Table]) -> dict[str, str]:
 
 
 def _warm_up() -> None:
-    """Import and derive, once and before forking, what both the tables and the figures need: matplotlib with its
-    PDF backend (imported in each child, it cost each child its own import), every stage of the paper scenario
-    under each recomputation policy, and the activations of the generations figure. The forked processes inherit
-    these modules and caches."""
-    from symmem.render.plots import load_matplotlib
-
-    load_matplotlib()
-
+    """Derive, once and before forking, what both the parent's tables and the child's figures need: every stage of
+    the paper scenario under each recomputation policy, the activations of the generations figure, the measured
+    runs' comparison and the step times. The forked child inherits these caches."""
     from derivations import deepseek_generations, measured_runs, measured_step_times
     from symmem.accounting.analysis import memory, stage_activation_bytes
     from symmem.render.plots import POLICIES
@@ -175,31 +163,42 @@ def _warm_up() -> None:
 
 
 def generate(figures: bool = True) -> dict[str, str | bytes]:
+    import derivations
+    from symmem.render.sources import caption_tex
+
     if figures and _cores() >= 2:  # only worth it before forking: in one process the caches are shared anyway
         _warm_up()
-    handle = _start_figures() if figures else None
+    handle = _start_child() if figures else None
+    files: dict[str, str | bytes] = {}
     try:
-        tables = collect()
-        files: dict[str, str | bytes] = {}
-        from symmem.render.sources import caption_tex
-
-        for t in tables:
-            files.update(render_all(t, caption_tex(t.id)))
-        files.update(report(tables))
+        here = {m: collect((m,)) for m in derivations.MODULES if handle is None or m not in CHILD_TABLES}
+        for tabs in here.values():  # rendered while the child works
+            for t in tabs:
+                files.update(render_all(t, caption_tex(t.id)))
+        if handle is not None:
+            drawn, there, mpl = _join_child(handle)
+        elif figures:
+            drawn, there, mpl = _child_work(())
+        else:
+            drawn, there, mpl = {}, {}, None
     except BaseException:
-        for proc, _conn in handle or ():
-            proc.kill()
+        if handle is not None:
+            handle[0].kill()
         raise
-    if figures:
-        files.update(_join_figures(handle))
-    files["README.md"] = _index(tables)
+    for tabs in there.values():
+        for t in tabs:
+            files.update(render_all(t, caption_tex(t.id)))
+    tables = [t for m in derivations.MODULES for t in (here[m] if m in here else there[m])]
+    files.update(report(tables))
+    files.update(drawn)
+    files["README.md"] = _index(tables, mpl)
     return files
 
 
-def _index(tables: list[Table]) -> str:
-    """paper_tables/README.md (after the figures: it names the matplotlib that drew them)."""
+def _index(tables: list[Table], mpl: str | None) -> str:
+    """paper_tables/README.md (after the figures: it names `mpl`, the version of the matplotlib that drew them)."""
     extra = {"Figures": "\n".join(f"- `figures/{n}.pdf`: {c}" for n, c in FIGURES.items())
-             + f"\n\nDrawn with matplotlib {_matplotlib_version()}; another version may draw other bytes.",
+             + f"\n\nDrawn with matplotlib {mpl or _matplotlib_version()}; another version may draw other bytes.",
              "Beyond the paper": "- `deepseek_generations`, `deepseek_generations_activations`, `kv_cache` and "
                                  "`figures/deepseek_generations_activations`: DeepSeek V3 → V3.2 → V4-Flash → "
                                  "V4-Pro under the paper's rule set (parameters, model states with the `muon` "
