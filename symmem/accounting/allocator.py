@@ -223,6 +223,8 @@ class ExpandableAllocator:
     _free: dict = field(default_factory=dict)  # (stream, small) -> sorted [(size, address, block)]
     _segments: dict = field(default_factory=dict)  # (stream, small) -> _Segment
     _live: dict = field(default_factory=dict)  # key -> (block, pool)
+    tag: object = None  # what the caller is doing (its to set): noted as `peak_tag` whenever the peak reserved rises
+    peak_tag: object = None
 
     def malloc(self, key: object, nbytes: int, stream: str = "default") -> None:
         if nbytes.__class__ is not int or nbytes < 0:
@@ -271,6 +273,7 @@ class ExpandableAllocator:
         self.reserved += more
         if self.reserved > self.peak_reserved:
             self.peak_reserved = self.reserved
+            self.peak_tag = self.tag
         if tail is not None:
             self._remove(pool_key, tail)
             tail.size += more

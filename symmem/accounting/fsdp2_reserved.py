@@ -197,16 +197,12 @@ def replay(scn) -> Fsdp2Reserved:
         return by_phase[(id(tl), which)]
     pd = scn.gather_bytes or 2
     alloc = ExpandableAllocator()
-    phase = ["model build"]
     step = [0]  # 0: the model's build
-    peak_phase = ["model build"]
+    alloc.tag = alloc.peak_tag = (0, "model build")  # (step, phase): named at the end (formatting every event's
+    # name was a tenth of the replay's time)
     sizes: dict = {}
 
-    def malloc(key, nbytes: int, stream: str = DEFAULT) -> None:
-        before = alloc.peak_reserved
-        alloc.malloc(key, nbytes, stream)
-        if alloc.peak_reserved > before:
-            peak_phase[0] = (step[0], phase[0])  # named at the end: formatting every event's was a tenth of the time
+    malloc = alloc.malloc  # the allocator notes `alloc.tag` when it maps more (`ExpandableAllocator.peak_tag`)
 
     def size(a) -> int:
         if a.nbytes not in sizes:
@@ -224,7 +220,7 @@ def replay(scn) -> Fsdp2Reserved:
     rs_state: list = []  # the last reduce-scatter's FP32 input
 
     def all_gather(it, g: _Group) -> None:
-        phase[0] = f"all-gather of {g.name}"
+        alloc.tag = (step[0], f"all-gather of {g.name}")
         malloc((it, "cast", g.name), pd * g.padded(n) // n, COPY_IN)
         malloc((it, "all-gather", g.name), pd * g.padded(n), COPY_IN)
         alloc.free((it, "cast", g.name))
@@ -232,7 +228,7 @@ def replay(scn) -> Fsdp2Reserved:
     def copy_out(it, g: _Group, forward: bool) -> None:
         while stash:
             alloc.free(stash.pop())
-        phase[0] = f"copy-out of {g.name}"
+        alloc.tag = (step[0], f"copy-out of {g.name}")
         for name, shard, *_ in g.params:
             malloc((it, "unsharded", name), pd * shard * n)
         if forward:
@@ -247,7 +243,7 @@ def replay(scn) -> Fsdp2Reserved:
     def reduce_scatter(it, g: _Group, grads: list, kept_as_grad: bool) -> None:
         while rs_state:
             alloc.free(rs_state.pop())
-        phase[0] = f"reduce-scatter of {g.name}"
+        alloc.tag = (step[0], f"reduce-scatter of {g.name}")
         malloc((it, "rs input", g.name), 4 * g.padded(n))
         for key in grads:
             alloc.free(key)
@@ -280,7 +276,7 @@ def replay(scn) -> Fsdp2Reserved:
         for op, ph, freed, made in done:
             if before and op in before:
                 before[op]()
-            phase[0] = (ph, part.name, where, op)
+            alloc.tag = (it + 1, (ph, part.name, where, op))
             for name in freed:
                 alloc.free((it, part.name, copy, name))
             for name, nbytes in made:
@@ -369,7 +365,7 @@ def replay(scn) -> Fsdp2Reserved:
                            units.zero_grad_frees or it == 0)
         while rs_state:
             alloc.free(rs_state.pop())
-        phase[0] = "optimizer step"
+        alloc.tag = (step[0], "optimizer step")
         for g in units.all(blocks):
             for name, _, _, local in g.params:
                 if it == 0:
@@ -384,8 +380,7 @@ def replay(scn) -> Fsdp2Reserved:
                 for name, *_ in g.params:
                     alloc.free((it, "sqrt", name))
     by_stream = {s: alloc.mapped(s) for s in (DEFAULT, COPY_IN, RS)}
-    where = peak_phase[0]
-    if not isinstance(where, str):
-        at = where[1] if isinstance(where[1], str) else "{}, {}{}, {}".format(*where[1])
-        where = f"step {where[0]}, {at}"
+    at = alloc.peak_tag
+    where = at[1] if isinstance(at[1], str) else "{}, {}{}, {}".format(*at[1])
+    where = f"step {at[0]}, {where}"
     return Fsdp2Reserved(alloc.peak_allocated, alloc.peak_reserved, by_stream, where)

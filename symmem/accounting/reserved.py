@@ -231,14 +231,33 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
     """Replay one GPU of `stage` through the caching allocator: the `rank`-th GPU of the stage (0 to
     TP·CP·DP - 1), which decides its shards of the DDP buffers: Megatron orders a stage's ranks TP fastest, then CP,
     then DP (parallel_state, order tp-cp-ep-dp-pp), so its index in the dense optimizer's DP×CP group is rank // TP;
-    the expert layers regroup them ETP fastest, then EP, then EDP: its expert shard index is rank // (ETP·EP)."""
-    from symmem.accounting.analysis import stage_buffers, values
+    the expert layers regroup them ETP fastest, then EP, then EDP: its expert shard index is rank // (ETP·EP).
+    Ranks whose shards split the parameters alike replay alike, once."""
+    par = scn.parallel
+    dense, expert = _stage_parameters(scn, stage)
+    shards = []
+    for params, shard, index in ((dense, par.dense_shard, rank // par.tp),
+                                 (expert, par.expert_dp, rank // (par.etp * par.ep))):
+        spans, numel = _layout(params, shard) if params else ((), 0)
+        shards.append((numel, tuple(_shard_pieces(spans, numel, shard, index % shard)) if params else ()))
+    return _replay(scn, stage, tuple(shards))
+
+
+@lru_cache(maxsize=256)
+def _stage_parameters(scn, stage) -> tuple[list[int], list[int]]:
+    from symmem.accounting.analysis import values
     from symmem.model import stage_parts
 
-    vals = values(scn)
-    par = scn.parallel
-    axes = par.axis_sizes()
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    return _parameters(scn, parts, scn.parallel.axis_sizes(), values(scn))
+
+
+@lru_cache(maxsize=256)
+def _replay(scn, stage, shards: tuple) -> Reserved:
+    """`replay_stage` of the GPU whose DDP buffers (dense, expert) have `numel` elements each, of which its shards
+    hold `pieces` of each parameter, in buffer order: ((numel, pieces), (numel, pieces))."""
+    from symmem.accounting.analysis import stage_buffers
+
     alloc = CachingAllocator()
     peak_phase = ["model build"]
 
@@ -253,21 +272,19 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
     p = scn.precision
     # 1-3: model build, DDP buffers, distributed optimizer
     done = track("model build and DDP buffers")
-    dense, expert = _parameters(scn, parts, axes, vals)
+    dense, expert = _stage_parameters(scn, stage)
     for group, params in (("dense", dense), ("expert", expert)):
         for i, n in enumerate(params):
             alloc.malloc(("param", group, i), n * p.weight_bytes)
     pieces: list[int] = []
-    for group, params, shard, index in (("dense", dense, par.dense_shard, rank // par.tp),
-                                         ("expert", expert, par.expert_dp, rank // (par.etp * par.ep))):
+    for group, params, (numel, shard_pieces) in zip(("dense", "expert"), (dense, expert), shards, strict=True):
         if not params:
             continue
-        spans, numel = _layout(params, shard)
         alloc.malloc(("param buffer", group), numel * p.weight_bytes)
         alloc.malloc(("grad buffer", group), numel * p.grad_bytes)
         for i in range(len(params) - 1, -1, -1):
             alloc.free(("param", group, i))
-        pieces += _shard_pieces(spans, numel, shard, index % shard)
+        pieces += shard_pieces
     done()
     done = track("optimizer's main parameters")
     for i, n in enumerate(pieces):
