@@ -1,3 +1,3 @@
-from symmem.cli.main import cli
+from symmem.cli.main import program
 
-raise SystemExit(cli())
+program()

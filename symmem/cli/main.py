@@ -141,3 +141,19 @@ def cli() -> int:
     except OSError as e:
         return _output_failed(e)
     return code
+
+
+def program() -> None:
+    """The program's entry point (`symmem`, `python -m symmem`): `cli()`, then the process ends at once. Python's
+    own exit would tear down every module and object sympy and matplotlib left behind, which does nothing for a
+    one-shot process and took 0.2 s (measured: `python -c "import sympy, jinja2, matplotlib.pyplot"` ends in 0.95 s,
+    0.74 s with the same `os._exit`). What the program wrote is flushed first; every file it writes is closed
+    where it is written, and no child process outlives the command."""
+    code = cli()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: cli() already answered for stdout
+            pass
+    os._exit(code)
