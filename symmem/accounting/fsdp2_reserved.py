@@ -43,6 +43,7 @@ allocated before its inputs are freed, as the timeline has them alive together).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from symmem.accounting import timeline as T
 from symmem.accounting.allocator import ExpandableAllocator
@@ -161,9 +162,11 @@ def refusal(scn) -> str | None:
     return None
 
 
+@lru_cache(maxsize=64)
 def replay(scn) -> Fsdp2Reserved:
     """Replay one GPU's steps (rank 0, the fullest shards) of a torchtitan profile scenario: FSDP (or HSDP's shard
-    group) over the scenario's DP, one pipeline stage."""
+    group) over the scenario's DP, one pipeline stage (once per scenario: torchtitan's published runs repeat four of
+    its headline configurations)."""
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
     from symmem.accounting.fsdp import shard_degree
     from symmem.model import stage_parts

@@ -136,19 +136,25 @@ def _matplotlib_version() -> str:
     return version("matplotlib")
 
 
-def report(tables: list[Table]) -> dict[str, str]:
-    from symmem.render.report import formulas_tex, report_tex, scenario_formulas
+def formulas() -> str:
+    """formulas.tex: the paper scenario's derived formulas."""
+    from symmem.render.report import formulas_tex, scenario_formulas
     from symmem.scenario import load_scenario
 
     scn = load_scenario("paper")
-    formulas = formulas_tex(scenario_formulas(scn), f"{scn.name}: {scn.parallel.describe()}")
+    return formulas_tex(scenario_formulas(scn), f"{scn.name}: {scn.parallel.describe()}")
+
+
+def report(tables: list[Table], formulas_file: str | None = None) -> dict[str, str]:
+    """report.tex over `tables`, and formulas.tex (`formulas_file`, or derived here)."""
+    from symmem.render.report import report_tex
     from symmem.render.sources import bibliography_tex, caption_tex
 
     doc = report_tex("symmem: the paper's tables, formulas and figures, regenerated", INTRO.replace("`", ""),
                      [f"{t.id}.tex" for t in tables], [(f"figures/{n}.pdf", c) for n, c in FIGURES.items()],
                      r"\input{formulas.tex}", {f"figures/{n}.pdf": caption_tex(f"fig:{n}") for n in FIGURES},
                      bibliography_tex())
-    return {"formulas.tex": formulas, "report.tex": doc}
+    return {"formulas.tex": formulas() if formulas_file is None else formulas_file, "report.tex": doc}
 
 
 def _warm_up() -> None:
@@ -179,6 +185,7 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
         for tabs in here.values():  # rendered while the child works
             for t in tabs:
                 files.update(render_all(t, caption_tex(t.id)))
+        formulas_file = formulas()
         if handle is not None:
             drawn, there, mpl = _join_child(handle)
         elif figures:
@@ -193,7 +200,7 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
         for t in tabs:
             files.update(render_all(t, caption_tex(t.id)))
     tables = [t for m in derivations.MODULES for t in (here[m] if m in here else there[m])]
-    files.update(report(tables))
+    files.update(report(tables, formulas_file))
     files.update(drawn)
     files["README.md"] = _index(tables, mpl)
     return files
