@@ -273,22 +273,20 @@ def _replay(scn, stage, shards: tuple) -> Reserved:
     # 1-3: model build, DDP buffers, distributed optimizer
     done = track("model build and DDP buffers")
     dense, expert = _stage_parameters(scn, stage)
-    for group, params in (("dense", dense), ("expert", expert)):
-        for i, n in enumerate(params):
-            alloc.malloc(("param", group, i), n * p.weight_bytes)
+    # (each phase's allocations made in one `run`: a stage has thousands of parameters)
+    alloc.run([(("param", group, i), request(group, n * p.weight_bytes))
+               for group, params in (("dense", dense), ("expert", expert)) for i, n in enumerate(params)])
     pieces: list[int] = []
     for group, params, (numel, shard_pieces) in zip(("dense", "expert"), (dense, expert), shards, strict=True):
         if not params:
             continue
         alloc.malloc(("param buffer", group), numel * p.weight_bytes)
         alloc.malloc(("grad buffer", group), numel * p.grad_bytes)
-        for i in range(len(params) - 1, -1, -1):
-            alloc.free(("param", group, i))
+        alloc.run([(("param", group, i), 0) for i in range(len(params) - 1, -1, -1)])
         pieces += shard_pieces
     done()
     done = track("optimizer's main parameters")
-    for i, n in enumerate(pieces):
-        alloc.malloc(("main", i), n * p.master_bytes)
+    alloc.run([(("main", i), request("main", n * p.master_bytes)) for i, n in enumerate(pieces)])
     done()
     # 4: the first step
     done = track("first step (forward and backward)")
@@ -302,9 +300,9 @@ def _replay(scn, stage, shards: tuple) -> Reserved:
     # 5: the optimizer step's Adam moments, then the later iterations (the moments alive through them)
     done = track("optimizer step (Adam moments)")
     half = p.optimizer_bytes // 2
-    for i, n in enumerate(pieces):
-        alloc.malloc(("exp_avg", i), n * half)
-        alloc.malloc(("exp_avg_sq", i), n * half)
+    alloc.run([op for i, n in enumerate(pieces)
+               for op in ((("exp_avg", i), request("exp_avg", n * half)),
+                          (("exp_avg_sq", i), request("exp_avg_sq", n * half)))])
     done()
     for it in range(1, ITERATIONS):
         done = track("later iterations")
