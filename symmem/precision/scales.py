@@ -50,7 +50,13 @@ def ceil_div(x: sympy.Expr | int, q: int) -> sympy.Expr:
         return x
     if x.is_Integer:  # a number: integer arithmetic (sympy's ceiling asks its assumptions system first)
         return sympy.Integer(-(-int(x) // q))
-    return sympy.ceiling(x / q)
+    y = x / q
+    if isinstance(x, (sympy.Symbol, sympy.Mul, sympy.ceiling)):
+        # A product of positive symbols (or a ceiling of one) over q: sympy's ceiling would only find it whole or
+        # leave it be, after asking whether it lies in (0, 1], (1, 2], ... (`_eval_const_number`, sympy 1.14:
+        # about 4 ms a call, most of the FP8/FP4 tables' time); whole is asked here, once.
+        return y if y.is_integer else sympy.ceiling(y, evaluate=False)
+    return sympy.ceiling(y)
 
 
 def round_up(x: sympy.Expr | int, q: int) -> sympy.Expr:
