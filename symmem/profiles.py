@@ -77,6 +77,13 @@ class Profile:
     # bytes per element ZeRO-3 all-gathers the parameters in, when not the stored weights' (FSDP2 gathers in its
     # MixedPrecisionPolicy's param_dtype: the gathered blocks are BF16 while the shards are FP32)
     gather_bytes: int | None = None
+    # how the framework spreads the layers over pipeline stages when no layout is given (a `LayoutSpec` kind;
+    # None: the scenario's): "torchtitan" (symmem.parallel.layout.torchtitan_layers)
+    layout: str | None = None
+    # FSDP2 under pipelining as torch.distributed.pipelining runs it: every block unsharded through the step and the
+    # gradients accumulated unsharded in the reduce dtype to the last micro-batch (symmem.accounting.timeline
+    # `stage_events`), and each micro-batch's receive buffers kept (`_pipeline_recv_buffers`)
+    pipelined_fsdp: bool = False
 
 
 # --------------------------------------------------------------------------------------------- megatron-te
@@ -295,10 +302,17 @@ ALLOCATOR_BLOCK = 512  # bytes: the CUDA caching allocator's smallest block (CUD
 
 def _torchtitan_check(scn) -> None:
     par = scn.parallel
-    other = [f"{k.upper()} {getattr(par, k)}" for k in ("pp", "cp", "ep") if getattr(par, k) != 1]
+    other = [f"{k.upper()} {getattr(par, k)}" for k in ("pp", "cp", "ep") if getattr(par, k) != 1
+             and not (k == "pp" and scn.profile.pipelined_fsdp)]
     if other:
-        raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only FSDP (and HSDP) data parallelism and "
-                          "TP are modelled for torchtitan so far; set PP, CP and EP to 1")
+        modelled = ("FSDP (and HSDP) data parallelism, TP and PP" if scn.profile.pipelined_fsdp
+                    else "FSDP (and HSDP) data parallelism")
+        raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only {modelled} "
+                          f"{'are' if scn.profile.pipelined_fsdp else 'is'} modelled for "
+                          f"torchtitan {'9dec370' if scn.profile.name == TORCHTITAN_9DEC370 else '0.3.0'} so far; "
+                          f"set {' and '.join(o.split()[0] for o in other)} to 1")
+    if par.pp > 1:
+        _torchtitan_pp_check(scn)
     if par.tp > 1:
         # TP as torchtitan 0.3.0 applies it (symmem/rules/torchtitan.py, `under_tp`), measured on the CPU with
         # sequence parallelism and with no or full checkpointing
@@ -322,6 +336,48 @@ def _torchtitan_check(scn) -> None:
     elif fam != "llama":
         raise SymmemError(f"profile {scn.profile.name}: model family {fam!r}: torchtitan's Llama 3 and (0.3.0) "
                           "DeepSeek-V3 are modelled (its Qwen3 is not yet)")
+
+
+# the schedules torch.distributed.pipelining runs one stage per rank with, as symmem names them: their micro-batches
+# in flight are symmem's (torch/distributed/pipelining/schedules.py:1050-1056, Schedule1F1B: min(M, PP - i) warm-up
+# forwards before the first backward; ScheduleGPipe: every forward first)
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
+
+
+def _torchtitan_pp_check(scn) -> None:
+    """What of torchtitan 0.3.0's pipelining is modelled: single-stage schedules (1F1B, its default
+    `pipeline_parallel_schedule`, torchtitan/config/configs.py:210; GPipe), the layers split its way, no TP."""
+    name, par = scn.profile.name, scn.parallel
+    if scn.schedule.name not in TORCHTITAN_SCHEDULES:
+        raise SymmemError(f"profile {name}: schedule {scn.schedule.label!r} with PP {par.pp}: torchtitan's single-stage "
+                          f"schedules {', '.join(TORCHTITAN_SCHEDULES.values())} are modelled "
+                          f"(--schedule {' or '.join(TORCHTITAN_SCHEDULES)}); its multi-stage ones are not yet")
+    if par.tp > 1:
+        raise SymmemError(f"profile {name}: TP {par.tp} with PP {par.pp}: what torchtitan's pipeline stages send and "
+                          "receive under TP (DTensor shards) is not modelled; set --tp 1 or --pp 1")
+    if scn.stage_layout.kind != "torchtitan":
+        raise SymmemError(f"profile {name}: a {scn.stage_layout.kind} layout with PP {par.pp}: torchtitan splits the "
+                          "layers its own way (symmem.parallel.layout.torchtitan_layers); drop --layers-per-stage and "
+                          "--first-stage-layers/--last-stage-layers")
+
+
+def _pipeline_recv_buffers(scn, stage) -> list[Buffer]:
+    """torch.distributed.pipelining's receive buffers, made for every micro-batch when the stage is first run and kept
+    (torch/distributed/pipelining/stage.py:2251-2272 `_setup_forward_recv_info`: a stage but the first receives
+    each micro-batch's input, [b, s, h] in the activations' dtype; :2286-2316 `_create_grad_recv_info`: a stage
+    but the last the gradient of each micro-batch's output, the same shape). Measured on the CPU: two stages, four
+    micro-batches, 4 x 4,096 bytes on each (docs/torchtitan.md)."""
+    if scn.parallel.pp == 1:
+        return []
+    one = scn.b * scn.s * scn.model.value("h") * scn.act_bytes
+    out = []
+    if not stage.embedding:
+        out.append(Buffer(f"pipeline receive buffers, activations ({scn.m} micro-batches)", scn.m * one,
+                          "torch/distributed/pipelining/stage.py:2251-2272"))
+    if not stage.head:
+        out.append(Buffer(f"pipeline receive buffers, gradients ({scn.m} micro-batches)", scn.m * one,
+                          "torch/distributed/pipelining/stage.py:2286-2316"))
+    return out
 
 
 def _torchtitan_deepseek_check(scn) -> None:
@@ -423,15 +479,26 @@ def _freqs_cis_2412(scn, stage, parts, values) -> list[Buffer]:
                    "torchtitan/models/llama/model.py:368, :417-422 (9dec370)")]
 
 
+def _with_pipeline_buffers(buffers: Callable) -> Callable:
+    """The profile's buffers and, under PP, the pipeline's receive buffers."""
+    def both(scn, stage, parts, values) -> list[Buffer]:
+        return [*buffers(scn, stage, parts, values), *_pipeline_recv_buffers(scn, stage)]
+    return both
+
+
 def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.0's Llama 3",
                         buffers: Callable = _rope_cache, step_on_host: bool = False,
-                        allocation_order: str | None = None, where: str | None = None) -> Profile:
+                        allocation_order: str | None = None, where: str | None = None,
+                        pipelining: bool = True) -> Profile:
+    """`pipelining`: torchtitan 0.3.0 under PP is modelled (its split, torch.distributed.pipelining's FSDP2 handling
+    and receive buffers); 9dec370's is not."""
     from functools import partial
 
     where = where or ("a GPU: fused RMSNorm, fused AdamW" if on_gpu else "the CPU: composite RMSNorm, for-loop AdamW")
     return Profile(
         name, name, f"{version} under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
-        buffers=buffers, precision="fp32", zero=3, allocation_order=allocation_order,
+        buffers=_with_pipeline_buffers(buffers) if pipelining else buffers, precision="fp32", zero=3,
+        allocation_order=allocation_order, layout="torchtitan" if pipelining else None, pipelined_fsdp=pipelining,
         states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
         dataflow="hf", attn_impl="sdpa", modules="torchtitan-gpu" if on_gpu else "torchtitan-cpu",
         # torchtitan's enable_sequence_parallel defaults to on (torchtitan/config/configs.py:160): under TP the
@@ -468,7 +535,7 @@ PROFILES = {
     TORCHTITAN_9DEC370: _torchtitan_profile(TORCHTITAN_9DEC370, on_gpu=True,
                                             version="torchtitan 9dec370's Llama 3 (2024-12-26)",
                                             buffers=_freqs_cis_2412, step_on_host=True, allocation_order="fsdp2",
-                                            where="a GPU: its own RMSNorm, foreach AdamW"),
+                                            where="a GPU: its own RMSNorm, foreach AdamW", pipelining=False),
 }
 
 

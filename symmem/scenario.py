@@ -258,9 +258,17 @@ class Scenario:
                               "modelled without pipelining; set --pp 1")
         return pol
 
+    @property
+    def stage_layout(self) -> LayoutSpec:
+        """The layout the stages follow: the scenario's, or its profile's framework's own split when none was
+        given (torchtitan weighs the embedding and the output as a layer each)."""
+        if self.layout == LayoutSpec() and self.profile.layout is not None:
+            return LayoutSpec(self.profile.layout)
+        return self.layout
+
     @cached_property
     def stages(self) -> tuple[Stage, ...]:
-        return build_stages(self.layout, self.model.value("L"), self.parallel.pp,
+        return build_stages(self.stage_layout, self.model.value("L"), self.parallel.pp,
                             self.model.n_mtp if self.mtp else 0)
 
     def replace(self, **changes) -> Scenario:

@@ -306,14 +306,17 @@ def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
-    return _events(key, parts, k, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
+    pipelined = scn.profile.pipelined_fsdp and scn.parallel.pp > 1
+    sharded = stage_states(scn, stage_params(scn, stage)).gradients if pipelined else 0
+    return _events(key, parts, k, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back, pipelined,
+                   sharded)
 
 
 @lru_cache(maxsize=256)
-def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back) -> list[Event]:
+def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back, pipelined=False, sharded=0) -> list[Event]:
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
     return stage_events(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), k, zero,
-                        weight_bytes, grad_bytes, back)
+                        weight_bytes, grad_bytes, back, pipelined, sharded)
 
 
 def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:

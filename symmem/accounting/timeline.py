@@ -240,11 +240,23 @@ def _component_sums(amounts, values) -> dict[str, int]:
 
 def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
                  e_tok: sympy.Expr, in_flight: Fraction, zero: int, weight_bytes: int, grad_bytes: int,
-                 backward_extra: tuple[Amount, ...] = ()) -> list[Event]:
+                 backward_extra: tuple[Amount, ...] = (), pipelined_fsdp: bool = False,
+                 sharded_grads: int = 0) -> list[Event]:
     """Every candidate peak event of one GPU of a stage (dynamic amounts only). Under a per-layer policy
     (`selective-layer:N`) a part's layers are taken by the policy each runs under, the kind of the part's last layer
     last (`Policy.layer_split`): its last copy then sees every other layer of the part saved, as the step's last
-    layer does; the other kind's last copy sees those of its own kind (a floor for the moment it stands for)."""
+    layer does; the other kind's last copy sees those of its own kind (a floor for the moment it stands for).
+
+    `pipelined_fsdp`: FSDP2 (ZeRO-3) under torch.distributed.pipelining, which runs every micro-batch's backward but
+    the last with `set_reshard_after_backward(False)` and `set_requires_gradient_sync(False)`
+    (torch/distributed/pipelining/stage.py:844-847; torchtitan turns reshard-after-forward off under PP,
+    torchtitan/distributed/fsdp.py:54-74): the stage's every parameter stays gathered (in `weight_bytes`) from its
+    first forward to the last backward, and each parameter's gradient, upcast to the reduce dtype, accumulates
+    unsharded (`grad_bytes`; _fsdp_param.py:802-821 `to_accumulated_grad_if_needed`) beside the layer's own in the
+    parameters' dtype while its backward runs. At the step's busiest events (1F1B's steady state, after the first
+    backward) both are whole: the amounts below take them whole, a ceiling where M is below PP - i. The sharded
+    gradients the model states count (`sharded_grads` bytes) are not made until the last micro-batch's
+    reduce-scatter (the optimizer's zero_grad leaves none), so the accumulated ones add what they hold beyond them."""
     units = []  # (part, policy, copies, label)
     for p in parts:
         split = (policy.layer_split(p.layer_ids) if p.is_layers
@@ -254,6 +266,7 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
             units.append((p, pol, n, label))
     timelines = [part_timeline(p.flow, rules, pol, axes, act_bytes, e_tok) for p, pol, _, _ in units]
     per_mb = sympy.Add(*[n * tl.saved for (_, _, n, _), tl in zip(units, timelines, strict=True)])
+    stage_weights = sympy.Add(*[p.count * _layer_weights(p, axes) for p in parts]) if pipelined_fsdp else 0
     others = sympy.Rational(in_flight.numerator, in_flight.denominator) - 1
     base = [Amount(SAVED_OTHER, f"{others} x saved per micro-batch", others * per_mb)] if others else []
     events: list[Event] = []
@@ -264,9 +277,16 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
         # what this part adds to each of its forward and backward events (the same amounts for all of them)
         forward_extra: tuple[Amount, ...] = ()
         backward: tuple[Amount, ...] = ()
-        if p.is_layers and zero >= 2:
-            layer_weights = sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights()
-                                        if w.shared_with is None])
+        if pipelined_fsdp and zero >= 3:
+            forward_extra = (Amount(GATHERED, "the stage's parameters (kept gathered under PP)",
+                                    weight_bytes * stage_weights),)
+            backward = forward_extra + (Amount(UNREDUCED, "the stage's gradients, accumulated unsharded, beyond "
+                                               "the sharded ones counted as model states",
+                                               grad_bytes * stage_weights - sharded_grads),)
+            if p.is_layers:
+                backward += (Amount(UNREDUCED, "the layer's gradients", weight_bytes * _layer_weights(p, axes)),)
+        elif p.is_layers and zero >= 2:
+            layer_weights = _layer_weights(p, axes)
             if zero >= 3:
                 forward_extra = (Amount(GATHERED, f"{1 + ZERO3_PREFETCH} layers' parameters",
                                         (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights),)
@@ -278,6 +298,11 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
         earlier += count * tl.saved
     events.append(Event("optimizer step", "", "step", ()))
     return events
+
+
+def _layer_weights(p: Part, axes: AxisSizes) -> sympy.Expr:
+    """Elements of one copy of a part's own weights on one GPU (a weight shared with another part counted there)."""
+    return sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights() if w.shared_with is None])
 
 
 def amount_values(values: dict) -> Callable[[sympy.Expr], int | Fraction]:

@@ -280,23 +280,23 @@ _SWEEP_DEFAULTS = {"tp": "1,2,4,8", "cp": "1", "pp": None, "ep": None, "etp": "1
 
 
 def _fsdp_only(args, profile: str) -> None:
-    """The torchtitan profiles model FSDP (and HSDP), and torchtitan 0.3.0's TP with sequence parallelism
-    (`--profile torchtitan`, not 9dec370's `torchtitan-2412`): their sweeps keep CP, PP, EP and ETP at 1 unless given,
-    and refuse other values given (in one line, as `symmem memory` does); TP is swept over its default values where
-    the profile models it, else kept at 1."""
+    """The torchtitan profiles model FSDP (and HSDP), and torchtitan 0.3.0's TP with sequence parallelism and its
+    pipelining (`--profile torchtitan`, not 9dec370's `torchtitan-2412`): their sweeps keep CP, EP and ETP at 1
+    unless given, and refuse other values given (in one line, as `symmem memory` does); TP and PP are swept over
+    their default values where the profile models them, else kept at 1."""
     from symmem.profiles import TORCHTITAN_9DEC370
 
     tp_modelled = profile != TORCHTITAN_9DEC370
     for axis, default in _SWEEP_DEFAULTS.items():
-        if axis == "tp" and tp_modelled:
+        if axis in ("tp", "pp") and tp_modelled:  # 0.3.0's PP too (profiles._torchtitan_pp_check: TP or PP)
             continue
         given = getattr(args, axis)
         if given is None or given == default:
             setattr(args, axis, "1")
         elif any(v != 1 for v in _array(given, f"--{axis}", maximum=num.MAX_PARALLEL).tolist()):
-            held = "TP, CP, PP and EP stay" if axis == "tp" or not tp_modelled else "CP, PP and EP stay"
+            held = "CP and EP stay" if tp_modelled else "TP, CP, PP and EP stay"
             raise SymmemError(f"--{axis} = {given!r}: profile {profile} models FSDP (and HSDP)"
-                              f"{'' if tp_modelled else ' alone'}{' and TP' if tp_modelled else ''}; {held} 1 "
+                              f"{'' if tp_modelled else ' alone'}{', TP and PP' if tp_modelled else ''}; {held} 1 "
                               "(leave the flag out)")
 
 

@@ -1,8 +1,9 @@
 """Pipeline layouts: which decoder layers, embedding, head and MTP modules each stage holds.
 
-Three ways to say it: `paper` (ceil(L/PP) layers per stage, the remainder on the last: 61 layers on 16 stages
-gives 4, ..., 4, 1), an explicit list of layers per stage, and Megatron's first/last-stage counts
-(--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers) with the rest spread evenly.
+Four ways to say it: `paper` (ceil(L/PP) layers per stage, the remainder on the last: 61 layers on 16 stages
+gives 4, ..., 4, 1), an explicit list of layers per stage, Megatron's first/last-stage counts
+(--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers) with the rest spread evenly, and
+torchtitan's split (the embedding and the norm with the output projection each weighed as one layer).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from dataclasses import dataclass
 from symmem._cache import hash_once
 from symmem.errors import SymmemError
 
-LAYOUT_KINDS = ("paper", "even", "explicit", "megatron")
+LAYOUT_KINDS = ("paper", "even", "explicit", "megatron", "torchtitan")
 
 
 @dataclass(frozen=True)
 class LayoutSpec:
     """How the decoder layers are spread over the pipeline stages: `paper` (ceil(L/PP) per stage, the remainder on
-    the last), `even`, `explicit` (`layers_per_stage`) or `megatron` (`first`/`last` stage counts, the rest even)."""
+    the last), `even`, `explicit` (`layers_per_stage`), `megatron` (`first`/`last` stage counts, the rest even) or
+    `torchtitan` (`torchtitan_layers`)."""
 
     kind: str = "paper"
     layers_per_stage: tuple[int, ...] = ()  # for "explicit"
@@ -50,7 +52,43 @@ class Stage:
     mtp: int  # MTP modules on this stage (DeepSeek-V3 puts them on the last stage)
 
 
+# torchtitan 0.3.0's defaults: the embedding and the final norm with the output projection each weigh one layer
+# (`pipeline_parallel_first_stage_less_layers` / `_last_stage_less_layers` = 1, torchtitan/config/configs.py:191-197)
+TORCHTITAN_INPUT_WEIGHT = 1
+TORCHTITAN_OUTPUT_WEIGHT = 1
+
+
+def torchtitan_layers(n_layers: int, pp: int, input_weight: int = TORCHTITAN_INPUT_WEIGHT,
+                      output_weight: int = TORCHTITAN_OUTPUT_WEIGHT) -> tuple[int, ...]:
+    """Decoder layers per stage as torchtitan 0.3.0 splits a language model over `pp` single-stage ranks
+    (torchtitan/distributed/pipeline_parallel.py:366-476, `_generate_llm_fqn_per_model_part`): L plus the two
+    weights spread evenly, the first `(L + 2) mod PP` stages one more; the first stage gives `input_weight` of its
+    share to the embedding, the last `output_weight` to the norm and output. Its errors, said the same way."""
+    if pp == 1:
+        return (n_layers,)
+    effective = n_layers + input_weight + output_weight
+    if pp > effective:
+        raise SymmemError(f"pp = {pp}: torchtitan's split refuses more stages than the {effective} effective layers "
+                          f"({n_layers} layers + {input_weight} for the embedding + {output_weight} for the output)")
+    per, extra = divmod(effective, pp)
+    if input_weight > per or output_weight > per:
+        raise SymmemError(f"pp = {pp}: torchtitan's split gives each stage {per} effective layers, fewer than the "
+                          f"embedding's weight {input_weight} or the output's {output_weight} "
+                          "(pipeline_parallel.py:421-428); choose a smaller --pp")
+    counts, left = [], n_layers
+    for i in range(pp):
+        share = per + (i < extra) - (input_weight if i == 0 else output_weight if i == pp - 1 else 0)
+        take = min(share, left)
+        counts.append(take)
+        left -= take
+    if left:  # never, by the arithmetic above; a bug, not input
+        raise AssertionError("torchtitan's split left layers over")
+    return tuple(counts)
+
+
 def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...]:
+    if spec.kind == "torchtitan":
+        return torchtitan_layers(n_layers, pp)
     if spec.kind == "paper":
         per = -(-n_layers // pp)
         counts = [per] * (pp - 1) + [n_layers - per * (pp - 1)]

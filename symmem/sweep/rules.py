@@ -11,8 +11,13 @@ from symmem.scenario import Scenario
 
 
 def pipeline_layout(base: Scenario, pp: int) -> LayoutSpec:
-    """The `paper` layout when it is valid for PP, else `even`; a `SymmemError` naming both reasons if neither."""
+    """The profile's framework's own split when it has one (torchtitan's), else the `paper` layout when it is valid
+    for PP, else `even`; a `SymmemError` naming the reasons if none."""
     n_layers = base.model.value("L")
+    if base.profile.layout is not None:
+        spec = LayoutSpec(base.profile.layout)
+        layers_per_stage(spec, n_layers, pp)
+        return spec
     try:
         layers_per_stage(LayoutSpec("paper"), n_layers, pp)
         return LayoutSpec("paper")

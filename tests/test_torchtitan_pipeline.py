@@ -1,0 +1,127 @@
+"""torchtitan 0.3.0 under pipeline parallelism (issue 28): its split of the layers, FSDP2 as
+torch.distributed.pipelining runs it (every block kept gathered, the gradients accumulated unsharded in FP32) and the
+receive buffers of every micro-batch, worked by hand; the refusals; the sweep taking PP.
+
+The hand figures are those of a probe of the real code on the CPU (torchtitan 0.3.0's Llama 3, torch 2.13.0,
+Schedule1F1B over gloo, PP 2 x FSDP 1 and 2, four micro-batches; docs/torchtitan.md "Pipeline parallelism"): the
+gathered BF16 blocks (279,040 bytes on stage 0), the FP32 accumulated gradients (558,080) and the receive buffers
+(16,384) were measured so, alive at the step's most."""
+
+import json
+
+import pytest
+
+from symmem.cli.main import main
+from symmem.errors import SymmemError
+from symmem.parallel.layout import torchtitan_layers
+
+TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 256,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 256,
+        "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+        "hidden_act": "silu"}
+
+
+@pytest.mark.parametrize("n_layers, pp, counts", [
+    (4, 2, (2, 2)),  # 6 effective layers, 3 a stage: the embedding and the output take one each
+    (32, 4, (8, 9, 8, 7)),  # 34 = 4 x 8 + 2: the first two stages 9; the first gives 1 to the embedding, the last 1
+    (126, 16, (7,) + (8,) * 14 + (7,)),  # Llama 3.1 405B at PP 16: 128 = 16 x 8
+    (5, 1, (5,)),
+])
+def test_torchtitan_split_by_hand(n_layers, pp, counts):
+    assert torchtitan_layers(n_layers, pp) == counts
+
+
+def test_torchtitan_split_is_torchtitans():
+    """The same counts and the same refusals as torchtitan's own `_generate_llm_fqn_per_model_part`, where it is
+    installed."""
+    pipeline = pytest.importorskip("torchtitan.distributed.pipeline_parallel", reason="torchtitan not installed")
+    for n_layers in range(1, 70):
+        for pp in range(2, 24):
+            try:
+                ref = tuple(sum(n.startswith("layers.") for n in names)
+                            for names in pipeline._generate_llm_fqn_per_model_part(pp, n_layers))
+            except ValueError:
+                ref = None
+            try:
+                ours = torchtitan_layers(n_layers, pp)
+            except SymmemError:
+                ours = None
+            assert ours == ref, (n_layers, pp)
+
+
+def _tiny(tmp_path, capsys, *flags) -> dict:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    assert main(["memory", "--model", str(config), "--profile", "torchtitan-cpu", "--pp", "2", "-b", "1", "-s", "32",
+                 "--microbatches", "4", "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_pipelined_fsdp_by_hand(tmp_path, capsys, dp):
+    # per block: wqkv 64 x (4 + 2 + 2) x 16, wo 64 x 64, w1 and w3 256 x 64, w2 64 x 256, two norms of 64
+    block = 64 * 128 + 64 * 64 + 3 * 256 * 64 + 2 * 64
+    assert block == 61_568
+    stage0 = 256 * 64 + 2 * block  # the embedding and blocks 0-1 (torchtitan's split of 4 layers over 2: 2, 2)
+    stage1 = 2 * block + 64 + 256 * 64  # blocks 2-3, the final norm and the output projection
+    d = _tiny(tmp_path, capsys, "--dp", str(dp))
+    for st, params in zip(d["stages"], (stage0, stage1), strict=True):
+        br = st["peak_breakdown"]
+        # FSDP2 keeps every block gathered in BF16 through the step (reshard-after-forward off under PP, and
+        # set_reshard_after_backward(False) until the last micro-batch), whatever the shard degree
+        assert br["gathered parameters (ZeRO-3)"] == 2 * params
+        # the gradients accumulate unsharded in FP32; the sharded ones (the model states' "gradients", FP32
+        # padded shards: 4 x params / DP here, every first dimension dividing by 2) are not made before the last
+        # micro-batch's reduce-scatter; beside them the backward's layer holds its own BF16 gradients
+        assert st["gradients"] == 4 * params // dp
+        assert br["unreduced gradients (ZeRO-2/3)"] == 4 * params - st["gradients"] + 2 * block
+        assert br["gradients"] == st["gradients"]
+        # a receive buffer per micro-batch: stage 1 the activations it gets, stage 0 the gradients it gets back,
+        # [b, s, h] = [1, 32, 64] in BF16 each
+        kind = "gradients" if st["stage"] == 0 else "activations"
+        assert st["framework_buffers"][f"pipeline receive buffers, {kind} (4 micro-batches)"] == 4 * 32 * 64 * 2
+        assert len([k for k in st["framework_buffers"] if k.startswith("pipeline")]) == 1
+    assert [st["in_flight"] for st in d["stages"]] == [2, 1]  # Schedule1F1B: min(M, PP - i) warm-up forwards
+
+
+def test_without_pipelining_nothing_changes(tmp_path, capsys):
+    """At PP 1 the profile has no receive buffers and the generic FSDP2 amounts (two blocks gathered)."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    assert main(["memory", "--model", str(config), "--profile", "torchtitan-cpu", "--dp", "2", "-b", "1", "-s", "32",
+                 "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)["stages"][0]
+    assert not [k for k in st["framework_buffers"] if k.startswith("pipeline")]
+    assert st["peak_breakdown"].get("gathered parameters (ZeRO-3)", 0) < 2 * 4 * 61_568
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--schedule", "interleaved:2"], "torchtitan's single-stage schedules 1F1B, GPipe are modelled"),
+    (["--tp", "2"], "TP 2 with PP 2: what torchtitan's pipeline stages send and receive under TP"),
+    (["--layers-per-stage", "20,12"], "torchtitan splits the layers its own way"),
+])
+def test_pipeline_refusals(capsys, flags, words):
+    assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", "2", "--dp", "4",
+                 *flags]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_sweep_takes_pp_and_equals_memory(capsys):
+    """The sweep under torchtitan 0.3.0 takes PP beside FSDP (TP with PP is refused per configuration, said why);
+    a pipelined row's peak is `symmem memory`'s."""
+    argv = ["sweep", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "H100", "--profile", "torchtitan", "-b", "1",
+            "-s", "4096", "--recompute", "full", "--global-batch-size", "16", "--rank-by", "headroom", "--json",
+            "--rejected"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    piped = [r for r in out["ranked"] if r["pp"] > 1]
+    assert {r["pp"] for r in piped} == {2, 4, 8} and all(r["tp"] == 1 for r in piped)
+    refused = [r["reason"] for r in out["rejected"] if "with PP" in r["reason"]]
+    assert refused and all("what torchtitan's pipeline stages send and receive under TP" in w for w in refused)
+    for r in piped:
+        assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", str(r["pp"]), "--dp",
+                     str(r["dp"]), "-b", "1", "-s", "4096", "--recompute", "full", "--microbatches",
+                     str(r["microbatches"]), "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert max(st["peak_allocated"] for st in d["stages"]) == r["peak_allocated"], r
