@@ -86,6 +86,18 @@ def _absorb(block: _Block, neighbour: _Block) -> None:
     block.size += neighbour.size
 
 
+def _split(block: _Block, size: int, remaining: int) -> _Block:
+    """`alloc_found_block`'s split: `block` keeps its first `size` bytes, a new free block after it the
+    `remaining` (returned, not yet in its pool)."""
+    after = block.next
+    rest = _Block(block.address + size, remaining, block.small, False, block, after)
+    if after is not None:
+        after.prev = rest
+    block.next = rest
+    block.size = size
+    return rest
+
+
 @dataclass
 class CachingAllocator:
     """One device's caching allocator: `malloc(key, nbytes)`, `free(key)`; `allocated`, `reserved` and their
@@ -125,12 +137,7 @@ class CachingAllocator:
                     block = pool.pop(i)[2] if i < len(pool) else self._segment(size, small)
                     remaining = block.size - size
                     if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
-                        after = block.next
-                        rest = _Block(block.address + size, remaining, small, False, block, after)
-                        if after is not None:
-                            after.prev = rest
-                        block.next = rest
-                        block.size = size
+                        rest = _split(block, size, remaining)
                         insort(pool, (remaining, rest.address, rest))
                     block.allocated = True
                     live[key] = block
@@ -253,12 +260,7 @@ class ExpandableAllocator:
             seg = self._segments[pool_key]
         remaining = block.size - size
         if remaining >= MIN_BLOCK:
-            after = block.next
-            rest = _Block(block.address + size, remaining, small, False, block, after)
-            if after is not None:
-                after.prev = rest
-            block.next = rest
-            block.size = size
+            rest = _split(block, size, remaining)
             if seg.last is block:
                 seg.last = rest
             bisect.insort(pool, (remaining, rest.address, rest))
