@@ -366,7 +366,7 @@ def _pipeline_recv_buffers(scn, stage) -> list[Buffer]:
     (torch/distributed/pipelining/stage.py:2251-2272 `_setup_forward_recv_info`: a stage but the first receives
     each micro-batch's input, [b, s, h] in the activations' dtype; :2286-2316 `_create_grad_recv_info`: a stage
     but the last the gradient of each micro-batch's output, the same shape). Measured on the CPU: two stages, four
-    micro-batches, 4 x 4,096 bytes on each (docs/torchtitan.md)."""
+    micro-batches, 4 x 4,096 bytes on each (tests/validate/test_fsdp2_pipeline.py)."""
     if scn.parallel.pp == 1:
         return []
     one = scn.b * scn.s * scn.model.value("h") * scn.act_bytes

@@ -2,10 +2,10 @@
 torch.distributed.pipelining runs it (every block kept gathered, the gradients accumulated unsharded in FP32) and the
 receive buffers of every micro-batch, worked by hand; the refusals; the sweep taking PP.
 
-The hand figures are those of a probe of the real code on the CPU (torchtitan 0.3.0's Llama 3, torch 2.13.0,
-Schedule1F1B over gloo, PP 2 x FSDP 1 and 2, four micro-batches; docs/torchtitan.md "Pipeline parallelism"): the
-gathered BF16 blocks (279,040 bytes on stage 0), the FP32 accumulated gradients (558,080) and the receive buffers
-(16,384) were measured so, alive at the step's most."""
+The hand figures are those the real code shows on the CPU (tests/validate/test_fsdp2_pipeline.py: torchtitan
+0.3.0's Llama 3, torch 2.13.0, Schedule1F1B and ScheduleGPipe over gloo, PP 2 x FSDP 1 and 2, four micro-batches):
+the gathered BF16 blocks (279,040 bytes on stage 0), the FP32 accumulated gradients (558,080) and the receive
+buffers (16,384)."""
 
 import json
 
@@ -70,12 +70,13 @@ def test_pipelined_fsdp_by_hand(tmp_path, capsys, dp):
         # FSDP2 keeps every block gathered in BF16 through the step (reshard-after-forward off under PP, and
         # set_reshard_after_backward(False) until the last micro-batch), whatever the shard degree
         assert br["gathered parameters (ZeRO-3)"] == 2 * params
-        # the gradients accumulate unsharded in FP32; the sharded ones (the model states' "gradients", FP32
-        # padded shards: 4 x params / DP here, every first dimension dividing by 2) are not made before the last
-        # micro-batch's reduce-scatter; beside them the backward's layer holds its own BF16 gradients
+        # the gradients accumulate unsharded in FP32 (1F1B, M 4 > PP - i: the busiest backward follows an
+        # earlier one), beside the backward's layer's own BF16 gradients; the sharded ones (the model states'
+        # "gradients", FP32 padded shards: 4 x params / DP here, every first dimension dividing by 2) are made only
+        # by the last micro-batch's reduce-scatter, so the peak does not hold them
         assert st["gradients"] == 4 * params // dp
-        assert br["unreduced gradients (ZeRO-2/3)"] == 4 * params - st["gradients"] + 2 * block
-        assert br["gradients"] == st["gradients"]
+        assert br["unreduced gradients (ZeRO-2/3)"] == 4 * params + 2 * block
+        assert "gradients" not in br
         # a receive buffer per micro-batch: stage 1 the activations it gets, stage 0 the gradients it gets back,
         # [b, s, h] = [1, 32, 64] in BF16 each
         kind = "gradients" if st["stage"] == 0 else "activations"
@@ -93,6 +94,43 @@ def test_without_pipelining_nothing_changes(tmp_path, capsys):
     st = json.loads(capsys.readouterr().out)["stages"][0]
     assert not [k for k in st["framework_buffers"] if k.startswith("pipeline")]
     assert st["peak_breakdown"].get("gathered parameters (ZeRO-3)", 0) < 2 * 4 * 61_568
+
+
+def test_gpipe_first_backward_has_nothing_accumulated_yet(tmp_path):
+    """GPipe runs every forward first: its first backward holds M micro-batches and only the gradients of the parts
+    after the event's; the next, M - 1 and every gradient. The optimizer step holds the sharded gradients."""
+    from symmem.accounting.analysis import stage_timeline_events, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    args = build_parser().parse_args(["memory", "--model", str(config), "--profile", "torchtitan-cpu", "--pp", "2",
+                                      "--dp", "2", "-b", "1", "-s", "32", "--microbatches", "4", "--schedule",
+                                      "gpipe"])
+    scn = scenario_from_args(args)
+    vals = values(scn)
+    events = stage_timeline_events(scn, scn.stages[1])  # blocks 2-3, then the norm and output
+
+    def amount(ev, start):
+        return sum(ceil_int(evaluate(a.nbytes, vals)) for a in ev.amounts if a.what.startswith(start))
+
+    backward = [ev for ev in events if ev.phase == "backward"]
+    first = [ev for ev in backward if any(a.what.startswith("the gradients of the parts after") for a in ev.amounts)]
+    later = [ev for ev in backward if any(a.what.startswith("the stage's gradients") for a in ev.amounts)]
+    assert first and later and len(first) + len(later) == len(backward)
+    head = 64 + 256 * 64  # the final norm and the output projection
+    by_part = {p: {amount(ev, "the gradients of the parts after") for ev in first if ev.part == p}
+               for p in {ev.part for ev in first}}
+    # the stage's parts in order: the RoPE tables (no weights), the two blocks, the norm and output; each part's
+    # first backward has the FP32 gradients of the parts after it accumulated, the last part's none
+    assert by_part == {"head": {0}, "dense layers": {4 * head}, "rope tables": {4 * (2 * 61_568 + head)}}
+    assert {amount(ev, "the stage's gradients") for ev in later} == {4 * (2 * 61_568 + head)}
+    assert all(amount(ev, "3 x saved") > 0 for ev in first)  # M - 1 = 3 others in flight
+    assert all(amount(ev, "2 x saved") > 0 for ev in later)
+    (step,) = [ev for ev in events if ev.phase == "optimizer step"]
+    assert amount(step, "the sharded gradients") == 4 * (2 * 61_568 + head) // 2
 
 
 @pytest.mark.parametrize("flags, words", [

@@ -306,14 +306,29 @@ def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
-    pipelined = scn.profile.pipelined_fsdp and scn.parallel.pp > 1
-    sharded = stage_states(scn, stage_params(scn, stage)).gradients if pipelined else 0
-    return _events(key, parts, k, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back, pipelined,
-                   sharded)
+    args = (key, parts, k, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
+    if not pipelined_fsdp(scn):
+        return _events(*args)
+    sharded = stage_states(scn, stage_params(scn, stage)).gradients
+    if scn.schedule.name == "1f1b" and scn.m > scn.parallel.pp - stage.index:
+        # 1F1B's steady state: a forward after each backward, so a backward runs with k in flight and every
+        # gradient accumulated by the micro-batches before (torch/distributed/pipelining/schedules.py:1050-1120)
+        return _events(*args, "whole", sharded)
+    # every forward before the first backward (GPipe; 1F1B with M <= PP - i): the first backward with k in flight
+    # and nothing accumulated yet but its own later parts', the next with k - 1 and every gradient accumulated
+    first = _events(*args, "first", sharded)[:-1]  # (its optimizer step is the second's)
+    return first + (_events(*args[:2], k - 1, *args[3:], "whole", sharded) if k > 1 else
+                    _events(*args, "first", sharded)[-1:])
+
+
+def pipelined_fsdp(scn: Scenario) -> bool:
+    """FSDP2 under torch.distributed.pipelining (the profile says so, PP > 1): every block gathered through the
+    step, the gradients accumulated unsharded, the sharded ones made at the last micro-batch (`stage_events`)."""
+    return scn.profile.pipelined_fsdp and scn.parallel.pp > 1
 
 
 @lru_cache(maxsize=256)
-def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back, pipelined=False, sharded=0) -> list[Event]:
+def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back, pipelined=None, sharded=0) -> list[Event]:
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
     return stage_events(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), k, zero,
                         weight_bytes, grad_bytes, back, pipelined, sharded)
@@ -372,6 +387,8 @@ def _walk_microbatches(scn: Scenario) -> int:
 
 def stage_peak_of(scn: Scenario, stage: Stage, states: StateBytes, k: Fraction) -> StagePeak:
     static = {"weights": states.weights, "gradients": states.gradients, "optimizer states": states.optimizer}
+    if pipelined_fsdp(scn):  # made only at the last micro-batch: the optimizer step's event holds them
+        del static["gradients"]
     if states.quantized:
         static[QUANTIZED] = states.quantized
     static.update({buf.name: buf.nbytes for buf in stage_buffers(scn, stage)})

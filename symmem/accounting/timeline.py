@@ -240,7 +240,7 @@ def _component_sums(amounts, values) -> dict[str, int]:
 
 def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
                  e_tok: sympy.Expr, in_flight: Fraction, zero: int, weight_bytes: int, grad_bytes: int,
-                 backward_extra: tuple[Amount, ...] = (), pipelined_fsdp: bool = False,
+                 backward_extra: tuple[Amount, ...] = (), pipelined_fsdp: str | None = None,
                  sharded_grads: int = 0) -> list[Event]:
     """Every candidate peak event of one GPU of a stage (dynamic amounts only). Under a per-layer policy
     (`selective-layer:N`) a part's layers are taken by the policy each runs under, the kind of the part's last layer
@@ -253,10 +253,11 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
     torchtitan/distributed/fsdp.py:54-74): the stage's every parameter stays gathered (in `weight_bytes`) from its
     first forward to the last backward, and each parameter's gradient, upcast to the reduce dtype, accumulates
     unsharded (`grad_bytes`; _fsdp_param.py:802-821 `to_accumulated_grad_if_needed`) beside the layer's own in the
-    parameters' dtype while its backward runs. At the step's busiest events (1F1B's steady state, after the first
-    backward) both are whole: the amounts below take them whole, a ceiling where M is below PP - i. The sharded
-    gradients the model states count (`sharded_grads` bytes) are not made until the last micro-batch's
-    reduce-scatter (the optimizer's zero_grad leaves none), so the accumulated ones add what they hold beyond them."""
+    parameters' dtype while its backward runs. "whole": a backward after an earlier micro-batch's (1F1B's steady
+    state), every accumulated gradient there; "first": the first micro-batch's backward, with those of the parts
+    after the event's already accumulated. The sharded gradients (`sharded_grads` bytes) are made only by the last
+    micro-batch's reduce-scatter (the optimizer's zero_grad leaves none before): the optimizer step's event holds
+    them (the caller leaves them out of the static states)."""
     units = []  # (part, policy, copies, label)
     for p in parts:
         split = (policy.layer_split(p.layer_ids) if p.is_layers
@@ -266,7 +267,8 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
             units.append((p, pol, n, label))
     timelines = [part_timeline(p.flow, rules, pol, axes, act_bytes, e_tok) for p, pol, _, _ in units]
     per_mb = sympy.Add(*[n * tl.saved for (_, _, n, _), tl in zip(units, timelines, strict=True)])
-    stage_weights = sympy.Add(*[p.count * _layer_weights(p, axes) for p in parts]) if pipelined_fsdp else 0
+    weights_of = {p.name: p.count * _layer_weights(p, axes) for p in parts} if pipelined_fsdp else {}
+    stage_weights = sympy.Add(*weights_of.values())
     others = sympy.Rational(in_flight.numerator, in_flight.denominator) - 1
     base = [Amount(SAVED_OTHER, f"{others} x saved per micro-batch", others * per_mb)] if others else []
     events: list[Event] = []
@@ -280,9 +282,14 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
         if pipelined_fsdp and zero >= 3:
             forward_extra = (Amount(GATHERED, "the stage's parameters (kept gathered under PP)",
                                     weight_bytes * stage_weights),)
-            backward = forward_extra + (Amount(UNREDUCED, "the stage's gradients, accumulated unsharded, beyond "
-                                               "the sharded ones counted as model states",
-                                               grad_bytes * stage_weights - sharded_grads),)
+            if pipelined_fsdp == "whole":
+                accumulated = Amount(UNREDUCED, "the stage's gradients, accumulated unsharded",
+                                     grad_bytes * stage_weights)
+            else:  # the parts after this one have run their backward of the first micro-batch
+                later = [q.name for q in parts[[q.name for q in parts].index(p.name) + 1:]]
+                accumulated = Amount(UNREDUCED, "the gradients of the parts after it, accumulated unsharded",
+                                     grad_bytes * sympy.Add(*[weights_of[q] for q in later]))
+            backward = forward_extra + (accumulated,)
             if p.is_layers:
                 backward += (Amount(UNREDUCED, "the layer's gradients", weight_bytes * _layer_weights(p, axes)),)
         elif p.is_layers and zero >= 2:
@@ -296,7 +303,9 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
             extra = backward_all if ev.phase == "backward" else forward_extra
             events.append(Event(ev.phase, label, ev.op, common + ev.alive + extra))
         earlier += count * tl.saved
-    events.append(Event("optimizer step", "", "step", ()))
+    step = (Amount(UNREDUCED, "the sharded gradients (the last micro-batch's reduce-scatter)", sharded_grads),) \
+        if pipelined_fsdp else ()
+    events.append(Event("optimizer step", "", "step", step))
     return events
 
 

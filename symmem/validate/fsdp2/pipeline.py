@@ -1,0 +1,131 @@
+"""torchtitan 0.3.0's Llama 3 under pipeline parallelism x FSDP2 on the CPU (gloo), measured where pipelining
+changes the bytes.
+
+`run(settings, pp, microbatches, schedule)` spawns PP x FSDP ranks (mesh ("pp", "dp")); each builds the whole model
+as `runner.build_model` does, keeps its stage's modules by torchtitan's own split
+(`torchtitan.distributed.pipeline_parallel._generate_llm_fqn_per_model_part` and `_split_module`), `fully_shard`s
+every block and then the stage with reshard-after-forward off (torchtitan's default under PP,
+torchtitan/distributed/fsdp.py:54-74) and `MixedPrecisionPolicy(bf16, fp32)`, wraps it in
+`torch.distributed.pipelining.PipelineStage` and runs two steps of `Schedule1F1B` or `ScheduleGPipe` with
+torchtitan's `cross_entropy_loss`, AdamW after each. Each rank returns:
+
+* `stage_params`: the elements of its stage's parameters (global sizes);
+* `during_backward`: after each micro-batch's backward but the last (`PipelineStage.backward_maybe_with_nosync`),
+  the bytes of the storages of the stage's unsharded parameters (`FSDPParam._unsharded_param`) and of its
+  accumulated unsharded gradients (`unsharded_accumulated_grad`), and whether any sharded gradient exists;
+* `recv_buffers`: the bytes of the receive buffers of every micro-batch, activations and gradients;
+* `states`: the sharded parameters', gradients' and AdamW's bytes after the step (`runner._state_bytes`);
+* `peak`: the most bytes of live storages at any op boundary over both steps (`runner.fsdp_tracker_class`).
+"""
+
+from __future__ import annotations
+
+import gc
+
+from symmem.errors import SymmemError
+from symmem.validate.fsdp2 import runner as R
+
+SCHEDULES = ("1F1B", "GPipe")
+
+
+def _fsdp_params(module):
+    """The FSDPParams of every FSDP unit inside `module` (torch 2.13.0's `fully_shard.state`)."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    out = []
+    for mod in module.modules():
+        if isinstance(mod, FSDPModule):
+            group = fully_shard.state(mod)._fsdp_param_group
+            if group is not None:
+                out.extend(group.fsdp_params)
+    return out
+
+
+def _step(rank: int, job) -> dict:
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe
+    from torchtitan.components.loss import cross_entropy_loss
+    from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part, _split_module
+
+    st, pp, m, schedule = job
+    dp = st.world // pp
+    torch.manual_seed(st.seed)
+    whole = R.build_model(st)
+    mesh = init_device_mesh("cpu", (pp, dp), mesh_dim_names=("pp", "dp"))
+    stage_index = mesh["pp"].get_local_rank()
+    model = _split_module(whole, _generate_llm_fqn_per_model_part(pp, st.n_layers)[stage_index])
+    del whole
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for _id, block in model.layers.items():
+        fully_shard(block, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+    stage_params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+    stage = PipelineStage(model, stage_index, pp, torch.device("cpu"), group=mesh["pp"].get_group())
+    sched_class = Schedule1F1B if schedule == "1F1B" else ScheduleGPipe
+    sched = sched_class(stage, n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
+
+    fsdp_params = _fsdp_params(model)
+    during: list[dict] = []
+    backward = stage.backward_maybe_with_nosync
+
+    def measured_backward(backward_type, bwd_kwargs, last_backward=False):
+        out = backward(backward_type, bwd_kwargs, last_backward=last_backward)
+        if not last_backward:
+            unsharded = sum(p._unsharded_param.untyped_storage().nbytes() for p in fsdp_params)
+            accumulated = sum(p.unsharded_accumulated_grad.untyped_storage().nbytes() for p in fsdp_params
+                              if p.unsharded_accumulated_grad is not None)
+            sharded = any(p.sharded_param.grad is not None for p in fsdp_params)
+            during.append({"unsharded_params": unsharded, "accumulated_grads": accumulated,
+                           "sharded_grads_exist": sharded})
+        return out
+
+    stage.backward_maybe_with_nosync = measured_backward
+    g = torch.Generator().manual_seed(st.seed + 1 + mesh["dp"].get_local_rank())
+    tokens = torch.randint(0, st.vocab, (st.b * m, st.s + 1), generator=g)
+    inputs, labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
+    tracker = R.fsdp_tracker_class()()
+    gc.collect()
+    with tracker:
+        tracker.add_tensors(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
+        for step in (1, 2):
+            tracker.phase = f"step {step}"
+            gc.disable()  # as the runner: a cycle collected or not moves a peak
+            try:
+                args = (inputs,) if stage_index == 0 else ()
+                target = labels if stage_index == pp - 1 else None
+                sched.step(*args, target=target, losses=[] if target is not None else None, return_outputs=False)
+            finally:
+                gc.enable()
+            tracker.phase = f"optimizer step {step}"
+            optimizer.step()
+            optimizer.zero_grad()
+            gc.collect()
+            tracker._check("(end)")
+
+    def buffers(infos) -> int:
+        return sum(i.buffer.untyped_storage().nbytes() for per_mb in infos.values() for i in per_mb
+                   if i.buffer is not None)
+
+    return {"rank": rank, "stage": stage_index, "stage_params": stage_params, "during_backward": during,
+            "recv_buffers": {"activations": buffers(stage.args_recv_info),
+                             "gradients": buffers(stage.grad_recv_info)},
+            "states": R._state_bytes(model, optimizer)["total"], "peak": tracker.peak,
+            "peak_phase": tracker.peak_phase}
+
+
+def run(st: R.Settings, pp: int, microbatches: int, schedule: str = "1F1B") -> list[dict]:
+    """Spawn `st.world` ranks (PP x FSDP), run two steps on each, return their measurements ordered by rank."""
+    R.require()
+    if schedule not in SCHEDULES:
+        raise SymmemError(f"schedule = {schedule!r}: one of {', '.join(SCHEDULES)}")
+    if pp < 2 or st.world % pp:
+        raise SymmemError(f"pp = {pp}: at least 2 and dividing the world of {st.world} processes")
+    if st.family != "llama3" or st.tp != 1 or st.replicate != 1 or st.ac != "none":
+        raise SymmemError("the pipeline runner runs torchtitan's Llama 3 under FSDP alone, without AC")
+    from symmem.validate._spawn import spawn
+
+    return spawn(_step, (st, pp, microbatches, schedule), st.world, "PP x FSDP2")
