@@ -349,8 +349,8 @@ def _torchtitan_pp_check(scn) -> None:
     `pipeline_parallel_schedule`, torchtitan/config/configs.py:210; GPipe), the layers split its way, no TP."""
     name, par = scn.profile.name, scn.parallel
     if scn.schedule.name not in TORCHTITAN_SCHEDULES:
-        raise SymmemError(f"profile {name}: schedule {scn.schedule.label!r} with PP {par.pp}: torchtitan's single-stage "
-                          f"schedules {', '.join(TORCHTITAN_SCHEDULES.values())} are modelled "
+        raise SymmemError(f"profile {name}: schedule {scn.schedule.label!r} with PP {par.pp}: torchtitan's "
+                          f"single-stage schedules {', '.join(TORCHTITAN_SCHEDULES.values())} are modelled "
                           f"(--schedule {' or '.join(TORCHTITAN_SCHEDULES)}); its multi-stage ones are not yet")
     if par.tp > 1:
         raise SymmemError(f"profile {name}: TP {par.tp} with PP {par.pp}: what torchtitan's pipeline stages send and "

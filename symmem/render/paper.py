@@ -51,8 +51,8 @@ def collect(modules: tuple[str, ...] | None = None) -> list[Table]:
 # it) and derives the tables of CHILD_TABLES, beside the parent deriving the others: the tables whose derivations
 # only their figures share (the DeepSeek generations' activations, the step times), so that neither process waits for
 # them before the fork (the work before it went from 0.27 s to about 0.15 s), and section 5's formulas, which evened
-# the two processes' work out (measured: each about 1.2 s after the fork). A second child (there were two) only added its own start-up and matplotlib's first-figure cost (measured
-# on two cores: more CPU, no shorter wall time).
+# the two processes' work out (measured: each about 1.2 s after the fork). A second child (there were two) only
+# added its own start-up and matplotlib's first-figure cost (measured on two cores: more CPU, no shorter wall time).
 CHILD_TABLES = ("deepseek_generations", "measured_step_times", "section5_formulas")
 # figures a derivation draws itself (not the paper scenario's plots)
 DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations", "measured_runs": "measured_runs",
