@@ -65,7 +65,8 @@ def rows() -> list[dict]:
 
 def _status(r: dict) -> str:
     if r["reserved"] is None:
-        return f"not predicted: {r['other']} is not modelled for torchtitan"
+        # (torchtitan 0.3.0's TP and PP are modelled, the `torchtitan` profile; these runs are 9dec370's code)
+        return f"not predicted: {r['other']} is not modelled for torchtitan 9dec370, this run's code"
     if r["tech"] != "eager":
         return "not compared: the run is compiled / Float8, the profile eager BF16"
     error = r["reserved"] / 2**30 / r["measured"] - 1

@@ -346,15 +346,13 @@ TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
 
 def _torchtitan_pp_check(scn) -> None:
     """What of torchtitan 0.3.0's pipelining is modelled: single-stage schedules (1F1B, its default
-    `pipeline_parallel_schedule`, torchtitan/config/configs.py:210; GPipe), the layers split its way, no TP."""
+    `pipeline_parallel_schedule`, torchtitan/config/configs.py:210; GPipe), the layers split its way (with TP and
+    sequence parallelism, checked with TP above)."""
     name, par = scn.profile.name, scn.parallel
     if scn.schedule.name not in TORCHTITAN_SCHEDULES:
         raise SymmemError(f"profile {name}: schedule {scn.schedule.label!r} with PP {par.pp}: torchtitan's "
                           f"single-stage schedules {', '.join(TORCHTITAN_SCHEDULES.values())} are modelled "
                           f"(--schedule {' or '.join(TORCHTITAN_SCHEDULES)}); its multi-stage ones are not yet")
-    if par.tp > 1:
-        raise SymmemError(f"profile {name}: TP {par.tp} with PP {par.pp}: what torchtitan's pipeline stages send and "
-                          "receive under TP (DTensor shards) is not modelled; set --tp 1 or --pp 1")
     if scn.stage_layout.kind != "torchtitan":
         raise SymmemError(f"profile {name}: a {scn.stage_layout.kind} layout with PP {par.pp}: torchtitan splits the "
                           "layers its own way (symmem.parallel.layout.torchtitan_layers); drop --layers-per-stage and "
@@ -365,11 +363,13 @@ def _pipeline_recv_buffers(scn, stage) -> list[Buffer]:
     """torch.distributed.pipelining's receive buffers, made for every micro-batch when the stage is first run and kept
     (torch/distributed/pipelining/stage.py:2251-2272 `_setup_forward_recv_info`: a stage but the first receives
     each micro-batch's input, [b, s, h] in the activations' dtype; :2286-2316 `_create_grad_recv_info`: a stage
-    but the last the gradient of each micro-batch's output, the same shape). Measured on the CPU: two stages, four
-    micro-batches, 4 x 4,096 bytes on each (tests/validate/test_fsdp2_pipeline.py)."""
+    but the last the gradient of each micro-batch's output, the same shape). Under TP with sequence parallelism
+    a stage sends the local shard of its DTensor output and receives into [b, s / TP, h] (the receiver re-wraps it,
+    torchtitan/distributed/pipeline_parallel.py:41-62). Measured on the CPU: two stages, four micro-batches,
+    4 x 4,096 bytes on each, 4 x 2,048 under TP 2 (tests/validate/test_fsdp2_pipeline.py)."""
     if scn.parallel.pp == 1:
         return []
-    one = scn.b * scn.s * scn.model.value("h") * scn.act_bytes
+    one = scn.b * scn.s * scn.model.value("h") * scn.act_bytes // scn.parallel.tp
     out = []
     if not stage.embedding:
         out.append(Buffer(f"pipeline receive buffers, activations ({scn.m} micro-batches)", scn.m * one,

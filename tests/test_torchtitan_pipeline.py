@@ -1,6 +1,7 @@
 """torchtitan 0.3.0 under pipeline parallelism (issue 28): its split of the layers, FSDP2 as
 torch.distributed.pipelining runs it (every block kept gathered, the gradients accumulated unsharded in FP32) and the
-receive buffers of every micro-batch, worked by hand; the refusals; the sweep taking PP.
+receive buffers of every micro-batch (under TP the sequence shards), worked by hand; the refusals; the sweep taking
+PP.
 
 The hand figures are those the real code shows on the CPU (tests/validate/test_fsdp2_pipeline.py: torchtitan
 0.3.0's Llama 3, torch 2.13.0, Schedule1F1B and ScheduleGPipe over gloo, PP 2 x FSDP 1 and 2, four micro-batches):
@@ -135,7 +136,7 @@ def test_gpipe_first_backward_has_nothing_accumulated_yet(tmp_path):
 
 @pytest.mark.parametrize("flags, words", [
     (["--schedule", "interleaved:2"], "torchtitan's single-stage schedules 1F1B, GPipe are modelled"),
-    (["--tp", "2"], "TP 2 with PP 2: what torchtitan's pipeline stages send and receive under TP"),
+    (["--tp", "2", "--no-sequence-parallel"], "TP 2 without sequence parallelism is not modelled"),
     (["--layers-per-stage", "20,12"], "torchtitan splits the layers its own way"),
 ])
 def test_pipeline_refusals(capsys, flags, words):
@@ -146,20 +147,22 @@ def test_pipeline_refusals(capsys, flags, words):
 
 
 def test_sweep_takes_pp_and_equals_memory(capsys):
-    """The sweep under torchtitan 0.3.0 takes PP beside FSDP (TP with PP is refused per configuration, said why);
-    a pipelined row's peak is `symmem memory`'s."""
+    """The sweep under torchtitan 0.3.0 takes PP beside FSDP and TP; a pipelined row's peak is `symmem memory`'s."""
     argv = ["sweep", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "H100", "--profile", "torchtitan", "-b", "1",
-            "-s", "4096", "--recompute", "full", "--global-batch-size", "16", "--rank-by", "headroom", "--json",
-            "--rejected"]
+            "-s", "4096", "--recompute", "full", "--global-batch-size", "16", "--rank-by", "headroom", "--json"]
     assert main(argv) == 0
-    out = json.loads(capsys.readouterr().out)
-    piped = [r for r in out["ranked"] if r["pp"] > 1]
-    assert {r["pp"] for r in piped} == {2, 4, 8} and all(r["tp"] == 1 for r in piped)
-    refused = [r["reason"] for r in out["rejected"] if "with PP" in r["reason"]]
-    assert refused and all("what torchtitan's pipeline stages send and receive under TP" in w for w in refused)
+    piped = [r for r in json.loads(capsys.readouterr().out)["ranked"] if r["pp"] > 1]
+    assert {r["pp"] for r in piped} == {2, 4, 8} and {r["tp"] for r in piped} >= {1, 2}
     for r in piped:
-        assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", str(r["pp"]), "--dp",
-                     str(r["dp"]), "-b", "1", "-s", "4096", "--recompute", "full", "--microbatches",
-                     str(r["microbatches"]), "--json"]) == 0
+        assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", str(r["pp"]), "--tp",
+                     str(r["tp"]), "--dp", str(r["dp"]), "-b", "1", "-s", "4096", "--recompute", "full",
+                     "--microbatches", str(r["microbatches"]), "--json"]) == 0
         d = json.loads(capsys.readouterr().out)
         assert max(st["peak_allocated"] for st in d["stages"]) == r["peak_allocated"], r
+
+
+def test_receive_buffers_under_tp_are_the_sequence_shards(tmp_path, capsys):
+    """Under TP with sequence parallelism a stage sends its DTensor output's local shard: [b, s / TP, h]."""
+    d = _tiny(tmp_path, capsys, "--tp", "2")
+    assert d["stages"][0]["framework_buffers"]["pipeline receive buffers, gradients (4 micro-batches)"] == \
+        4 * 16 * 64 * 2

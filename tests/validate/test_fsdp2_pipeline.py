@@ -1,5 +1,5 @@
-"""torchtitan 0.3.0's Llama 3 under PP 2 x FSDP2 on the CPU (torch.distributed.pipelining over gloo, 2 and 4
-processes): what pipelining adds, measured against the `torchtitan-cpu` profile's prediction to the byte, and the
+"""torchtitan 0.3.0's Llama 3 under PP 2 x FSDP2 (and x TP 2) on the CPU (torch.distributed.pipelining over gloo,
+2 and 4 processes): what pipelining adds, measured against the `torchtitan-cpu` profile's prediction to the byte, and the
 whole step's most against its timeline. Marked `fsdp2`; skips without torch.distributed.fsdp or torchtitan.
 
 To the byte, per rank: during every micro-batch's backward but the last, the stage's unsharded BF16 parameters
@@ -30,58 +30,63 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
           "tie_word_embeddings": False, "hidden_act": "silu"}
 
 
-def _predicted(tmp_path, capsys, dp: int, schedule: str) -> list[dict]:
+def _flags(dp: int, tp: int, schedule: str) -> list[str]:
+    return ["--profile", "torchtitan-cpu", "--pp", "2", "--dp", str(dp), "--tp", str(tp), "-b", "1", "-s", "32",
+            "--microbatches", str(M), "--schedule", schedule.lower()]
+
+
+def _config(tmp_path) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(CONFIG))
-    assert main(["memory", "--model", str(path), "--profile", "torchtitan-cpu", "--pp", "2", "--dp", str(dp), "-b",
-                 "1", "-s", "32", "--microbatches", str(M), "--schedule", schedule, "--json"]) == 0
+    return str(path)
+
+
+def _predicted(tmp_path, capsys, dp: int, tp: int, schedule: str) -> list[dict]:
+    assert main(["memory", "--model", _config(tmp_path), *_flags(dp, tp, schedule), "--json"]) == 0
     return json.loads(capsys.readouterr().out)["stages"]
 
 
-@pytest.mark.parametrize("dp, schedule", [(1, "1F1B"), (2, "1F1B"), (2, "GPipe")])
-def test_pipelined_fsdp2_against_the_profile(tmp_path, capsys, dp, schedule):
+@pytest.mark.parametrize("dp, tp, schedule", [(1, 1, "1F1B"), (2, 1, "1F1B"), (2, 1, "GPipe"), (1, 2, "1F1B")])
+def test_pipelined_fsdp2_against_the_profile(tmp_path, capsys, dp, tp, schedule):
     st = Settings(dim=64, n_layers=4, n_heads=4, n_kv_heads=2, vocab=256, ffn_hidden=256, max_seq_len=64,
-                  world=2 * dp, b=1, s=32)
+                  world=2 * dp * tp, tp=tp, b=1, s=32)
     measured = run(st, 2, M, schedule)
-    predicted = _predicted(tmp_path, capsys, dp, schedule.lower())
+    predicted = _predicted(tmp_path, capsys, dp, tp, schedule)
     for r in measured:
         p = predicted[r["stage"]]
         br = p["peak_breakdown"]
         # torchtitan's split: 2 + 2 blocks, the embedding on stage 0, the norm and output on stage 1
         params = r["stage_params"]
         assert params == (256 * 64 + 2 * 61_568, 2 * 61_568 + 64 + 256 * 64)[r["stage"]]
-        # every non-last backward of both steps (M - 1 each): the whole stage gathered, every gradient accumulated
+        # every non-last backward of both steps (M - 1 each): the whole stage gathered (TP's local shards), every
+        # gradient accumulated in FP32, no sharded gradient
         assert len(r["during_backward"]) == 2 * (M - 1)
+        gathered = br["gathered parameters (ZeRO-3)"]
+        assert gathered == 2 * params if tp == 1 else gathered < 2 * params
         for seen in r["during_backward"]:
-            assert seen["unsharded_params"] == br["gathered parameters (ZeRO-3)"] == 2 * params
-            assert seen["accumulated_grads"] == 4 * params
+            assert seen["unsharded_params"] == gathered
+            assert seen["accumulated_grads"] == 2 * gathered
             assert not seen["sharded_grads_exist"]
-        whole = [a for a in _amounts(tmp_path, capsys, dp, schedule, r["stage"])
-                 if a.startswith("the stage's gradients, accumulated unsharded")]
-        assert whole == [f"the stage's gradients, accumulated unsharded: {4 * params}"]
+        assert _whole(tmp_path, dp, tp, schedule, r["stage"]) == {2 * gathered}
+        # a buffer per micro-batch of [b, s / TP, h] in BF16 (under TP the local shard of the DTensor sent)
         kind = "gradients" if r["stage"] == 0 else "activations"
-        assert r["recv_buffers"] == {kind: M * 32 * 64 * 2, ("activations" if kind == "gradients" else "gradients"): 0}
-        assert p["framework_buffers"][f"pipeline receive buffers, {kind} ({M} micro-batches)"] == M * 32 * 64 * 2
+        one = 32 // tp * 64 * 2
+        assert r["recv_buffers"] == {kind: M * one, ("activations" if kind == "gradients" else "gradients"): 0}
+        assert p["framework_buffers"][f"pipeline receive buffers, {kind} ({M} micro-batches)"] == M * one
         # after the step (zero_grad: no gradient): the sharded parameters and AdamW's moments and steps
         assert r["states"] == p["weights"] + p["optimizer"]
         assert abs(p["peak_allocated"] - r["peak"]) <= 0.05 * r["peak"], (r["stage"], r["peak"], p["peak_allocated"])
 
 
-def _amounts(tmp_path, capsys, dp: int, schedule: str, stage: int) -> list[str]:
-    """The whole-stage accumulated-gradient amounts of the stage's events, evaluated (by name: bytes)."""
+def _whole(tmp_path, dp: int, tp: int, schedule: str, stage: int) -> set[int]:
+    """The bytes of the stage's every-gradient-accumulated amounts over its events (`symmem memory`'s scenario)."""
     from symmem.accounting.analysis import stage_timeline_events, values
     from symmem.accounting.evaluate import ceil_int, evaluate
-    from symmem.cli.args import scenario_from_args  # the scenario `symmem memory` builds from the same flags
+    from symmem.cli.args import scenario_from_args
     from symmem.cli.main import build_parser
 
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(CONFIG))
-
-    args = build_parser().parse_args(["memory", "--model", str(path), "--profile", "torchtitan-cpu", "--pp", "2",
-                                      "--dp", str(dp), "-b", "1", "-s", "32", "--microbatches", str(M),
-                                      "--schedule", schedule.lower()])
-    scn = scenario_from_args(args)
+    scn = scenario_from_args(build_parser().parse_args(["memory", "--model", _config(tmp_path),
+                                                        *_flags(dp, tp, schedule)]))
     vals = values(scn)
-    return sorted({f"{a.what}: {ceil_int(evaluate(a.nbytes, vals))}"
-                   for ev in stage_timeline_events(scn, scn.stages[stage]) for a in ev.amounts
-                   if a.what.startswith("the stage's gradients")})
+    return {ceil_int(evaluate(a.nbytes, vals)) for ev in stage_timeline_events(scn, scn.stages[stage])
+            for a in ev.amounts if a.what.startswith("the stage's gradients, accumulated unsharded")}

@@ -1,9 +1,11 @@
 """torchtitan 0.3.0's Llama 3 under pipeline parallelism x FSDP2 on the CPU (gloo), measured where pipelining
 changes the bytes.
 
-`run(settings, pp, microbatches, schedule)` spawns PP x FSDP ranks (mesh ("pp", "dp")); each builds the whole model
-as `runner.build_model` does, keeps its stage's modules by torchtitan's own split
-(`torchtitan.distributed.pipeline_parallel._generate_llm_fqn_per_model_part` and `_split_module`), `fully_shard`s
+`run(settings, pp, microbatches, schedule)` spawns PP x FSDP (x TP) ranks (mesh ("pp", "dp"), or torchtitan's
+ParallelDims under TP); each builds the whole model as `runner.build_model` does, keeps its stage's modules by
+torchtitan's own split (`torchtitan.distributed.pipeline_parallel._generate_llm_fqn_per_model_part` and
+`_split_module`), applies TP with sequence parallelism (`Module.parallelize`, the stage built with torchtitan's
+`_build_get_mesh_callback` so that it re-wraps the DTensors it receives), `fully_shard`s
 every block and then the stage with reshard-after-forward off (torchtitan's default under PP,
 torchtitan/distributed/fsdp.py:54-74) and `MixedPrecisionPolicy(bf16, fp32)`, wraps it in
 `torch.distributed.pipelining.PipelineStage` and runs two steps of `Schedule1F1B` or `ScheduleGPipe` with
@@ -48,23 +50,32 @@ def _step(rank: int, job) -> dict:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe
     from torchtitan.components.loss import cross_entropy_loss
-    from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part, _split_module
+    from torchtitan.distributed.pipeline_parallel import (_build_get_mesh_callback,
+                                                          _generate_llm_fqn_per_model_part, _split_module)
 
     st, pp, m, schedule = job
-    dp = st.world // pp
     torch.manual_seed(st.seed)
     whole = R.build_model(st)
-    mesh = init_device_mesh("cpu", (pp, dp), mesh_dim_names=("pp", "dp"))
-    stage_index = mesh["pp"].get_local_rank()
+    if st.tp > 1:  # torchtitan's meshes (pp, fsdp, tp), TP applied to the stage's modules before FSDP
+        pd = _parallel_dims(st, pp)
+        pp_mesh, dp_mesh = pd.get_mesh("pp"), pd.get_mesh("fsdp")
+        get_mesh = _build_get_mesh_callback(pd)  # DTensor stage outputs, re-wrapped on receipt
+    else:
+        mesh = init_device_mesh("cpu", (pp, st.world // pp), mesh_dim_names=("pp", "dp"))
+        pp_mesh, dp_mesh, get_mesh = mesh["pp"], mesh["dp"], None
+    stage_index = pp_mesh.get_local_rank()
     model = _split_module(whole, _generate_llm_fqn_per_model_part(pp, st.n_layers)[stage_index])
     del whole
+    if st.tp > 1:
+        model.parallelize(pd)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for _id, block in model.layers.items():
-        fully_shard(block, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
-    fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
     stage_params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
-    stage = PipelineStage(model, stage_index, pp, torch.device("cpu"), group=mesh["pp"].get_group())
+    stage = PipelineStage(model, stage_index, pp, torch.device("cpu"), group=pp_mesh.get_group(),
+                          get_mesh=get_mesh)
     sched_class = Schedule1F1B if schedule == "1F1B" else ScheduleGPipe
     sched = sched_class(stage, n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
 
@@ -74,9 +85,9 @@ def _step(rank: int, job) -> dict:
 
     def measured_backward(backward_type, bwd_kwargs, last_backward=False):
         out = backward(backward_type, bwd_kwargs, last_backward=last_backward)
-        if not last_backward:
-            unsharded = sum(p._unsharded_param.untyped_storage().nbytes() for p in fsdp_params)
-            accumulated = sum(p.unsharded_accumulated_grad.untyped_storage().nbytes() for p in fsdp_params
+        if not last_backward:  # (under TP, the local tensors of the DTensors)
+            unsharded = sum(R._plain(p._unsharded_param).untyped_storage().nbytes() for p in fsdp_params)
+            accumulated = sum(R._plain(p.unsharded_accumulated_grad).untyped_storage().nbytes() for p in fsdp_params
                               if p.unsharded_accumulated_grad is not None)
             sharded = any(p.sharded_param.grad is not None for p in fsdp_params)
             during.append({"unsharded_params": unsharded, "accumulated_grads": accumulated,
@@ -84,7 +95,7 @@ def _step(rank: int, job) -> dict:
         return out
 
     stage.backward_maybe_with_nosync = measured_backward
-    g = torch.Generator().manual_seed(st.seed + 1 + mesh["dp"].get_local_rank())
+    g = torch.Generator().manual_seed(st.seed + 1 + dp_mesh.get_local_rank())  # TP ranks: the same data
     tokens = torch.randint(0, st.vocab, (st.b * m, st.s + 1), generator=g)
     inputs, labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
     tracker = R.fsdp_tracker_class()()
@@ -117,15 +128,29 @@ def _step(rank: int, job) -> dict:
             "peak_phase": tracker.peak_phase}
 
 
+def _parallel_dims(st: R.Settings, pp: int):
+    """torchtitan's ParallelDims with PP beside FSDP and TP, on the CPU, DTensor TP (as `runner.parallel_dims`)."""
+    import torchtitan.distributed.parallel_dims as pdm
+    import torchtitan.distributed.utils as du
+    from torchtitan.distributed import ParallelDims
+
+    pdm.device_type = "cpu"
+    du.set_spmd_backend("partial_dtensor")
+    pd = ParallelDims(dp_replicate=1, dp_shard=st.world // (pp * st.tp), cp=1, tp=st.tp, pp=pp, ep=1,
+                      world_size=st.world, spmd_backend="partial_dtensor")
+    pd.build_mesh()
+    return pd
+
+
 def run(st: R.Settings, pp: int, microbatches: int, schedule: str = "1F1B") -> list[dict]:
     """Spawn `st.world` ranks (PP x FSDP), run two steps on each, return their measurements ordered by rank."""
     R.require()
     if schedule not in SCHEDULES:
         raise SymmemError(f"schedule = {schedule!r}: one of {', '.join(SCHEDULES)}")
-    if pp < 2 or st.world % pp:
-        raise SymmemError(f"pp = {pp}: at least 2 and dividing the world of {st.world} processes")
-    if st.family != "llama3" or st.tp != 1 or st.replicate != 1 or st.ac != "none":
-        raise SymmemError("the pipeline runner runs torchtitan's Llama 3 under FSDP alone, without AC")
+    if pp < 2 or st.world % (pp * st.tp):
+        raise SymmemError(f"pp = {pp}, tp = {st.tp}: PP at least 2, PP x TP dividing the world of {st.world}")
+    if st.family != "llama3" or st.replicate != 1 or st.ac != "none":
+        raise SymmemError("the pipeline runner runs torchtitan's Llama 3 under FSDP (and TP), without AC")
     from symmem.validate._spawn import spawn
 
     return spawn(_step, (st, pp, microbatches, schedule), st.world, "PP x FSDP2")
