@@ -1,5 +1,5 @@
-"""torchtitan 0.3.0's Llama 3 under pipeline parallelism x FSDP2 on the CPU (gloo), measured where pipelining
-changes the bytes.
+"""torchtitan 0.3.0's Llama 3 and DeepSeek-V3 under pipeline parallelism x FSDP2 on the CPU (gloo), measured where
+pipelining changes the bytes.
 
 `run(settings, pp, microbatches, schedule)` spawns PP x FSDP (x TP) ranks (mesh ("pp", "dp"), or torchtitan's
 ParallelDims under TP); each builds the whole model as `runner.build_model` does, keeps its stage's modules by
@@ -149,8 +149,8 @@ def run(st: R.Settings, pp: int, microbatches: int, schedule: str = "1F1B") -> l
         raise SymmemError(f"schedule = {schedule!r}: one of {', '.join(SCHEDULES)}")
     if pp < 2 or st.world % (pp * st.tp):
         raise SymmemError(f"pp = {pp}, tp = {st.tp}: PP at least 2, PP x TP dividing the world of {st.world}")
-    if st.family != "llama3" or st.replicate != 1 or st.ac != "none":
-        raise SymmemError("the pipeline runner runs torchtitan's Llama 3 under FSDP (and TP), without AC")
+    if st.replicate != 1 or st.ac != "none":
+        raise SymmemError("the pipeline runner runs torchtitan's models under FSDP (and TP), without AC or HSDP")
     from symmem.validate._spawn import spawn
 
     return spawn(_step, (st, pp, microbatches, schedule), st.world, "PP x FSDP2")
