@@ -482,6 +482,9 @@ def _freqs_cis_2412(scn, stage, parts, values) -> list[Buffer]:
 def _with_pipeline_buffers(buffers: Callable) -> Callable:
     """The profile's buffers and, under PP, the pipeline's receive buffers."""
     def both(scn, stage, parts, values) -> list[Buffer]:
+        # checked here too: DualPipe derives the states of a 1F1B copy of the scenario (analysis.dualpipe_states),
+        # which would pass the schedule check the states make
+        _torchtitan_check(scn)
         return [*buffers(scn, stage, parts, values), *_pipeline_recv_buffers(scn, stage)]
     return both
 

@@ -136,6 +136,7 @@ def test_gpipe_first_backward_has_nothing_accumulated_yet(tmp_path):
 
 @pytest.mark.parametrize("flags, words", [
     (["--schedule", "interleaved:2"], "torchtitan's single-stage schedules 1F1B, GPipe are modelled"),
+    (["--schedule", "dualpipe"], "schedule 'DualPipe' with PP 2: torchtitan's single-stage schedules"),
     (["--tp", "2", "--no-sequence-parallel"], "TP 2 without sequence parallelism is not modelled"),
     (["--layers-per-stage", "20,12"], "torchtitan splits the layers its own way"),
 ])
