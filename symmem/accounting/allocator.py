@@ -86,6 +86,14 @@ def _absorb(block: _Block, neighbour: _Block) -> None:
     block.size += neighbour.size
 
 
+def _unlist(pool: list, block: _Block) -> None:
+    """Take a free block out of its pool (sorted (size, address, block))."""
+    i = bisect.bisect_left(pool, (block.size, block.address))
+    if i >= len(pool) or pool[i][2] is not block:
+        raise AssertionError("a free block missing from its pool")  # a bug of this module, never input
+    pool.pop(i)
+
+
 def _split(block: _Block, size: int, remaining: int) -> _Block:
     """`alloc_found_block`'s split: `block` keeps its first `size` bytes, a new free block after it the
     `remaining` (returned, not yet in its pool)."""
@@ -153,10 +161,7 @@ class CachingAllocator:
                 pool = pools[block.small]
                 for neighbour in (block.prev, block.next):
                     if neighbour is not None and not neighbour.allocated:
-                        i = bisect_left(pool, (neighbour.size, neighbour.address))
-                        if i >= len(pool) or pool[i][2] is not neighbour:
-                            raise AssertionError("a free block missing from its pool")  # a bug here, never input
-                        pool.pop(i)
+                        _unlist(pool, neighbour)
                         _absorb(block, neighbour)
                 insort(pool, (block.size, block.address, block))
         finally:  # the state stays whole when a call is refused
@@ -235,12 +240,10 @@ class ExpandableAllocator:
 
     def malloc(self, key: object, nbytes: int, stream: str = "default") -> None:
         # (written for speed, as CachingAllocator.run: the FSDP2 replays of `symmem paper` make ~200,000 calls)
-        if nbytes.__class__ is not int or nbytes < 0:
-            raise SymmemError(f"allocation {key!r}: {nbytes!r} bytes: must be a non-negative integer")
+        size = request(key, nbytes)
         live = self._live
         if key in live:
             raise SymmemError(f"allocation {key!r}: allocated twice without a free")
-        size = MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
         small = size <= SMALL_SIZE
         pool_key = (stream, small)
         pool = self._free.get(pool_key)
@@ -283,7 +286,7 @@ class ExpandableAllocator:
             self.peak_reserved = self.reserved
             self.peak_tag = self.tag
         if tail is not None:
-            self._remove(pool_key, tail)
+            _unlist(self._free[pool_key], tail)
             tail.size += more
             return tail
         block = _Block(seg.mapped - more, more, small, prev=seg.last)
@@ -301,10 +304,7 @@ class ExpandableAllocator:
         self.allocated -= block.size
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.allocated:
-                i = bisect.bisect_left(pool, (neighbour.size, neighbour.address))
-                if i >= len(pool) or pool[i][2] is not neighbour:
-                    raise AssertionError("a free block missing from its pool")  # a bug of this module, never input
-                pool.pop(i)
+                _unlist(pool, neighbour)
                 _absorb(block, neighbour)
                 if seg.last is neighbour:
                     seg.last = block
@@ -317,9 +317,3 @@ class ExpandableAllocator:
         """Bytes mapped by one stream's segments."""
         return sum(seg.mapped for (st, _), seg in self._segments.items() if st == stream)
 
-    def _remove(self, pool_key, block: _Block) -> None:
-        pool = self._free[pool_key]
-        i = bisect.bisect_left(pool, (block.size, block.address))
-        if i >= len(pool) or pool[i][2] is not block:
-            raise AssertionError("a free block missing from its pool")  # a bug of this module, never input
-        pool.pop(i)

@@ -306,19 +306,22 @@ def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
     k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
-    args = (key, parts, k, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
     if not pipelined_fsdp(scn):
-        return _events(*args)
+        return _events(key, parts, k, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
     sharded = stage_states(scn, stage_params(scn, stage)).gradients
+
+    def events(in_flight: Fraction, accumulated: str) -> list[Event]:
+        return _events(key, parts, in_flight, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back,
+                       accumulated, sharded)
+
     if scn.schedule.name == "1f1b" and scn.m > scn.parallel.pp - stage.index:
         # 1F1B's steady state: a forward after each backward, so a backward runs with k in flight and every
         # gradient accumulated by the micro-batches before (torch/distributed/pipelining/schedules.py:1050-1120)
-        return _events(*args, "whole", sharded)
+        return events(k, "whole")
     # every forward before the first backward (GPipe; 1F1B with M <= PP - i): the first backward with k in flight
     # and nothing accumulated yet but its own later parts', the next with k - 1 and every gradient accumulated
-    first = _events(*args, "first", sharded)[:-1]  # (its optimizer step is the second's)
-    return first + (_events(*args[:2], k - 1, *args[3:], "whole", sharded) if k > 1 else
-                    _events(*args, "first", sharded)[-1:])
+    first = events(k, "first")
+    return first if k <= 1 else first[:-1] + events(k - 1, "whole")  # (one optimizer step: the second's)
 
 
 def pipelined_fsdp(scn: Scenario) -> bool:

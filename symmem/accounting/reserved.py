@@ -238,8 +238,11 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
     shards = []
     for params, shard, index in ((dense, par.dense_shard, rank // par.tp),
                                  (expert, par.expert_dp, rank // (par.etp * par.ep))):
-        spans, numel = _layout(params, shard) if params else ((), 0)
-        shards.append((numel, tuple(_shard_pieces(spans, numel, shard, index % shard)) if params else ()))
+        if not params:
+            shards.append((0, ()))
+            continue
+        spans, numel = _layout(params, shard)
+        shards.append((numel, tuple(_shard_pieces(spans, numel, shard, index % shard))))
     return _replay(scn, stage, tuple(shards))
 
 

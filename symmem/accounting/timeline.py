@@ -267,8 +267,9 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
             units.append((p, pol, n, label))
     timelines = [part_timeline(p.flow, rules, pol, axes, act_bytes, e_tok) for p, pol, _, _ in units]
     per_mb = sympy.Add(*[n * tl.saved for (_, _, n, _), tl in zip(units, timelines, strict=True)])
-    weights_of = {p.name: p.count * _layer_weights(p, axes) for p in parts} if pipelined_fsdp else {}
-    stage_weights = sympy.Add(*weights_of.values())
+    # each part's weights (all its copies), in stage order
+    weights_of = [p.count * _layer_weights(p, axes) for p in parts] if pipelined_fsdp else []
+    stage_weights = sympy.Add(*weights_of)
     others = sympy.Rational(in_flight.numerator, in_flight.denominator) - 1
     base = [Amount(SAVED_OTHER, f"{others} x saved per micro-batch", others * per_mb)] if others else []
     events: list[Event] = []
@@ -286,9 +287,8 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
                 accumulated = Amount(UNREDUCED, "the stage's gradients, accumulated unsharded",
                                      grad_bytes * stage_weights)
             else:  # the parts after this one have run their backward of the first micro-batch
-                later = [q.name for q in parts[[q.name for q in parts].index(p.name) + 1:]]
                 accumulated = Amount(UNREDUCED, "the gradients of the parts after it, accumulated unsharded",
-                                     grad_bytes * sympy.Add(*[weights_of[q] for q in later]))
+                                     grad_bytes * sympy.Add(*weights_of[parts.index(p) + 1:]))
             backward = forward_extra + (accumulated,)
             if p.is_layers:
                 backward += (Amount(UNREDUCED, "the layer's gradients", weight_bytes * _layer_weights(p, axes)),)

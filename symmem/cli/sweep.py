@@ -286,9 +286,9 @@ def _fsdp_only(args, profile: str) -> None:
     their default values where the profile models them, else kept at 1."""
     from symmem.profiles import TORCHTITAN_9DEC370
 
-    tp_modelled = profile != TORCHTITAN_9DEC370
+    tp_modelled = profile != TORCHTITAN_9DEC370  # 0.3.0's TP and PP (profiles._torchtitan_check)
     for axis, default in _SWEEP_DEFAULTS.items():
-        if axis in ("tp", "pp") and tp_modelled:  # 0.3.0's PP too (profiles._torchtitan_pp_check: TP or PP)
+        if axis in ("tp", "pp") and tp_modelled:
             continue
         given = getattr(args, axis)
         if given is None or given == default:

@@ -174,7 +174,6 @@ def _warm_up() -> None:
 
 def generate(figures: bool = True) -> dict[str, str | bytes]:
     import derivations
-    from symmem.render.sources import caption_tex
 
     if figures and _cores() >= 2:  # only worth it before forking: in one process the caches are shared anyway
         _warm_up()
@@ -182,9 +181,7 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
     files: dict[str, str | bytes] = {}
     try:
         here = {m: collect((m,)) for m in derivations.MODULES if handle is None or m not in CHILD_TABLES}
-        for tabs in here.values():  # rendered while the child works
-            for t in tabs:
-                files.update(render_all(t, caption_tex(t.id)))
+        _render(here, files)  # while the child works
         formulas_file = formulas()
         if handle is not None:
             drawn, there, mpl = _join_child(handle)
@@ -196,14 +193,21 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
         if handle is not None:
             handle[0].kill()
         raise
-    for tabs in there.values():
-        for t in tabs:
-            files.update(render_all(t, caption_tex(t.id)))
+    _render(there, files)
     tables = [t for m in derivations.MODULES for t in (here[m] if m in here else there[m])]
     files.update(report(tables, formulas_file))
     files.update(drawn)
     files["README.md"] = _index(tables, mpl)
     return files
+
+
+def _render(by_module: dict[str, list[Table]], files: dict) -> None:
+    """Each table's files (Markdown, CSV, LaTeX with its caption) into `files`."""
+    from symmem.render.sources import caption_tex
+
+    for tables in by_module.values():
+        for t in tables:
+            files.update(render_all(t, caption_tex(t.id)))
 
 
 def _index(tables: list[Table], mpl: str | None) -> str:
