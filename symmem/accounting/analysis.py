@@ -26,7 +26,17 @@ from symmem.accounting.params import (
     weight_uses,
 )
 from symmem.accounting.states import StateBytes, state_bytes
-from symmem.accounting.timeline import PIPELINE, Amount, Event, StagePeak, stage_events, stage_peak, step_series
+from symmem.accounting.timeline import (
+    PIPELINE,
+    Amount,
+    Event,
+    StagePeak,
+    one_microbatch_events,
+    others_amount,
+    stage_peak,
+    step_series,
+    with_others,
+)
 from symmem.config import ModelConfig
 from symmem.model import model_parts, stage_parts
 from symmem.parallel.layout import Stage
@@ -300,6 +310,14 @@ def dualpipe_states(scn: Scenario, stage: Stage) -> StateBytes:
 
 def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
     """The candidate peak events of one GPU of `stage` (dynamic amounts, closed forms)."""
+    events, others = _timeline_events(scn, stage)
+    return with_others(events, others)
+
+
+def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...], Amount | None]:
+    """`stage_timeline_events` as (events, what the other micro-batches in flight keep, alive at each event but
+    the last): events of one micro-batch in flight, shared by the stages of the same layers, and the amount of the
+    others (`timeline.with_others`); or every event as is and None."""
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     key = _activation_key(scn)
     axes = scn.parallel.axis_sizes()
@@ -307,21 +325,23 @@ def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
     if not pipelined_fsdp(scn):
-        return _events(key, parts, k, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
+        events, per_mb = _events(key, parts, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
+        return events, others_amount(per_mb, k)
     sharded = stage_states(scn, stage_params(scn, stage)).gradients
 
     def events(in_flight: Fraction, accumulated: str) -> list[Event]:
-        return _events(key, parts, in_flight, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back,
-                       accumulated, sharded)
+        one, per_mb = _events(key, parts, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back,
+                              accumulated, sharded)
+        return with_others(one, others_amount(per_mb, in_flight))
 
     if scn.schedule.name == "1f1b" and scn.m > scn.parallel.pp - stage.index:
         # 1F1B's steady state: a forward after each backward, so a backward runs with k in flight and every
         # gradient accumulated by the micro-batches before (torch/distributed/pipelining/schedules.py:1050-1120)
-        return events(k, "whole")
+        return tuple(events(k, "whole")), None
     # every forward before the first backward (GPipe; 1F1B with M <= PP - i): the first backward with k in flight
     # and nothing accumulated yet but its own later parts', the next with k - 1 and every gradient accumulated
     first = events(k, "first")
-    return first if k <= 1 else first[:-1] + events(k - 1, "whole")  # (one optimizer step: the second's)
+    return tuple(first if k <= 1 else first[:-1] + events(k - 1, "whole")), None  # (one optimizer step: the second's)
 
 
 def pipelined_fsdp(scn: Scenario) -> bool:
@@ -331,10 +351,12 @@ def pipelined_fsdp(scn: Scenario) -> bool:
 
 
 @lru_cache(maxsize=256)
-def _events(key, parts, k, zero, weight_bytes, grad_bytes, axes, back, pipelined=None, sharded=0) -> list[Event]:
+def _events(key, parts, zero, weight_bytes, grad_bytes, axes, back, pipelined=None,
+            sharded=0) -> tuple[tuple[Event, ...], sympy.Expr]:
+    """`timeline.one_microbatch_events`, derived once for the stages of the same layers."""
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
-    return stage_events(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), k, zero,
-                        weight_bytes, grad_bytes, back, pipelined, sharded)
+    return one_microbatch_events(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), zero,
+                                 weight_bytes, grad_bytes, back, pipelined, sharded)
 
 
 def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
@@ -398,7 +420,8 @@ def stage_peak_of(scn: Scenario, stage: Stage, states: StateBytes, k: Fraction) 
     if walked_schedule(scn):
         walk = scn.replace(microbatches=_walk_microbatches(scn))
         return stage_peak(stage_step_series(walk, stage), static, values(scn), k)
-    return stage_peak(stage_timeline_events(scn, stage), static, values(scn), k)
+    events, others = _timeline_events(scn, stage)
+    return stage_peak(events, static, values(scn), k, others)
 
 
 def memory(scn: Scenario) -> list[StageMemory]:

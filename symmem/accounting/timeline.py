@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import sympy
 
@@ -219,7 +219,14 @@ class StagePeak:
     event: Event
     dynamic: dict[str, int]  # the event's amounts by component
     in_flight: Fraction
-    events: tuple[tuple[Event, int], ...] = field(repr=False)  # every candidate with its dynamic bytes
+    # (events, others, their dynamic bytes): `stage_peak`'s candidates, as `events` lists them
+    candidates: tuple = field(repr=False, compare=False)
+
+    @cached_property
+    def events(self) -> tuple[tuple[Event, int], ...]:
+        """Every candidate with its dynamic bytes (built on first use: most callers want only the winner)."""
+        events, others, totals = self.candidates
+        return tuple(zip(with_others(events, others), totals, strict=True))
 
     @property
     def peak_allocated(self) -> int:
@@ -231,18 +238,51 @@ class StagePeak:
                 "microbatch": "last in flight" if self.event.phase != "optimizer step" else None}
 
 
-def _component_sums(amounts, values) -> dict[str, int]:
-    out: dict[str, Fraction] = {}
+def _component_sums(amounts, values: dict) -> dict[str, int]:
+    """`amounts`' bytes by component, at `values`."""
+    return _by_component(amounts, amount_values(values))
+
+
+def _by_component(amounts, value: Callable) -> dict[str, int]:
+    """`amounts`' bytes by component (`value`: an amount's exact bytes, `amount_values`)."""
+    out: dict[str, int | Fraction] = {}
     for a in amounts:
-        out[a.component] = out.get(a.component, Fraction(0)) + evaluate(a.nbytes, values)
-    return {k: ceil_int(v) for k, v in out.items()}
+        out[a.component] = out.get(a.component, 0) + value(a.nbytes)
+    return {k: v if v.__class__ is int else ceil_int(Fraction(v)) for k, v in out.items()}
 
 
 def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
                  e_tok: sympy.Expr, in_flight: Fraction, zero: int, weight_bytes: int, grad_bytes: int,
                  backward_extra: tuple[Amount, ...] = (), pipelined_fsdp: str | None = None,
                  sharded_grads: int = 0) -> list[Event]:
-    """Every candidate peak event of one GPU of a stage (dynamic amounts only). Under a per-layer policy
+    """Every candidate peak event of one GPU of a stage (dynamic amounts only), with `in_flight` micro-batches in
+    flight: `one_microbatch_events`, the other micro-batches' saved tensors added (`with_others`)."""
+    events, per_mb = one_microbatch_events(parts, rules, policy, axes, act_bytes, e_tok, zero, weight_bytes,
+                                           grad_bytes, backward_extra, pipelined_fsdp, sharded_grads)
+    return with_others(events, others_amount(per_mb, in_flight))
+
+
+def others_amount(per_mb: sympy.Expr, in_flight: Fraction) -> Amount | None:
+    """What the other micro-batches in flight keep saved (None with one in flight), `per_mb` bytes each."""
+    others = sympy.Rational(in_flight.numerator, in_flight.denominator) - 1
+    return Amount(SAVED_OTHER, f"{others} x saved per micro-batch", others * per_mb) if others else None
+
+
+def with_others(events, others: Amount | None) -> list[Event]:
+    """`events` of one micro-batch in flight (`one_microbatch_events`) with `others` alive at each but the last
+    (the optimizer step, after every backward), as the events' first amount."""
+    if others is None:
+        return list(events)
+    return [Event(ev.phase, ev.part, ev.op, (others,) + ev.amounts) for ev in events[:-1]] + [events[-1]]
+
+
+def one_microbatch_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
+                          e_tok: sympy.Expr, zero: int, weight_bytes: int, grad_bytes: int,
+                          backward_extra: tuple[Amount, ...] = (), pipelined_fsdp: str | None = None,
+                          sharded_grads: int = 0) -> tuple[tuple[Event, ...], sympy.Expr]:
+    """The candidate peak events of one GPU of a stage with one micro-batch in flight, the optimizer step's last,
+    and the bytes one micro-batch keeps saved. Stages of the same layers share them: they differ only in the other
+    micro-batches in flight, alive alike at every event but the step (`with_others`). Under a per-layer policy
     (`selective-layer:N`) a part's layers are taken by the policy each runs under, the kind of the part's last layer
     last (`Policy.layer_split`): its last copy then sees every other layer of the part saved, as the step's last
     layer does; the other kind's last copy sees those of its own kind (a floor for the moment it stands for).
@@ -270,13 +310,11 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
     # each part's weights (all its copies), in stage order
     weights_of = [p.count * _layer_weights(p, axes) for p in parts] if pipelined_fsdp else []
     stage_weights = sympy.Add(*weights_of)
-    others = sympy.Rational(in_flight.numerator, in_flight.denominator) - 1
-    base = [Amount(SAVED_OTHER, f"{others} x saved per micro-batch", others * per_mb)] if others else []
     events: list[Event] = []
     earlier = sympy.Integer(0)
     for (p, _, count, label), tl in zip(units, timelines, strict=True):
         before = earlier + (count - 1) * tl.saved
-        common = tuple(base + ([Amount(SAVED_EARLIER, "earlier parts and copies", before)] if before != 0 else []))
+        common = (Amount(SAVED_EARLIER, "earlier parts and copies", before),) if before != 0 else ()
         # what this part adds to each of its forward and backward events (the same amounts for all of them)
         forward_extra: tuple[Amount, ...] = ()
         backward: tuple[Amount, ...] = ()
@@ -306,7 +344,7 @@ def stage_events(parts: tuple[Part, ...], rules: RuleSet, policy: Policy, axes: 
     step = (Amount(UNREDUCED, "the sharded gradients (the last micro-batch's reduce-scatter)", sharded_grads),) \
         if pipelined_fsdp else ()
     events.append(Event("optimizer step", "", "step", step))
-    return events
+    return tuple(events), per_mb
 
 
 def _layer_weights(p: Part, axes: AxisSizes) -> sympy.Expr:
@@ -331,12 +369,35 @@ def amount_values(values: dict) -> Callable[[sympy.Expr], int | Fraction]:
     return value
 
 
-def stage_peak(events: list[Event], static: dict[str, int], values: dict, in_flight: Fraction) -> StagePeak:
-    value = amount_values(values)
+def stage_peak(events, static: dict[str, int], values: dict, in_flight: Fraction,
+               others: Amount | None = None) -> StagePeak:
+    """The busiest of `events` (the first of equals: forward before backward, earlier parts first), with the
+    stage's static bytes. `others`: `events` are of one micro-batch in flight (`one_microbatch_events`), and
+    `others` the other micro-batches' saved tensors, alive alike at each event but the last (`with_others`): it
+    adds the same bytes to each of their scores, so a tuple of such events, derived once for the stages of the
+    same layers, is scored once at the same sizes (`_shared_scores`)."""
+    if isinstance(events, tuple):
+        scores, value = _shared_scores(events, values)
+    else:
+        value = amount_values(values)
+        scores = _scores(events, value)
+    if others is not None:
+        more = value(others.nbytes)
+        scores = [total + more for total in scores[:-1]] + [scores[-1]]
+    totals = [total if total.__class__ is int else ceil_int(Fraction(total)) for total in scores]
+    best = max(range(len(totals)), key=totals.__getitem__)  # the first of equals
+    event = events[best]
+    if others is not None and best < len(totals) - 1:
+        event = Event(event.phase, event.part, event.op, (others,) + event.amounts)
+    return StagePeak(static, event, _by_component(event.amounts, value), in_flight, (events, others, totals))
+
+
+def _scores(events, value: Callable) -> list[int | Fraction]:
+    """Each event's dynamic bytes, exact (an int, or a Fraction where an amount is fractional)."""
     # each amount's value looked up inline by the identity of its expression (`events` keeps them alive): a stage
     # has up to ~10^5 amounts, and a call or a sympy hash (a Python method) per amount was most of this loop's time
     known: dict[int, int | Fraction] = {}
-    scored = []
+    out = []
     for ev in events:
         total = 0
         for a in ev.amounts:
@@ -344,9 +405,29 @@ def stage_peak(events: list[Event], static: dict[str, int], values: dict, in_fli
             if v is None:
                 v = known[id(a.nbytes)] = value(a.nbytes)
             total += v
-        scored.append((ev, total if total.__class__ is int else ceil_int(Fraction(total))))
-    best = max(scored, key=lambda x: x[1])[0]  # the first of equals: forward before backward, earlier parts first
-    return StagePeak(static, best, _component_sums(best.amounts, values), in_flight, tuple(scored))
+        out.append(total)
+    return out
+
+
+# id(events) -> (events, {sizes: (scores, value)}): the events' tuple is held here, so that its id stays its own
+_SHARED: dict[int, tuple[tuple, dict]] = {}
+_SHARED_MAX = 256  # tuples of events remembered (a whole `symmem paper` derives about 60)
+
+
+def _shared_scores(events: tuple, values: dict) -> tuple[list[int | Fraction], Callable]:
+    """`_scores` of an immutable tuple of events, remembered by its identity and the sizes, with the
+    `amount_values` that scored them."""
+    held = _SHARED.get(id(events))
+    if held is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        held = _SHARED[id(events)] = (events, {})
+    key = frozenset(values.items())
+    found = held[1].get(key)
+    if found is None:
+        value = amount_values(values)
+        found = held[1][key] = (_scores(events, value), value)
+    return found
 
 
 def reserved_range(peak_allocated: int, fragmentation: tuple[float, float], comm: tuple[int, int]) -> tuple[int, int]:
