@@ -25,6 +25,11 @@ def enable() -> None:
     gc.disable()
 
 
+def enabled() -> bool:
+    """Whether this is the one-shot program (`enable` called)."""
+    return _enabled
+
+
 def settle(load: tuple[str, ...] = ()) -> None:
     """Import the modules of `load` with the collector paused, then freeze every object alive (those modules',
     and whatever was imported before) and let the collector run again. A plain import of `load` unless

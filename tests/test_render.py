@@ -187,3 +187,25 @@ import hashlib; print(hashlib.sha256(a).hexdigest())
                          "import matplotlib.backends.backend_pdf\nfrom symmem.render import plots")
     out = subprocess.run([sys.executable, "-c", eager], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[0] == "module" and out.split("\n")[2] == digest
+
+
+_SIGNATURES = """
+import sys, inspect
+from symmem import _gc
+if sys.argv[1] == "program":
+    _gc.enable()
+from symmem.render.plots import load_matplotlib
+load_matplotlib()
+import matplotlib.artist, matplotlib.lines
+written = "__signature__" in matplotlib.lines.Line2D.set.__dict__
+restored = matplotlib.artist.Artist.__dict__["_update_set_signature_and_docstring"].__func__.__name__
+print(written, restored)
+"""
+
+
+@pytest.mark.parametrize(("mode", "written"), [("program", False), ("library", True)])
+def test_only_the_program_skips_the_artists_set_signatures(mode, written):
+    # symmem.render.plots._without_set_signatures: the one-shot program leaves Line2D.set's signature unwritten (a
+    # third of matplotlib's import) and puts matplotlib's method back; a library user's matplotlib keeps them
+    out = subprocess.run([os.sys.executable, "-c", _SIGNATURES, mode], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(written), "_update_set_signature_and_docstring"]
