@@ -338,21 +338,23 @@ def _torchtitan_check(scn) -> None:
                           "DeepSeek-V3 are modelled (its Qwen3 is not yet)")
 
 
-# the schedules torch.distributed.pipelining runs one stage per rank with, as symmem names them: their micro-batches
-# in flight are symmem's (torch/distributed/pipelining/schedules.py:1050-1056, Schedule1F1B: min(M, PP - i) warm-up
-# forwards before the first backward; ScheduleGPipe: every forward first)
-TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
+# the schedules of torch.distributed.pipelining modelled, as symmem names them (torchtitan's
+# `pipeline_parallel_schedule` beside): the single-stage ones, whose micro-batches in flight are symmem's
+# (torch/distributed/pipelining/schedules.py:1050-1056, Schedule1F1B: min(M, PP - i) warm-up forwards before the first
+# backward; ScheduleGPipe: every forward first), and interleaved 1F1B, v stages per rank in torch's order
+# (`Schedule.order`, runtime "torch")
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 
 
 def _torchtitan_pp_check(scn) -> None:
-    """What of torchtitan 0.3.0's pipelining is modelled: single-stage schedules (1F1B, its default
-    `pipeline_parallel_schedule`, torchtitan/config/configs.py:210; GPipe), the layers split its way (with TP and
-    sequence parallelism, checked with TP above)."""
+    """What of torchtitan 0.3.0's pipelining is modelled: 1F1B (its default `pipeline_parallel_schedule`,
+    torchtitan/config/configs.py:210), GPipe and Interleaved1F1B, the layers split its way (with TP and sequence
+    parallelism, checked with TP above); not its zero-bubble and V-shaped schedules."""
     name, par = scn.profile.name, scn.parallel
     if scn.schedule.name not in TORCHTITAN_SCHEDULES:
         raise SymmemError(f"profile {name}: schedule {scn.schedule.label!r} with PP {par.pp}: torchtitan's "
-                          f"single-stage schedules {', '.join(TORCHTITAN_SCHEDULES.values())} are modelled "
-                          f"(--schedule {' or '.join(TORCHTITAN_SCHEDULES)}); its multi-stage ones are not yet")
+                          f"{', '.join(TORCHTITAN_SCHEDULES.values())} are modelled (--schedule 1f1b, gpipe or "
+                          "interleaved:V); its zero-bubble and V-shaped schedules are not yet")
     if scn.stage_layout.kind != "torchtitan":
         raise SymmemError(f"profile {name}: a {scn.stage_layout.kind} layout with PP {par.pp}: torchtitan splits the "
                           "layers its own way (symmem.parallel.layout.torchtitan_layers); drop --layers-per-stage and "
@@ -370,13 +372,16 @@ def _pipeline_recv_buffers(scn, stage) -> list[Buffer]:
     if scn.parallel.pp == 1:
         return []
     one = scn.b * scn.s * scn.model.value("h") * scn.act_bytes // scn.parallel.tp
+    # each of the GPU's stages has its own (v under interleaving): all but the model's first receive activations,
+    # all but its last gradients
+    v = len(stage.chunk_layers) or 1
     out = []
-    if not stage.embedding:
-        out.append(Buffer(f"pipeline receive buffers, activations ({scn.m} micro-batches)", scn.m * one,
-                          "torch/distributed/pipelining/stage.py:2251-2272"))
-    if not stage.head:
-        out.append(Buffer(f"pipeline receive buffers, gradients ({scn.m} micro-batches)", scn.m * one,
-                          "torch/distributed/pipelining/stage.py:2286-2316"))
+    for what, n, where in (("activations", v - stage.embedding, "2251-2272"), ("gradients", v - stage.head,
+                                                                              "2286-2316")):
+        if n:
+            of = f"{n} stage{'s' * (n > 1)} x {scn.m} micro-batches" if v > 1 else f"{scn.m} micro-batches"
+            out.append(Buffer(f"pipeline receive buffers, {what} ({of})", n * scn.m * one,
+                              f"torch/distributed/pipelining/stage.py:{where}"))
     return out
 
 

@@ -118,8 +118,9 @@ class Scenario:
         if self.flow_impl is not None and base_rules == "paper":  # else: "rule set 'paper' has no rule for ..."
             raise SymmemError("dataflow = 'hf': Hugging Face's dataflow needs a rule set with its ops, and the "
                               "'paper' rule set has none; use rules = 'torch-eager' (--rules torch-eager)")
-        self.schedule.check(self.parallel.pp, self.m)
-        self.schedule.check_layout(tuple(len(st.layers) for st in self.stages))
+        self.schedule.check(self.parallel.pp, self.m, self.schedule_runtime)
+        if not any(st.chunk_layers for st in self.stages):  # (torchtitan's chunks are its own split)
+            self.schedule.check_layout(tuple(len(st.layers) for st in self.stages))
         if self.flow_impl is None and (self.attn_impl, self.experts_impl) != ("eager", "eager"):
             chosen = ", ".join(f"{f} = {getattr(self, f)!r}" for f in ("attn_impl", "experts_impl")
                                if getattr(self, f) != "eager")
@@ -269,7 +270,13 @@ class Scenario:
     @cached_property
     def stages(self) -> tuple[Stage, ...]:
         return build_stages(self.stage_layout, self.model.value("L"), self.parallel.pp,
-                            self.model.n_mtp if self.mtp else 0)
+                            self.model.n_mtp if self.mtp else 0, self.schedule.chunks)
+
+    @property
+    def schedule_runtime(self) -> str:
+        """Whose pipeline runtime orders the schedule (`Schedule.order`): torch.distributed.pipelining's under a
+        profile that runs FSDP2 under it (torchtitan 0.3.0), else Megatron's."""
+        return "torch" if self.profile.pipelined_fsdp else "megatron"
 
     def replace(self, **changes) -> Scenario:
         return dataclasses.replace(self, **changes)

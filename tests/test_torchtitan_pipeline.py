@@ -135,8 +135,8 @@ def test_gpipe_first_backward_has_nothing_accumulated_yet(tmp_path):
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--schedule", "interleaved:2"], "torchtitan's single-stage schedules 1F1B, GPipe are modelled"),
-    (["--schedule", "dualpipe"], "schedule 'DualPipe' with PP 2: torchtitan's single-stage schedules"),
+    (["--schedule", "zb1p"], "torchtitan's 1F1B, GPipe, Interleaved1F1B are modelled"),
+    (["--schedule", "dualpipe"], "schedule 'DualPipe' with PP 2: torchtitan's 1F1B, GPipe, Interleaved1F1B"),
     (["--tp", "2", "--no-sequence-parallel"], "TP 2 without sequence parallelism is not modelled"),
     (["--layers-per-stage", "20,12"], "torchtitan splits the layers its own way"),
 ])
@@ -167,3 +167,124 @@ def test_receive_buffers_under_tp_are_the_sequence_shards(tmp_path, capsys):
     d = _tiny(tmp_path, capsys, "--tp", "2")
     assert d["stages"][0]["framework_buffers"]["pipeline receive buffers, gradients (4 micro-batches)"] == \
         4 * 16 * 64 * 2
+
+
+# ------------------------------------------------------------------------------ interleaved 1F1B (torch's order)
+def test_torch_interleaved_order_is_torchs():
+    """symmem's order of torch's interleaved 1F1B equals ScheduleInterleaved1F1B's own per-rank actions (idle slots
+    left out) wherever torch is installed, and Megatron's order where PP divides M and M > PP."""
+    from symmem.parallel.schedule import Schedule
+
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules", reason="torch not installed")
+
+    def torchs(rank, pp, v, m):
+        s = schedules.ScheduleInterleaved1F1B.__new__(schedules.ScheduleInterleaved1F1B)
+        s.pp_group_size, s.n_local_stages, s._n_microbatches = pp, v, m
+        s.number_of_rounds = max(1, m // pp)
+        s.microbatches_per_round = m // s.number_of_rounds
+        return [("F" if a.computation_type == schedules._ComputationType.FORWARD else "B", a.microbatch_index,
+                 a.stage_index // pp) for a in s._calculate_single_rank_operations(rank) if a is not None]
+
+    checked = 0
+    for pp in range(2, 6):
+        for v in range(2, 4):
+            for m in range(1, 3 * pp + 2):
+                if m % max(1, m // pp):
+                    with pytest.raises(SymmemError, match="multiple of its"):
+                        Schedule("interleaved", v).order(0, pp, m, "torch")
+                    continue
+                for rank in range(pp):
+                    ours = Schedule("interleaved", v).order(rank, pp, m, "torch")
+                    assert ours == torchs(rank, pp, v, m), (rank, pp, v, m)
+                    if m % pp == 0 and m > pp:
+                        assert ours == Schedule("interleaved", v).order(rank, pp, m)
+                    checked += 1
+    assert checked > 150
+
+
+def test_torchtitan_interleaved_stages_by_hand():
+    """Llama 3 8B's 32 layers over PP 2 x v 2: torchtitan splits them over 4 stages, 8, 9, 8 and 7 (34 = 4 x 8 + 2,
+    the first two one more; the embedding and the output take one each), rank 0 runs stages 0 and 2, rank 1 stages
+    1 and 3."""
+    from symmem.parallel.layout import LayoutSpec, build_stages
+
+    first, last = build_stages(LayoutSpec("torchtitan"), 32, 2, 0, chunks=2)
+    assert (first.chunk_layers, first.layers) == ((8, 8), tuple(range(0, 8)) + tuple(range(17, 25)))
+    assert (last.chunk_layers, last.layers) == ((9, 7), tuple(range(8, 17)) + tuple(range(25, 32)))
+    assert (first.embedding, first.head, last.embedding, last.head) == (True, False, False, True)
+
+
+def test_interleaved_pipelined_fsdp_by_hand(tmp_path, capsys):
+    """The six-layer tiny Llama (tests/validate/test_fsdp2_pipeline.py measures it) at PP 2 x v 2, M 4: stages of
+    1 (and the embedding), 2, 2 and 1 (and the norm and output) layers. Both ranks peak in a backward of chunk 0
+    with both chunks gathered in BF16 and both accumulated in FP32, beside the layer's own BF16 gradients; each
+    stage but the model's first keeps a receive buffer of activations per micro-batch, each but its last one of
+    gradients ([1, 32, 64] BF16: 4,096 bytes)."""
+    tiny = {**TINY, "num_hidden_layers": 6}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(tiny))
+    assert main(["memory", "--model", str(config), "--profile", "torchtitan-cpu", "--pp", "2", "-b", "1", "-s", "32",
+                 "--microbatches", "4", "--schedule", "interleaved:2", "--json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    layer, embedding, head = 61_568, 256 * 64, 64 + 256 * 64
+    chunks = [(embedding + layer, 2 * layer), (2 * layer, layer + head)]
+    for st, (a, b) in zip(stages, chunks, strict=True):
+        br = st["peak_breakdown"]
+        assert br["gathered parameters (ZeRO-3)"] == 2 * (a + b)
+        assert br["unreduced gradients (ZeRO-2/3)"] == 4 * (a + b) + 2 * layer
+        assert st["peak_event"]["phase"] == "backward" and "chunk 0" in st["peak_event"]["part"]
+    assert stages[0]["framework_buffers"]["pipeline receive buffers, activations (1 stage x 4 micro-batches)"] == \
+        4 * 4096
+    assert stages[0]["framework_buffers"]["pipeline receive buffers, gradients (2 stages x 4 micro-batches)"] == \
+        8 * 4096
+    assert stages[1]["framework_buffers"]["pipeline receive buffers, activations (2 stages x 4 micro-batches)"] == \
+        8 * 4096
+
+
+def test_interleaved_chunks_finish_in_torchs_order(tmp_path):
+    """Chunk by chunk, as the real code shows it (tests/validate/test_fsdp2_pipeline.py): the later chunk runs its
+    backwards first; after its last, the events hold its sharded gradients and no longer its gathered parameters
+    or accumulated gradients; the optimizer step holds every chunk's sharded gradients."""
+    from symmem.accounting.analysis import stage_timeline_events, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**TINY, "num_hidden_layers": 6}))
+    scn = scenario_from_args(build_parser().parse_args([
+        "memory", "--model", str(config), "--profile", "torchtitan-cpu", "--pp", "2", "-b", "1", "-s", "32",
+        "--microbatches", "4", "--schedule", "interleaved:2"]))
+    vals = values(scn)
+    layer, embedding = 61_568, 256 * 64
+
+    def amount(ev, what):
+        return sum(ceil_int(evaluate(a.nbytes, vals)) for a in ev.amounts if a.what.startswith(what))
+
+    events = stage_timeline_events(scn, scn.stages[0])
+    gathered = [amount(ev, "the chunks' parameters") for ev in events[:-1]]
+    done = [amount(ev, "the sharded gradients of the chunks done") for ev in events[:-1]]
+    both = 2 * (embedding + 3 * layer)
+    # chunk 0 alone until chunk 1's first forward, then both, then chunk 0 alone again
+    assert set(gathered) == {2 * (embedding + layer), both}
+    # once chunk 1 (2 layers) is done: only chunk 0 gathered, chunk 1's sharded FP32 gradients held
+    assert {g for g, d in zip(gathered, done, strict=True) if d} == {2 * (embedding + layer)}
+    assert {d for d in done if d} == {4 * 2 * layer}
+    assert amount(events[-1], "the sharded gradients") == 4 * (embedding + 3 * layer)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved:2"])
+def test_timeline_walks_to_memorys_peak(schedule):
+    """`symmem timeline` walks the whole step in torch's order with FSDP2's pipelined amounts, and finds the peak
+    `symmem memory` reports: for 1F1B and GPipe from candidate events, for interleaved the same walk."""
+    from symmem.accounting.analysis import memory
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.cli.timeline import series
+
+    scn = scenario_from_args(build_parser().parse_args([
+        "memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", "2", "--dp", "4", "-b", "1", "-s",
+        "4096", "--microbatches", "4", "--recompute", "full", "--schedule", schedule]))
+    for st in memory(scn):
+        _labels, rows, peak = series(scn, st.stage.index)
+        assert sum(rows[peak].values()) == st.peak_allocated, (schedule, st.stage.index)

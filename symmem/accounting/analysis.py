@@ -285,7 +285,7 @@ def stage_memory(scn: Scenario, stage: Stage) -> StageMemory:
     sp = stage_params(scn, stage)
     st = stage_states(scn, sp)
     act = stage_activation_bytes(scn, stage)
-    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
+    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m, scn.schedule_runtime)
     acts = math.ceil(act * k)
     alloc = st.total + acts
     frag = (math.ceil(alloc * scn.fragmentation[0]), math.ceil(alloc * scn.fragmentation[1]))
@@ -321,12 +321,14 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...], Am
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     key = _activation_key(scn)
     axes = scn.parallel.axis_sizes()
-    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m)
+    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m, scn.schedule_runtime)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
     if not pipelined_fsdp(scn):
         events, per_mb = _events(key, parts, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
         return events, others_amount(per_mb, k)
+    if scn.schedule.name == "interleaved":  # several chunks per GPU: walked in torch's order
+        return tuple(stage_pipelined_series(scn, stage)), None
     sharded = stage_states(scn, stage_params(scn, stage)).gradients
 
     def events(in_flight: Fraction, accumulated: str) -> list[Event]:
@@ -342,6 +344,39 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...], Am
     # and nothing accumulated yet but its own later parts', the next with k - 1 and every gradient accumulated
     first = events(k, "first")
     return tuple(first if k <= 1 else first[:-1] + events(k - 1, "whole")), None  # (one optimizer step: the second's)
+
+
+def stage_chunks(scn: Scenario, stage: Stage) -> list[Stage]:
+    """The model chunks one GPU of `stage` runs, each as a stage of its own (its layers; the embedding with the
+    first, the head and MTP with the last): v even parts of its layers under interleaving, torchtitan's own chunk
+    sizes where the stage has them (`Stage.chunk_layers`), else the stage itself."""
+    v = scn.schedule.chunks if scn.schedule.name == "interleaved" else 1
+    counts = stage.chunk_layers or (len(stage.layers) // v,) * v
+    out, at = [], 0
+    for c, n in enumerate(counts):
+        out.append(dataclasses.replace(stage, layers=stage.layers[at:at + n], embedding=stage.embedding and c == 0,
+                                       head=stage.head and c == v - 1, mtp=stage.mtp if c == v - 1 else 0,
+                                       chunk_layers=()))
+        at += n
+    return out
+
+
+def stage_pipelined_series(scn: Scenario, stage: Stage) -> list[Event]:
+    """Every event of one GPU's step under FSDP2 and torch.distributed.pipelining with several chunks per GPU
+    (`symmem.accounting.pipelined`), in torch's order (`Schedule.order`, runtime "torch")."""
+    from symmem.accounting.pipelined import pipelined_series
+
+    key = _activation_key(scn)
+    _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
+    axes = scn.parallel.axis_sizes()
+    chunks = stage_chunks(scn, stage)
+    parts = [stage_parts(scn.model, ch, scn.convention, scn.flow_impl) for ch in chunks]
+    sharded = [stage_states(scn, stage_params(scn, ch)).gradients for ch in chunks]
+    order = scn.schedule.order(stage.index, scn.parallel.pp, scn.m, scn.schedule_runtime)
+    extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
+    back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
+    return pipelined_series(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order,
+                            scn.gather_bytes, scn.precision.grad_bytes, sharded, back)
 
 
 def pipelined_fsdp(scn: Scenario) -> bool:
@@ -363,20 +398,18 @@ def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
     """Every event of one training step on one GPU of `stage`, in the schedule's time order (`Schedule.order`:
     GPipe, 1F1B and interleaved 1F1B as Megatron runs them, ZB-H1 as its authors do, DualPipe as DeepSeek's
     repository does). Under interleaving the stage's layers are its v model chunks, in order; under DualPipe the GPU
-    holds two chunks, the stage and stage PP - 1 - i (run by the micro-batches going the other way)."""
+    holds two chunks, the stage and stage PP - 1 - i (run by the micro-batches going the other way). FSDP2 under
+    torch.distributed.pipelining (`pipelined_fsdp`) is `stage_pipelined_series`, in torch's order."""
+    if pipelined_fsdp(scn):
+        return stage_pipelined_series(scn, stage)
     key = _activation_key(scn)
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
     axes = scn.parallel.axis_sizes()
-    v = scn.schedule.chunks if scn.schedule.name == "interleaved" else 1
-    n = len(stage.layers) // v
-    chunks = [stage_parts(scn.model, dataclasses.replace(
-        stage, layers=stage.layers[c * n:(c + 1) * n], embedding=stage.embedding and c == 0,
-        head=stage.head and c == v - 1, mtp=stage.mtp if c == v - 1 else 0), scn.convention, scn.flow_impl)
-        for c in range(v)]
+    chunks = [stage_parts(scn.model, ch, scn.convention, scn.flow_impl) for ch in stage_chunks(scn, stage)]
     if scn.schedule.name == "dualpipe":
         mirror = scn.stages[scn.parallel.pp - 1 - stage.index]
         chunks.append(stage_parts(scn.model, mirror, scn.convention, scn.flow_impl))
-    order = scn.schedule.order(stage.index, scn.parallel.pp, scn.m)
+    order = scn.schedule.order(stage.index, scn.parallel.pp, scn.m, scn.schedule_runtime)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
     return step_series(chunks, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order, int(scn.zero),

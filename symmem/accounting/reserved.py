@@ -191,7 +191,7 @@ def _iteration_events(scn, stage) -> tuple:
 
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     pipeline = [(name, _bytes(tensor_bytes(t, axes, act_bytes, sympy.Integer(0)), vals)) for name, t in extra]
-    k = scn.schedule.in_flight(stage.index, par.pp, scn.m)
+    k = scn.schedule.in_flight(stage.index, par.pp, scn.m, scn.schedule_runtime)
     forwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "forward"] for tl in timelines]
     backwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "backward"] for tl in timelines]
     backward_ops = [[ev.op for ev in tl.events if ev.phase == "backward"] for tl in timelines]

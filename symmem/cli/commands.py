@@ -171,7 +171,7 @@ def _act_run(args) -> int:
             per_layer.setdefault(t.part, 0)
             per_layer[t.part] += t.nbytes
         total = sympy.expand(sum(blocks.values()))
-        k = scn.schedule.in_flight(st.index, scn.parallel.pp, scn.m)
+        k = scn.schedule.in_flight(st.index, scn.parallel.pp, scn.m, scn.schedule_runtime)
         per_mb = to_int(total, vals)
         row = {"stage": st.index,
                "per_block": {blk: to_int(e, vals) for blk, e in sorted(blocks.items())},

@@ -55,8 +55,12 @@ def _check_events(scn, st) -> None:
 
     from symmem.accounting.analysis import stage_timeline_events
     from symmem.model import stage_parts
+    from symmem.parallel.schedule import Schedule
 
-    ops = Counter(ev.part for ev in stage_timeline_events(scn, st) if ev.phase in ("forward", "backward"))
+    # (a GPU running several chunks of torchtitan's split: its parts' events counted on a 1F1B copy, whose candidate
+    # events are one micro-batch's, not the walked step's)
+    probe = scn.replace(schedule=Schedule()) if st.chunk_layers else scn
+    ops = Counter(ev.part for ev in stage_timeline_events(probe, st) if ev.phase in ("forward", "backward"))
     per_microbatch = sum(p.count * ops[p.name] for p in stage_parts(scn.model, st, scn.convention, scn.flow_impl))
     if scn.m * per_microbatch + 1 > MAX_EVENTS:
         raise SymmemError(f"--microbatches = {scn.m:,}: stage {st.index} has {per_microbatch:,} events per "

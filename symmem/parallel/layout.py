@@ -50,6 +50,9 @@ class Stage:
     embedding: bool
     head: bool
     mtp: int  # MTP modules on this stage (DeepSeek-V3 puts them on the last stage)
+    # decoder layers of each model chunk the stage's GPU runs, in chunk order, where they are not an even split
+    # (torchtitan's interleaved stages: `build_stages`); empty otherwise
+    chunk_layers: tuple[int, ...] = ()
 
 
 # torchtitan 0.3.0's defaults: the embedding and the final norm with the output projection each weigh one layer
@@ -140,7 +143,19 @@ def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...
     return tuple(counts)
 
 
-def build_stages(spec: LayoutSpec, n_layers: int, pp: int, n_mtp: int) -> tuple[Stage, ...]:
+def build_stages(spec: LayoutSpec, n_layers: int, pp: int, n_mtp: int, chunks: int = 1) -> tuple[Stage, ...]:
+    """The PP stages. Under torchtitan's layout with `chunks` = v > 1 (a multi-stage schedule: interleaved 1F1B),
+    torchtitan splits the layers over PP·v stages (`torchtitan_layers`; v = 2 by default,
+    torchtitan/distributed/pipeline_parallel.py:262) and GPU r runs stages r, r + PP, ... (the "loop" style,
+    :541-568 `_get_pp_rank_to_stage_indices_mapping`): its layers are theirs, in that order, each chunk's count in
+    `Stage.chunk_layers`."""
+    if spec.kind == "torchtitan" and chunks > 1:
+        counts = torchtitan_layers(n_layers, pp * chunks)
+        starts = [sum(counts[:k]) for k in range(len(counts))]
+        layers = [tuple(i for k in range(r, pp * chunks, pp) for i in range(starts[k], starts[k] + counts[k]))
+                  for r in range(pp)]
+        return tuple(Stage(r, layers[r], r == 0, r == pp - 1, n_mtp if r == pp - 1 else 0, tuple(counts[r::pp]))
+                     for r in range(pp))
     counts = layers_per_stage(spec, n_layers, pp)
     stages = []
     start = 0

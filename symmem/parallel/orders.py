@@ -1,4 +1,5 @@
-"""The per-rank order of the two schedules that split the backward: ZB-H1 and DualPipe.
+"""The per-rank order of the two schedules that split the backward, ZB-H1 and DualPipe, and of interleaved 1F1B as
+torch.distributed.pipelining runs it (`torch_interleaved_order`).
 
 Events are (phase, micro-batch, chunk). "F" is a forward; "B" a backward; "W" the weight gradients of a
 backward whose B computed only the input gradients (the micro-batch keeps what its weight gradients read,
@@ -112,3 +113,33 @@ def dualpipe_order(rank: int, pp: int, m: int) -> Order:
     for _ in range(h + 1):  # step 8: nW
         weight()
     return out
+
+
+def torch_interleaved_order(rank: int, pp: int, v: int, m: int) -> Order:
+    """Interleaved 1F1B as torch.distributed.pipelining runs it (torchtitan's `Interleaved1F1B`; torch 2.13.0,
+    torch/distributed/pipelining/schedules.py:2891-3004 `ScheduleInterleaved1F1B._calculate_single_rank_operations`,
+    :2735-2870 `_get_1f1b_rank_ops`, :2872-2888 `_get_warmup_ops`), its idle slots left out. Rank r runs chunk k
+    = stage k·PP + r. With R = max(1, M // PP) rounds of M/R micro-batches (M must divide by R): (v - 1)·M/R +
+    2·(PP - 1 - r) warm-up forwards (at most M·v), then one forward and one backward, then the cool-down
+    backwards; the k-th forward runs chunk (k // (M/R)) mod v, the k-th backward chunk v - 1 - (k // (M/R)) mod v,
+    each chunk its micro-batches in turn. Where PP divides M this is Megatron's order (`Schedule.order`); with
+    M = PP Megatron runs every forward first, torch does not."""
+    per_round = m // max(1, m // pp)  # (M a multiple of the rounds: `Schedule.check`)
+    warm = min((v - 1) * per_round + 2 * (pp - 1 - rank), m * v)
+    done_f: dict[int, int] = {}
+    done_b: dict[int, int] = {}
+
+    def forward(k: int) -> tuple[str, int, int]:
+        c = (k // per_round) % v
+        done_f[c] = done_f.get(c, 0) + 1
+        return ("F", done_f[c] - 1, c)
+
+    def backward(k: int) -> tuple[str, int, int]:
+        c = v - 1 - ((k - warm) // per_round) % v
+        done_b[c] = done_b.get(c, 0) + 1
+        return ("B", done_b[c] - 1, c)
+
+    out = [forward(k) for k in range(warm)]
+    for k in range(warm, m * v):
+        out += [forward(k), backward(k)]
+    return out + [backward(k) for k in range(m * v, m * v + warm)]

@@ -11,9 +11,12 @@ from fractions import Fraction
 
 from symmem._numbers import MAX_CHUNKS, MAX_MICROBATCHES
 from symmem.errors import SymmemError
-from symmem.parallel.orders import dualpipe_order, zb_h1_order
+from symmem.parallel.orders import dualpipe_order, torch_interleaved_order, zb_h1_order
 
 SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
+# whose pipeline runtime orders a schedule: Megatron's, or torch.distributed.pipelining's (torchtitan's); they differ in
+# interleaved 1F1B alone (`Schedule.order`)
+RUNTIMES = ("megatron", "torch")
 # schedules whose stage peak is walked in their real order, not counted from micro-batches in flight
 # (symmem.accounting.analysis.walked_schedule; the compiled sweep leaves them to symmem.sweep.exact)
 WALKED = ("zb1p", "dualpipe")
@@ -35,10 +38,17 @@ class Schedule:
         if self.name == "interleaved" and self.chunks < 2:
             raise SymmemError(f"chunks = {self.chunks}: interleaved 1F1B needs at least 2 virtual stages per GPU")
 
-    def check(self, pp: int, m: int) -> None:
+    def check(self, pp: int, m: int, runtime: str = "megatron") -> None:
         if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_MICROBATCHES:
             raise SymmemError(f"microbatches = {m!r}: must be a positive integer up to {MAX_MICROBATCHES:,}")
-        if self.name == "interleaved" and (m < pp or m % pp):
+        if runtime not in RUNTIMES:
+            raise SymmemError(f"schedule runtime = {runtime!r}: one of {', '.join(RUNTIMES)}")
+        if self.name == "interleaved" and runtime == "torch":
+            rounds = max(1, m // pp)
+            if m % rounds:
+                raise SymmemError(f"microbatches = {m}: torch's interleaved 1F1B needs a multiple of its {rounds} "
+                                  "rounds (max(1, M // PP); torch/distributed/pipelining/schedules.py:2935-2942)")
+        elif self.name == "interleaved" and (m < pp or m % pp):
             raise SymmemError(f"microbatches = {m}: interleaved 1F1B needs a multiple of PP = {pp}")
         if self.name == "dualpipe":
             if pp % 2:
@@ -49,9 +59,16 @@ class Schedule:
                 raise SymmemError(f"microbatches = {m}: DualPipe needs an even M >= 2·PP = {2 * pp} "
                                   "(deepseek-ai/DualPipe asserts it)")
 
-    def in_flight(self, stage: int, pp: int, m: int) -> Fraction:
-        """Micro-batches of the whole stage's activations held at stage `stage`'s peak."""
-        self.check(pp, m)
+    def in_flight(self, stage: int, pp: int, m: int, runtime: str = "megatron") -> Fraction:
+        """Micro-batches of the whole stage's activations held at stage `stage`'s peak (`runtime`: whose
+        interleaved 1F1B, Megatron's or torch.distributed.pipelining's, `order`)."""
+        self.check(pp, m, runtime)
+        if self.name == "interleaved" and runtime == "torch":  # the most chunk forwards held, in whole stages
+            held = most = 0
+            for phase, _mb, _c in self.order(stage, pp, m, runtime):
+                held += 1 if phase == "F" else -1
+                most = max(most, held)
+            return Fraction(most, self.chunks)
         if self.name == "gpipe":
             return Fraction(m)
         if self.name in ("1f1b", "zb1p"):
@@ -71,7 +88,7 @@ class Schedule:
         """M when none is given: PP (the paper's case), 2·PP for DualPipe, the least it runs with."""
         return 2 * pp if self.name == "dualpipe" else pp
 
-    def order(self, stage: int, pp: int, m: int) -> list[tuple[str, int, int]]:
+    def order(self, stage: int, pp: int, m: int, runtime: str = "megatron") -> list[tuple[str, int, int]]:
         """The step of pipeline stage `stage` in time order: ("F", "B" or "W", micro-batch, chunk).
 
         * `gpipe`: every forward, then every backward;
@@ -80,15 +97,18 @@ class Schedule:
         * `interleaved`: Megatron's interleaved 1F1B over M·v chunk passes (forward_backward_pipelining_with_
           interleaving): (PP - stage - 1)·2 + (v - 1)·PP warm-up forwards (all M·v when M = PP), then one forward
           and one backward; the k-th forward runs chunk (k // PP) mod v of micro-batch (k // (PP·v))·PP + k mod PP,
-          the k-th backward chunk v - 1 - (k // PP) mod v of the same micro-batch;
+          the k-th backward chunk v - 1 - (k // PP) mod v of the same micro-batch; with `runtime` "torch", as
+          torch.distributed.pipelining runs it (torchtitan: `symmem.parallel.orders.torch_interleaved_order`);
         * `zb1p`: ZB-H1, with "W" events: the weight gradients of a backward whose "B" computed only the input
           gradients (symmem.parallel.orders);
         * `dualpipe`: DualPipe as deepseek-ai/DualPipe runs it, chunk 0 the stage's own and chunk 1 stage
           PP - 1 - stage run the other way, with "W" events (symmem.parallel.orders; needs M >= 2·PP).
         """
-        self.check(pp, m)
+        self.check(pp, m, runtime)
         if self.name == "gpipe":
             return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+        if self.name == "interleaved" and runtime == "torch":
+            return torch_interleaved_order(stage, pp, self.chunks, m)
         if self.name == "interleaved":
             v = self.chunks
             total = m * v

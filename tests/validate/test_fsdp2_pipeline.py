@@ -118,3 +118,47 @@ def _whole(tmp_path, dp: int, tp: int, schedule: str, stage: int) -> set[int]:
     vals = values(scn)
     return {ceil_int(evaluate(a.nbytes, vals)) for ev in stage_timeline_events(scn, scn.stages[stage])
             for a in ev.amounts if a.what.startswith("the stage's gradients, accumulated unsharded")}
+
+
+def test_interleaved_1f1b_against_the_profile(tmp_path, capsys):
+    """torchtitan's Interleaved1F1B: PP 2 x FSDP 2, two stages per rank (torchtitan's default), a six-layer Llama
+    split into stages of 1 (and the embedding), 2, 2 and 1 (and the norm and output) layers, rank r running stages
+    r and r + 2. After every backward but a chunk's last, chunk by chunk, to the byte: its BF16 parameters
+    gathered until its last backward, its FP32 gradients accumulated unsharded from its first, its sharded
+    gradients from its last on, in the order symmem derives for torch (`Schedule.order`, runtime "torch"); the
+    receive buffers of every stage and micro-batch; the states; the whole peak within 5 %."""
+    from symmem.parallel.schedule import Schedule
+
+    st = Settings(dim=64, n_layers=6, n_heads=4, n_kv_heads=2, vocab=256, ffn_hidden=256, max_seq_len=64, world=4,
+                  b=1, s=32)
+    measured = run(st, 2, M, "Interleaved1F1B")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**CONFIG, "num_hidden_layers": 6}))
+    assert main(["memory", "--model", str(path), "--profile", "torchtitan-cpu", "--pp", "2", "--dp", "2", "-b", "1",
+                 "-s", "32", "--microbatches", str(M), "--schedule", "interleaved:2", "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)["stages"]
+    layer, embedding, head = 61_568, 256 * 64, 64 + 256 * 64
+    for r in measured:
+        p = predicted[r["stage"]]
+        chunks = r["chunk_params"]
+        assert chunks == [[embedding + layer, 2 * layer], [2 * layer, layer + head]][r["stage"]]
+        assert p["peak_breakdown"]["gathered parameters (ZeRO-3)"] == 2 * sum(chunks)  # both chunks, at the peak
+        expected = []
+        for _step in (1, 2):
+            done = [0, 0]  # each chunk's backwards so far this step
+            for phase, _mb, c in Schedule("interleaved", 2).order(r["stage"], 2, M, "torch"):
+                if phase == "F":
+                    continue
+                done[c] += 1
+                if done[c] == M:
+                    continue
+                expected.append([{"unsharded_params": 0 if done[k] == M else 2 * n,
+                                  "accumulated_grads": 4 * n if 0 < done[k] < M else 0,
+                                  "sharded_grads_exist": done[k] == M} for k, n in enumerate(chunks)])
+        assert [seen["per_chunk"] for seen in r["during_backward"]] == expected
+        kinds = {"activations": 2 - (r["stage"] == 0), "gradients": 2 - (r["stage"] == 1)}
+        assert r["recv_buffers"] == {kind: n * M * 32 * 64 * 2 for kind, n in kinds.items()}
+        assert sum(v for k, v in p["framework_buffers"].items() if k.startswith("pipeline receive")) == \
+            sum(r["recv_buffers"].values())
+        assert r["states"] == p["weights"] + p["optimizer"]
+        assert abs(p["peak_allocated"] - r["peak"]) <= 0.05 * r["peak"], (r["stage"], r["peak"], p["peak_allocated"])

@@ -9,13 +9,17 @@ torchtitan's own split (`torchtitan.distributed.pipeline_parallel._generate_llm_
 every block and then the stage with reshard-after-forward off (torchtitan's default under PP,
 torchtitan/distributed/fsdp.py:54-74) and `MixedPrecisionPolicy(bf16, fp32)`, wraps it in
 `torch.distributed.pipelining.PipelineStage` and runs two steps of `Schedule1F1B` or `ScheduleGPipe` with
-torchtitan's `cross_entropy_loss`, AdamW after each. Each rank returns:
+torchtitan's `cross_entropy_loss`, AdamW after each; with `Interleaved1F1B` each rank keeps two stages (torchtitan's
+default), rank r stages r and r + PP of torchtitan's split into 2·PP, each an FSDP root of its own, under
+`ScheduleInterleaved1F1B`. Each rank returns:
 
-* `stage_params`: the elements of its stage's parameters (global sizes);
-* `during_backward`: after each micro-batch's backward but the last (`PipelineStage.backward_maybe_with_nosync`),
-  the bytes of the storages of the stage's unsharded parameters (`FSDPParam._unsharded_param`) and of its
-  accumulated unsharded gradients (`unsharded_accumulated_grad`), and whether any sharded gradient exists;
-* `recv_buffers`: the bytes of the receive buffers of every micro-batch, activations and gradients;
+* `stage_params`: the elements of its stages' parameters (global sizes), and `chunk_params` of each stage;
+* `during_backward`: after each micro-batch's backward of a stage but its last
+  (`PipelineStage.backward_maybe_with_nosync`), the bytes of the storages of the unsharded parameters
+  (`FSDPParam._unsharded_param`) and of the accumulated unsharded gradients (`unsharded_accumulated_grad`), and
+  whether any sharded gradient exists: summed over the rank's stages, and of each (`per_chunk`), with the stage run
+  (`chunk`);
+* `recv_buffers`: the bytes of the receive buffers of every micro-batch and stage, activations and gradients;
 * `states`: the sharded parameters', gradients' and AdamW's bytes after the step (`runner._state_bytes`);
 * `peak`: the most bytes of live storages at any op boundary over both steps (`runner.fsdp_tracker_class`).
 """
@@ -27,7 +31,8 @@ import gc
 from symmem.errors import SymmemError
 from symmem.validate.fsdp2 import runner as R
 
-SCHEDULES = ("1F1B", "GPipe")
+SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B")
+CHUNKS = 2  # stages per rank of a multi-stage schedule: torchtitan's default (pipeline_parallel.py:262)
 
 
 def _fsdp_params(module):
@@ -48,10 +53,13 @@ def _step(rank: int, job) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
     from torchtitan.components.loss import cross_entropy_loss
-    from torchtitan.distributed.pipeline_parallel import (_build_get_mesh_callback,
-                                                          _generate_llm_fqn_per_model_part, _split_module)
+    from torchtitan.distributed.pipeline_parallel import (
+        _build_get_mesh_callback,
+        _generate_llm_fqn_per_model_part,
+        _split_module,
+    )
 
     st, pp, m, schedule = job
     torch.manual_seed(st.seed)
@@ -63,38 +71,52 @@ def _step(rank: int, job) -> dict:
     else:
         mesh = init_device_mesh("cpu", (pp, st.world // pp), mesh_dim_names=("pp", "dp"))
         pp_mesh, dp_mesh, get_mesh = mesh["pp"], mesh["dp"], None
-    stage_index = pp_mesh.get_local_rank()
-    model = _split_module(whole, _generate_llm_fqn_per_model_part(pp, st.n_layers)[stage_index])
+    pp_rank = pp_mesh.get_local_rank()
+    v = CHUNKS if schedule == "Interleaved1F1B" else 1
+    fqns = _generate_llm_fqn_per_model_part(pp * v, st.n_layers)
+    ids = [pp_rank + k * pp for k in range(v)]  # torchtitan's "loop" style (pipeline_parallel.py:541-568)
+    models = [_split_module(whole, fqns[i]) for i in ids]
     del whole
-    if st.tp > 1:
-        model.parallelize(pd)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for _id, block in model.layers.items():
-        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
-    fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
-    stage_params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
-    stage = PipelineStage(model, stage_index, pp, torch.device("cpu"), group=pp_mesh.get_group(),
-                          get_mesh=get_mesh)
-    sched_class = Schedule1F1B if schedule == "1F1B" else ScheduleGPipe
-    sched = sched_class(stage, n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
+    for model in models:
+        if st.tp > 1:
+            model.parallelize(pd)
+        for _id, block in model.layers.items():
+            fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
+        fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
+    chunk_params = [sum(p.numel() for p in model.parameters()) for model in models]
+    optimizer = torch.optim.AdamW([p for model in models for p in model.parameters()], lr=1e-4, foreach=False)
+    stages = [PipelineStage(model, i, pp * v, torch.device("cpu"), group=pp_mesh.get_group(), get_mesh=get_mesh)
+              for model, i in zip(models, ids, strict=True)]
+    if v > 1:
+        sched = ScheduleInterleaved1F1B(stages, n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
+    else:
+        sched_class = Schedule1F1B if schedule == "1F1B" else ScheduleGPipe
+        sched = sched_class(stages[0], n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
 
-    fsdp_params = _fsdp_params(model)
+    fsdp_params = [_fsdp_params(model) for model in models]
     during: list[dict] = []
-    backward = stage.backward_maybe_with_nosync
 
-    def measured_backward(backward_type, bwd_kwargs, last_backward=False):
-        out = backward(backward_type, bwd_kwargs, last_backward=last_backward)
-        if not last_backward:  # (under TP, the local tensors of the DTensors)
-            unsharded = sum(R._plain(p._unsharded_param).untyped_storage().nbytes() for p in fsdp_params)
-            accumulated = sum(R._plain(p.unsharded_accumulated_grad).untyped_storage().nbytes() for p in fsdp_params
-                              if p.unsharded_accumulated_grad is not None)
-            sharded = any(p.sharded_param.grad is not None for p in fsdp_params)
-            during.append({"unsharded_params": unsharded, "accumulated_grads": accumulated,
-                           "sharded_grads_exist": sharded})
-        return out
+    def chunk_state(params) -> dict:  # (under TP, the local tensors of the DTensors)
+        return {"unsharded_params": sum(R._plain(p._unsharded_param).untyped_storage().nbytes() for p in params),
+                "accumulated_grads": sum(R._plain(p.unsharded_accumulated_grad).untyped_storage().nbytes()
+                                         for p in params if p.unsharded_accumulated_grad is not None),
+                "sharded_grads_exist": any(p.sharded_param.grad is not None for p in params)}
 
-    stage.backward_maybe_with_nosync = measured_backward
+    def measured(k: int, backward):
+        def measured_backward(backward_type, bwd_kwargs, last_backward=False):
+            out = backward(backward_type, bwd_kwargs, last_backward=last_backward)
+            if not last_backward:
+                chunks = [chunk_state(params) for params in fsdp_params]
+                during.append({"chunk": k, "per_chunk": chunks,
+                               **{key: sum(c[key] for c in chunks) for key in ("unsharded_params",
+                                                                               "accumulated_grads")},
+                               "sharded_grads_exist": any(c["sharded_grads_exist"] for c in chunks)})
+            return out
+        return measured_backward
+
+    for k, stage in enumerate(stages):
+        stage.backward_maybe_with_nosync = measured(k, stage.backward_maybe_with_nosync)
     g = torch.Generator().manual_seed(st.seed + 1 + dp_mesh.get_local_rank())  # TP ranks: the same data
     tokens = torch.randint(0, st.vocab, (st.b * m, st.s + 1), generator=g)
     inputs, labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
@@ -106,8 +128,8 @@ def _step(rank: int, job) -> dict:
             tracker.phase = f"step {step}"
             gc.disable()  # as the runner: a cycle collected or not moves a peak
             try:
-                args = (inputs,) if stage_index == 0 else ()
-                target = labels if stage_index == pp - 1 else None
+                args = (inputs,) if pp_rank == 0 else ()
+                target = labels if pp_rank == pp - 1 else None
                 sched.step(*args, target=target, losses=[] if target is not None else None, return_outputs=False)
             finally:
                 gc.enable()
@@ -121,10 +143,11 @@ def _step(rank: int, job) -> dict:
         return sum(i.buffer.untyped_storage().nbytes() for per_mb in infos.values() for i in per_mb
                    if i.buffer is not None)
 
-    return {"rank": rank, "stage": stage_index, "stage_params": stage_params, "during_backward": during,
-            "recv_buffers": {"activations": buffers(stage.args_recv_info),
-                             "gradients": buffers(stage.grad_recv_info)},
-            "states": R._state_bytes(model, optimizer)["total"], "peak": tracker.peak,
+    return {"rank": rank, "stage": pp_rank, "stage_params": sum(chunk_params), "chunk_params": chunk_params,
+            "during_backward": during,
+            "recv_buffers": {"activations": sum(buffers(s.args_recv_info) for s in stages),
+                             "gradients": sum(buffers(s.grad_recv_info) for s in stages)},
+            "states": R._state_bytes(torch.nn.ModuleList(models), optimizer)["total"], "peak": tracker.peak,
             "peak_phase": tracker.peak_phase}
 
 
