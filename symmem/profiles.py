@@ -385,6 +385,18 @@ def _pipeline_recv_buffers(scn, stage) -> list[Buffer]:
     return out
 
 
+def pipeline_stage_output(scn, last: bool) -> int:
+    """Bytes of one micro-batch's output of a stage, which torch.distributed.pipelining keeps from the stage's
+    forward to the end of its backward (`PipelineStage.fwd_cache`, torch/distributed/pipelining/stage.py:913-917;
+    popped at :963-966 into a local the backward holds): the model's last stage's is its logits, [b, s, V] in the
+    activations' dtype (torchtitan's loss upcasts a copy, components/loss.py:32-60; under TP with loss parallelism
+    the vocabulary shard), every other stage's the hidden state it sends, [b, s, h] (under TP with sequence
+    parallelism the sequence shard). Nothing else holds either: the loss saves its FP32 log-probabilities, not the
+    BF16 logits, and no op of the stage saves its own last output."""
+    width = scn.model.value("V") if last else scn.model.value("h")
+    return scn.b * scn.s * width * scn.act_bytes // scn.parallel.tp
+
+
 def _torchtitan_deepseek_check(scn) -> None:
     """What of torchtitan 0.3.0's DeepSeek-V3 is modelled (symmem.blocks.torchtitan): its layers with the local token
     dispatcher (EP 1, checked above), under FSDP/HSDP and TP with sequence parallelism, every AC mode; no MTP

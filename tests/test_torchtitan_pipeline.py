@@ -288,3 +288,22 @@ def test_timeline_walks_to_memorys_peak(schedule):
     for st in memory(scn):
         _labels, rows, peak = series(scn, st.stage.index)
         assert sum(rows[peak].values()) == st.peak_allocated, (schedule, st.stage.index)
+
+
+def test_stage_outputs_kept_for_backward(tmp_path, capsys):
+    """torch keeps each micro-batch's stage output from its forward to the end of its backward (fwd_cache): the
+    tiny Llama's last stage its logits, [1, 32, 256] BF16 = 16,384 bytes, one at its 1F1B peak (a backward with one
+    micro-batch in flight); stage 0 its hidden state, [1, 32, 64] BF16 = 4,096 bytes, two at its peak (two in
+    flight). Llama 3 8B's last stage at s 8,192: 2 GiB of logits a micro-batch."""
+    from symmem.accounting.analysis import memory
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.profiles import pipeline_stage_output
+
+    stages = _tiny(tmp_path, capsys)["stages"]
+    kept = [st["peak_breakdown"]["pipeline stage outputs kept for backward"] for st in stages]
+    assert kept == [2 * 4096, 16_384]
+    scn = scenario_from_args(build_parser().parse_args(["memory", "--model", "llama-3-8b", "--profile", "torchtitan",
+                                                        "--pp", "2", "--dp", "4", "-s", "8192"]))
+    assert pipeline_stage_output(scn, last=True) == 8192 * 128_256 * 2
+    assert memory(scn)[1].peak.dynamic["pipeline stage outputs kept for backward"] % (8192 * 128_256 * 2) == 0

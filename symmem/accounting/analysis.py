@@ -329,12 +329,16 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...], Am
         return events, others_amount(per_mb, k)
     if scn.schedule.name == "interleaved":  # several chunks per GPU: walked in torch's order
         return tuple(stage_pipelined_series(scn, stage)), None
+    from symmem.accounting.pipelined import with_stage_outputs
+    from symmem.profiles import pipeline_stage_output
+
     sharded = stage_states(scn, stage_params(scn, stage)).gradients
+    output = pipeline_stage_output(scn, stage.head)
 
     def events(in_flight: Fraction, accumulated: str) -> list[Event]:
         one, per_mb = _events(key, parts, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back,
                               accumulated, sharded)
-        return with_others(one, others_amount(per_mb, in_flight))
+        return with_stage_outputs(with_others(one, others_amount(per_mb, in_flight)), in_flight, output)
 
     if scn.schedule.name == "1f1b" and scn.m > scn.parallel.pp - stage.index:
         # 1F1B's steady state: a forward after each backward, so a backward runs with k in flight and every
@@ -365,6 +369,7 @@ def stage_pipelined_series(scn: Scenario, stage: Stage) -> list[Event]:
     """Every event of one GPU's step under FSDP2 and torch.distributed.pipelining with several chunks per GPU
     (`symmem.accounting.pipelined`), in torch's order (`Schedule.order`, runtime "torch")."""
     from symmem.accounting.pipelined import pipelined_series
+    from symmem.profiles import pipeline_stage_output
 
     key = _activation_key(scn)
     _model, _conv, rules, policy, _parallel, _routing, act_bytes = key
@@ -375,8 +380,9 @@ def stage_pipelined_series(scn: Scenario, stage: Stage) -> list[Event]:
     order = scn.schedule.order(stage.index, scn.parallel.pp, scn.m, scn.schedule_runtime)
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
+    outputs = [pipeline_stage_output(scn, ch.head) for ch in chunks]
     return pipelined_series(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order,
-                            scn.gather_bytes, scn.precision.grad_bytes, sharded, back)
+                            scn.gather_bytes, scn.precision.grad_bytes, sharded, outputs, back)
 
 
 def pipelined_fsdp(scn: Scenario) -> bool:

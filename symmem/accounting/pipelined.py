@@ -14,10 +14,15 @@ reshard-after-forward off under PP (torchtitan/distributed/fsdp.py:54-74). So, c
   optimizer step (drawn from the end of that backward; the moment of the reduce-scatter itself is the last
   backward's, as in the single-stage model).
 
-The other micro-batches' saved tensors are counted per chunk, as `timeline.step_series` counts them.
+The other micro-batches' saved tensors are counted per chunk, as `timeline.step_series` counts them, and so are the
+stage outputs torch keeps for each micro-batch between its forward and the end of its backward
+(`profiles.pipeline_stage_output`: the logits on the model's last stage): those of the micro-batches in flight, and
+in a backward the running micro-batch's own (`with_stage_outputs` for the single-stage candidate events).
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import sympy
 
@@ -26,6 +31,7 @@ from symmem.accounting.timeline import (
     GATHERED,
     SAVED_EARLIER,
     SAVED_OTHER,
+    STAGE_OUTPUTS,
     UNREDUCED,
     Amount,
     Event,
@@ -39,10 +45,12 @@ from symmem.rules import RuleSet
 
 def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
                      e_tok: sympy.Expr, order: list[tuple[str, int, int]], weight_bytes: int, grad_bytes: int,
-                     sharded: list[int], backward_extra: tuple[Amount, ...] = ()) -> list[Event]:
+                     sharded: list[int], outputs: list[int],
+                     backward_extra: tuple[Amount, ...] = ()) -> list[Event]:
     """Every event of one step on one GPU holding `chunks` (each its parts, in chunk order), in the time order of
     `order` ((phase, micro-batch, chunk), "F" or "B": `Schedule.order` with torch's runtime); `sharded`: each chunk's
-    sharded gradients in bytes. The last event is the optimizer step, holding every chunk's sharded gradients."""
+    sharded gradients in bytes; `outputs`: each chunk's output of one micro-batch in bytes. The last event is the
+    optimizer step, holding every chunk's sharded gradients."""
     timelines = [[part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts] for parts in chunks]
     per_mb = [sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, tls, strict=True)])
               for parts, tls in zip(chunks, timelines, strict=True)]
@@ -70,9 +78,14 @@ def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Pol
             out.append(Amount(UNREDUCED, "the sharded gradients of the chunks done", sympy.Integer(done)))
         return out
 
-    def others() -> list[Amount]:
-        return [Amount(SAVED_OTHER, f"{n} x saved per micro-batch" + (f" of chunk {k}" if named else ""),
-                       n * per_mb[k]) for k, n in enumerate(held) if n]
+    def others(running: int | None = None) -> list[Amount]:
+        """The saved tensors of the micro-batches in flight but the running one, and their stage outputs (with the
+        running backward's, of chunk `running`)."""
+        kept = sum(n * outputs[k] for k, n in enumerate(held)) + (outputs[running] if running is not None else 0)
+        return ([Amount(SAVED_OTHER, f"{n} x saved per micro-batch" + (f" of chunk {k}" if named else ""),
+                        n * per_mb[k]) for k, n in enumerate(held) if n]
+                + ([Amount(STAGE_OUTPUTS, "the stage outputs of the micro-batches in flight (fwd_cache)",
+                           sympy.Integer(kept))] if kept else []))
 
     for phase, mb_index, c in order:
         parts, tls = chunks[c], timelines[c]
@@ -90,7 +103,7 @@ def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Pol
             held[c] += 1
             continue
         held[c] -= 1
-        base = others() + states(c)
+        base = others(c) + states(c)
         first = backwards[c] == 0
         before = per_mb[c]
         later = sympy.Integer(0)  # elements of the parts (and copies) whose backward of this micro-batch is done
@@ -113,3 +126,15 @@ def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Pol
                         (Amount(UNREDUCED, "the sharded gradients (the last micro-batches' reduce-scatters)",
                                 sympy.Integer(sum(sharded))),)))
     return series
+
+
+def with_stage_outputs(events: list[Event], in_flight: Fraction, one: int) -> list[Event]:
+    """A single-stage GPU's candidate events (`timeline.stage_events`, the running micro-batch the last of
+    `in_flight`) with the stage outputs torch keeps, `one` bytes a micro-batch: the other micro-batches' at every
+    event but the optimizer step, and in a backward the running one's too."""
+    out = []
+    for ev in events[:-1]:
+        n = int(in_flight) - (ev.phase != "backward")
+        kept = (Amount(STAGE_OUTPUTS, f"{n} x the stage's output (fwd_cache)", sympy.Integer(n * one)),) if n else ()
+        out.append(Event(ev.phase, ev.part, ev.op, ev.amounts + kept))
+    return out + list(events[-1:])

@@ -50,6 +50,7 @@ GATHERED = "gathered parameters (ZeRO-3)"
 UNREDUCED = "unreduced gradients (ZeRO-2/3)"
 PIPELINE = "pipeline gradient buffers"
 STASH = "weight-gradient operands (B done, W deferred)"
+STAGE_OUTPUTS = "pipeline stage outputs kept for backward"
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
 """torchtitan 0.3.0's Llama 3 under PP 2 x FSDP2 (and x TP 2) on the CPU (torch.distributed.pipelining over gloo,
-2 and 4 processes): what pipelining adds, measured against the `torchtitan-cpu` profile's prediction to the byte, and the
-whole step's most against its timeline. Marked `fsdp2`; skips without torch.distributed.fsdp or torchtitan.
+2 and 4 processes): what pipelining adds, measured against the `torchtitan-cpu` profile's prediction to the byte,
+and the whole step's most against its timeline. Marked `fsdp2`; skips without torch.distributed.fsdp or
+torchtitan.
 
 To the byte, per rank: during every micro-batch's backward but the last, the stage's unsharded BF16 parameters
-(every block kept gathered) and its FP32 gradients accumulated unsharded, with no sharded gradient made yet; the
-receive buffers of every micro-batch; the model states after the step. The whole peak: within 5 % of the
-prediction (the activations' timeline is the engine's, not the CPU step's order; docs/torchtitan.md)."""
+(every block kept gathered) and its FP32 gradients accumulated unsharded, with no sharded gradient made yet, and
+the stage outputs kept for the micro-batches still to run backward; the receive buffers of every micro-batch; the
+model states after the step. The whole peak: within 5 % of the prediction (the activations' timeline is the
+engine's, not the CPU step's order; docs/torchtitan.md)."""
 
 from __future__ import annotations
 
@@ -69,6 +71,9 @@ def test_pipelined_fsdp2_against_the_profile(tmp_path, capsys, dp, tp, schedule)
             assert not seen["sharded_grads_exist"]
         assert _whole(tmp_path, dp, tp, schedule, r["stage"]) == {2 * gathered}
         _buffers_states_peak(r, p, tp)
+        # the stage outputs kept in fwd_cache: stage 0's hidden states [1, 32 / TP, 64], stage 1's logits
+        # [1, 32, 256 / TP] (loss parallelism), in BF16, one per micro-batch still to run backward
+        _cached_outputs(r, schedule.lower(), 2 * (32 * 64 if r["stage"] == 0 else 32 * 256) // tp, p)
 
 
 def _buffers_states_peak(r: dict, p: dict, tp: int) -> None:
@@ -104,6 +109,27 @@ def test_deepseek_v3_pipelined_against_the_profile(tmp_path, capsys):
             assert (seen["unsharded_params"], seen["accumulated_grads"]) == (gathered, 2 * gathered)
             assert not seen["sharded_grads_exist"]
         _buffers_states_peak(r, p, 1)
+        _cached_outputs(r, "1f1b", 2 * 32 * (64 if r["stage"] == 0 else 256), p)
+
+
+def _cached_outputs(r: dict, schedule: str, one: int, p: dict) -> None:
+    """After every non-last backward, the stage outputs in fwd_cache, to the byte: `one` for each micro-batch of the
+    rank's stages whose forward is done and backward not begun, in symmem's order of the schedule; and the
+    prediction's peak holds whole micro-batches' outputs."""
+    from symmem.parallel.schedule import Schedule
+
+    name, _, v = schedule.partition(":")
+    sched = Schedule(name, int(v) if v else 1)
+    expected = []
+    for _step in (1, 2):
+        started, done = {}, {}
+        for phase, _mb, c in sched.order(r["stage"], 2, M, "torch"):
+            (started if phase == "F" else done)[c] = (started if phase == "F" else done).get(c, 0) + 1
+            if phase == "B" and done[c] < M:
+                expected.append(one * sum(started.get(k, 0) - done.get(k, 0) for k in started))
+    assert [seen["cached_outputs"] for seen in r["during_backward"]] == expected
+    held = p["peak_breakdown"].get("pipeline stage outputs kept for backward", 0)
+    assert held > 0 and held % one == 0, (held, one)
 
 
 def _whole(tmp_path, dp: int, tp: int, schedule: str, stage: int) -> set[int]:
@@ -156,9 +182,26 @@ def test_interleaved_1f1b_against_the_profile(tmp_path, capsys):
                                   "accumulated_grads": 4 * n if 0 < done[k] < M else 0,
                                   "sharded_grads_exist": done[k] == M} for k, n in enumerate(chunks)])
         assert [seen["per_chunk"] for seen in r["during_backward"]] == expected
+        # the stage outputs kept in fwd_cache: hidden states [1, 32, 64] but on the model's last stage (rank 1's
+        # chunk 1), whose logits are [1, 32, 256]; the expected count per chunk
+        _cached_outputs_chunks(r, chunks_out=[2 * 32 * 64, 2 * 32 * (64 if r["stage"] == 0 else 256)])
         kinds = {"activations": 2 - (r["stage"] == 0), "gradients": 2 - (r["stage"] == 1)}
         assert r["recv_buffers"] == {kind: n * M * 32 * 64 * 2 for kind, n in kinds.items()}
         assert sum(v for k, v in p["framework_buffers"].items() if k.startswith("pipeline receive")) == \
             sum(r["recv_buffers"].values())
         assert r["states"] == p["weights"] + p["optimizer"]
         assert abs(p["peak_allocated"] - r["peak"]) <= 0.05 * r["peak"], (r["stage"], r["peak"], p["peak_allocated"])
+
+
+def _cached_outputs_chunks(r: dict, chunks_out: list[int]) -> None:
+    """`_cached_outputs` for a rank running two chunks of different outputs (interleaved 1F1B)."""
+    from symmem.parallel.schedule import Schedule
+
+    expected = []
+    for _step in (1, 2):
+        started, done = [0, 0], [0, 0]
+        for phase, _mb, c in Schedule("interleaved", 2).order(r["stage"], 2, M, "torch"):
+            (started if phase == "F" else done)[c] += 1
+            if phase == "B" and done[c] < M:
+                expected.append(sum((started[k] - done[k]) * chunks_out[k] for k in (0, 1)))
+    assert [seen["cached_outputs"] for seen in r["during_backward"]] == expected

@@ -19,6 +19,8 @@ default), rank r stages r and r + PP of torchtitan's split into 2·PP, each an F
   (`FSDPParam._unsharded_param`) and of the accumulated unsharded gradients (`unsharded_accumulated_grad`), and
   whether any sharded gradient exists: summed over the rank's stages, and of each (`per_chunk`), with the stage run
   (`chunk`);
+  and the bytes of the stage outputs kept in `fwd_cache` for the micro-batches still to run backward
+  (`cached_outputs`; the running one's is out of it, in a local of the backward);
 * `recv_buffers`: the bytes of the receive buffers of every micro-batch and stage, activations and gradients;
 * `states`: the sharded parameters', gradients' and AdamW's bytes after the step (`runner._state_bytes`);
 * `peak`: the most bytes of live storages at any op boundary over both steps (`runner.fsdp_tracker_class`).
@@ -103,12 +105,23 @@ def _step(rank: int, job) -> dict:
                                          for p in params if p.unsharded_accumulated_grad is not None),
                 "sharded_grads_exist": any(p.sharded_param.grad is not None for p in params)}
 
+    def cached_outputs() -> int:
+        """Bytes of the stage outputs the rank's stages keep in `fwd_cache` (distinct storages)."""
+        seen = {}
+        for stage in stages:
+            for outputs, _inputs in stage.fwd_cache.values():
+                for t in outputs:
+                    if isinstance(t, torch.Tensor):
+                        stg = R._plain(t).untyped_storage()
+                        seen[stg.data_ptr()] = stg.nbytes()
+        return sum(seen.values())
+
     def measured(k: int, backward):
         def measured_backward(backward_type, bwd_kwargs, last_backward=False):
             out = backward(backward_type, bwd_kwargs, last_backward=last_backward)
             if not last_backward:
                 chunks = [chunk_state(params) for params in fsdp_params]
-                during.append({"chunk": k, "per_chunk": chunks,
+                during.append({"chunk": k, "per_chunk": chunks, "cached_outputs": cached_outputs(),
                                **{key: sum(c[key] for c in chunks) for key in ("unsharded_params",
                                                                                "accumulated_grads")},
                                "sharded_grads_exist": any(c["sharded_grads_exist"] for c in chunks)})
