@@ -139,6 +139,8 @@ def test_gpipe_first_backward_has_nothing_accumulated_yet(tmp_path):
     (["--schedule", "dualpipe"], "schedule 'DualPipe' with PP 2: torchtitan's 1F1B, GPipe, Interleaved1F1B"),
     (["--tp", "2", "--no-sequence-parallel"], "TP 2 without sequence parallelism is not modelled"),
     (["--layers-per-stage", "20,12"], "torchtitan splits the layers its own way"),
+    (["--schedule", "interleaved:64"], "pp = 2 x 64 stages per rank (interleaved:64) = 128 stages: torchtitan's "
+                                       "split refuses more stages than the 34 effective layers"),
 ])
 def test_pipeline_refusals(capsys, flags, words):
     assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", "2", "--dp", "4",
@@ -307,3 +309,30 @@ def test_stage_outputs_kept_for_backward(tmp_path, capsys):
                                                         "--pp", "2", "--dp", "4", "-s", "8192"]))
     assert pipeline_stage_output(scn, last=True) == 8192 * 128_256 * 2
     assert memory(scn)[1].peak.dynamic["pipeline stage outputs kept for backward"] % (8192 * 128_256 * 2) == 0
+
+
+def test_interleaved_walk_reaches_the_whole_steps_peak(tmp_path):
+    """The peak walks V + 2 rounds of torch's interleaved 1F1B (analysis._torch_walk_microbatches): the same as the
+    whole step's, for PP 2-3, V 2-3 and every M torch takes up to V + 5 rounds (among them M not a multiple of PP,
+    whose rounds are longer than PP)."""
+    from symmem.accounting.analysis import memory, stage_pipelined_series, values
+    from symmem.accounting.timeline import stage_peak
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**TINY, "num_hidden_layers": 10}))
+    checked = 0
+    for pp in (2, 3):
+        for v in (2, 3):
+            for m in range(1, (v + 5) * pp + 1):
+                if m % max(1, m // pp):
+                    continue
+                scn = scenario_from_args(build_parser().parse_args([
+                    "memory", "--model", str(config), "--profile", "torchtitan-cpu", "--pp", str(pp), "-b", "1",
+                    "-s", "32", "--microbatches", str(m), "--schedule", f"interleaved:{v}"]))
+                for st in memory(scn):
+                    whole = stage_peak(stage_pipelined_series(scn, st.stage), st.peak.static, values(scn), st.in_flight)
+                    assert whole.peak_allocated == st.peak_allocated, (pp, v, m, st.stage.index)
+                    checked += 1
+    assert checked > 80

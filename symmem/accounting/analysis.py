@@ -328,7 +328,8 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...], Am
         events, per_mb = _events(key, parts, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
         return events, others_amount(per_mb, k)
     if scn.schedule.name == "interleaved":  # several chunks per GPU: walked in torch's order
-        return tuple(stage_pipelined_series(scn, stage)), None
+        walk = scn.replace(microbatches=_torch_walk_microbatches(scn))
+        return tuple(stage_pipelined_series(walk, stage)), None
     from symmem.accounting.pipelined import with_stage_outputs
     from symmem.profiles import pipeline_stage_output
 
@@ -383,6 +384,17 @@ def stage_pipelined_series(scn: Scenario, stage: Stage) -> list[Event]:
     outputs = [pipeline_stage_output(scn, ch.head) for ch in chunks]
     return pipelined_series(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order,
                             scn.gather_bytes, scn.precision.grad_bytes, sharded, outputs, back)
+
+
+# torch's interleaved 1F1B runs R = max(1, M // PP) rounds of M / R micro-batches: its warm-up and cool-down span
+# fewer than V + 1 rounds, and between them each round repeats the last, with the same micro-batches held per chunk
+# and every chunk gathered and accumulated; so V + 2 rounds of the same size reach every state the whole step does
+# (tests/test_torchtitan_pipeline.py checks the peak against the whole step's): the walk stops there. (The stage's
+# receive buffers, M of each, are its own, counted from the scenario's M.)
+def _torch_walk_microbatches(scn: Scenario) -> int:
+    m, pp = scn.m, scn.parallel.pp
+    rounds = max(1, m // pp)
+    return m // rounds * min(rounds, scn.schedule.chunks + 2)
 
 
 def pipelined_fsdp(scn: Scenario) -> bool:

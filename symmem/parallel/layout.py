@@ -150,7 +150,12 @@ def build_stages(spec: LayoutSpec, n_layers: int, pp: int, n_mtp: int, chunks: i
     :541-568 `_get_pp_rank_to_stage_indices_mapping`): its layers are theirs, in that order, each chunk's count in
     `Stage.chunk_layers`."""
     if spec.kind == "torchtitan" and chunks > 1:
-        counts = torchtitan_layers(n_layers, pp * chunks)
+        try:
+            counts = torchtitan_layers(n_layers, pp * chunks)
+        except SymmemError as e:  # said of the two numbers the user gave
+            why = str(e).split(": ", 1)[1].replace("choose a smaller --pp", "choose a smaller --pp or V")
+            raise SymmemError(f"pp = {pp} x {chunks} stages per rank (interleaved:{chunks}) = {pp * chunks} stages: "
+                              f"{why}") from None
         starts = [sum(counts[:k]) for k in range(len(counts))]
         layers = [tuple(i for k in range(r, pp * chunks, pp) for i in range(starts[k], starts[k] + counts[k]))
                   for r in range(pp)]
