@@ -336,3 +336,20 @@ def test_interleaved_walk_reaches_the_whole_steps_peak(tmp_path):
                     assert whole.peak_allocated == st.peak_allocated, (pp, v, m, st.stage.index)
                     checked += 1
     assert checked > 80
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--pp", "2", "--chunks", "3"], "--chunks = 3: torchtitan's Interleaved1F1B is run with 2 stages per rank"),
+    (["--chunks", "2"], "--chunks: with --framework fsdp2, only with --pp 2 or more"),
+    (["--pp", "2", "--dp", "4", "--tp", "2"], "--pp x --dp x --tp = 2 x 4 x 2: at most 8 processes"),
+    (["--pp", "2", "--ac", "full"], "--pp: the pipeline runner runs FSDP (and TP) without --hsdp-replicate, --ac"),
+    (["--pp", "4", "--chunks", "2"], "pp = 4 x 2 stages per rank (interleaved:2) = 8 stages"),
+])
+def test_measure_under_pp_refusals(tmp_path, capsys, flags, words):
+    """`symmem measure --framework fsdp2 --pp`: what the pipeline runner cannot run is refused in one line, before
+    any process starts."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    assert main(["measure", "--framework", "fsdp2", "--config", str(config), *flags]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err

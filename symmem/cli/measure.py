@@ -52,11 +52,13 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                                                    "or qwen2_moe")
     for flag, what in (("--tp", "tensor"), ("--pp", "pipeline"), ("--dp", "data"), ("--ep", "expert")):
         p.add_argument(flag, type=int_arg(1, 64), default=None,
-                       help=f"{what}-parallel size (megatron-core; fsdp2: --dp and --tp; default 1, fsdp2's --dp 2)")
+                       help=f"{what}-parallel size (megatron-core; fsdp2: --dp, --tp and --pp; default 1, fsdp2's "
+                            "--dp 2)")
     p.add_argument("--chunks", type=int_arg(1, 64), default=None,
-                   help="virtual stages per pipeline rank, Megatron's interleaved 1F1B (megatron-core; default 1)")
+                   help="virtual stages per pipeline rank: Megatron's interleaved 1F1B (megatron-core), torchtitan's "
+                        "Interleaved1F1B with 2 (fsdp2); default 1")
     p.add_argument("--microbatches", type=int_arg(1, 64), default=None,
-                   help="micro-batches of the iteration (megatron-core; default 1)")
+                   help="micro-batches of the iteration (megatron-core, default 1; fsdp2 with --pp, default 4)")
     p.add_argument("--recompute", default=None, choices=("none", "selective", "full"),
                    help="Megatron's recompute_granularity (megatron-core; default none)")
     p.add_argument("--layer", type=int_arg(0, MAX_LAYERS), default=0,
@@ -126,10 +128,16 @@ def _run(args) -> int:
         from symmem.cli import measure_fsdp2
 
         for key in _MEGATRON_FLAGS:
-            if key not in ("dp", "tp") and getattr(args, key) is not None:
-                raise SymmemError(f"--{key}: not with --framework fsdp2 (FSDP over --dp ranks, TP over --tp)")
+            if key not in ("dp", "tp", "pp", "chunks", "microbatches") and getattr(args, key) is not None:
+                raise SymmemError(f"--{key}: not with --framework fsdp2 (FSDP over --dp ranks, TP over --tp, "
+                                  "PP over --pp)")
+        if (args.pp or 1) == 1:
+            for key in ("chunks", "microbatches"):
+                if getattr(args, key) is not None:
+                    raise SymmemError(f"--{key}: with --framework fsdp2, only with --pp 2 or more")
         args.tp = args.tp or 1
-        args.dp = args.dp or (2 if args.tp == 1 else 1)
+        args.pp = args.pp or 1
+        args.dp = args.dp or (2 if args.tp * args.pp == 1 else 1)
         args.hsdp_replicate = args.hsdp_replicate or 1
         args.ac = args.ac or "none"
         return measure_fsdp2.run(args)

@@ -173,6 +173,8 @@ def run(args) -> int:
     from symmem.validate.fsdp2.predict import predicted
 
     raw = read_json_object(args.config, "--config")
+    if args.pp > 1:
+        return _run_pipeline(raw, args)
     st = _settings(raw, args, args.config)
     pred = predicted(st, raw)
     runner.require()
@@ -276,3 +278,65 @@ def _phases(pk, by_phase: dict) -> dict:
         text = f"below every moment predicted ({listed})"
     out["backward"] = (got >= floor, f"{got:,} measured at {op}: {text}")
     return out
+
+
+def _run_pipeline(raw: dict, args) -> int:
+    """`--pp P`: torchtitan's pipelining over FSDP2 (`symmem.validate.fsdp2.pipeline`: 1F1B, or Interleaved1F1B
+    with `--chunks 2`), two steps of M micro-batches, compared per rank with the `torchtitan-cpu` scenario's model
+    (`pipeline.expected`): to the byte, each stage's parameters, after every backward but a stage's last its
+    gathered parameters, accumulated and sharded gradients and kept stage outputs, the receive buffers, the states;
+    the peak beside, not counted in the exit code (the activations' timeline is the engine's, within 5 % on the
+    cases of tests/validate/test_fsdp2_pipeline.py)."""
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.validate.fsdp2 import pipeline, runner
+
+    chunks = args.chunks or 1
+    if chunks not in (1, pipeline.CHUNKS):
+        raise SymmemError(f"--chunks = {chunks}: torchtitan's Interleaved1F1B is run with {pipeline.CHUNKS} stages per "
+                          "rank (its default), or 1 for 1F1B")
+    m = args.microbatches or 4
+    if args.hsdp_replicate != 1 or args.ac != "none" or args.no_reshard_after_forward:
+        raise SymmemError("--pp: the pipeline runner runs FSDP (and TP) without --hsdp-replicate, --ac or "
+                          "--no-reshard-after-forward (torchtitan turns resharding after forward off under PP itself)")
+    world = args.pp * args.dp * args.tp
+    if world > MAX_WORLD:
+        raise SymmemError(f"--pp x --dp x --tp = {args.pp} x {args.dp} x {args.tp}: at most {MAX_WORLD} processes on "
+                          "the CPU")
+    argv = ["memory", "--model", args.config, "--profile", "torchtitan-cpu", "--pp", str(args.pp), "--dp",
+            str(args.dp), "--tp", str(args.tp), "-b", str(args.b), "-s", str(args.s), "--microbatches", str(m),
+            "--schedule", f"interleaved:{chunks}" if chunks > 1 else "1f1b"]
+    if raw.get("model_type") == "deepseek_v3":
+        argv.append("--no-mtp")
+    scn = scenario_from_args(build_parser().parse_args(argv))  # the profile's own checks first, in one line
+    saved_dp, args.dp = args.dp, args.pp * args.dp  # the runner's world: every PP x FSDP x TP rank
+    st = _settings(raw, args, args.config)
+    args.dp = saved_dp
+    runner.require()
+    measured = pipeline.run(st, args.pp, m, "Interleaved1F1B" if chunks > 1 else "1F1B")
+    ranks = []
+    for r in measured:
+        want = pipeline.expected(scn, r["stage"])
+        ranks.append({"rank": r["rank"], "stage": r["stage"], "equal": pipeline.compare(r, want),
+                      "measured": {k: r[k] for k in ("chunk_params", "recv_buffers", "states", "peak", "peak_phase")}
+                      | {"backwards": len(r["during_backward"])},
+                      "predicted": {k: want[k] for k in ("chunk_params", "recv_buffers", "states", "peak")}})
+    ok = all(all(r["equal"].values()) for r in ranks)
+    out = {"framework": "fsdp2", "torchtitan": "0.3.0", "config": args.config, "pp": args.pp, "dp": args.dp,
+           "tp": args.tp, "schedule": "Interleaved1F1B" if chunks > 1 else "1F1B", "microbatches": m, "b": args.b,
+           "s": args.s, "unit": "bytes", "match": ok, "ranks": ranks,
+           "notes": "profile torchtitan-cpu; symmem/validate/fsdp2/pipeline.py (expected, compare); docs/torchtitan.md"}
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 0 if ok else 1
+    print(f"{args.config}: torchtitan 0.3.0 under PP {args.pp} x FSDP {args.dp}" + (f" x TP {args.tp}" if args.tp > 1
+                                                                                     else "")
+          + f", {out['schedule']}, {m} micro-batches, b = {args.b}, s = {args.s}, on {world} CPU ranks (two steps)")
+    for r in ranks:
+        got, want = r["measured"], r["predicted"]
+        error = 100 * (want["peak"] - got["peak"]) / got["peak"]
+        print(f"  rank {r['rank']} (pipeline rank {r['stage']}): peak {got['peak']:,} measured at "
+              f"{got['peak_phase']}, {want['peak']:,} predicted ({error:+.1f} %, not counted)")
+        for what, same in r["equal"].items():
+            print(f"    {what}: {'EQUAL' if same else 'DIFFERENT'}")
+    return 0 if ok else 1

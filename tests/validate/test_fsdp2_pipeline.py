@@ -20,7 +20,7 @@ pytest.importorskip("torchtitan.distributed.pipeline_parallel",
                     reason="torchtitan missing: pip install -e '.[torchtitan]'")
 
 from symmem.cli.main import main  # noqa: E402
-from symmem.validate.fsdp2.pipeline import run  # noqa: E402
+from symmem.validate.fsdp2.pipeline import compare, expected, run  # noqa: E402
 from symmem.validate.fsdp2.runner import Settings  # noqa: E402
 
 pytestmark = pytest.mark.fsdp2
@@ -54,6 +54,7 @@ def test_pipelined_fsdp2_against_the_profile(tmp_path, capsys, dp, tp, schedule)
                   world=2 * dp * tp, tp=tp, b=1, s=32)
     measured = run(st, 2, M, schedule)
     predicted = _predicted(tmp_path, capsys, dp, tp, schedule)
+    _compared(measured, ["memory", "--model", _config(tmp_path), *_flags(dp, tp, schedule)])
     for r in measured:
         p = predicted[r["stage"]]
         br = p["peak_breakdown"]
@@ -101,7 +102,10 @@ def test_deepseek_v3_pipelined_against_the_profile(tmp_path, capsys):
     assert main(["memory", "--model", str(path), "--profile", "torchtitan-cpu", "--no-mtp", "--pp", "2", "-b", "1",
                  "-s", "32", "--microbatches", str(M), "--json"]) == 0
     predicted = json.loads(capsys.readouterr().out)["stages"]
-    for r in run(st, 2, M, "1F1B"):
+    measured = run(st, 2, M, "1F1B")
+    _compared(measured, ["memory", "--model", str(path), "--profile", "torchtitan-cpu", "--no-mtp", "--pp", "2", "-b",
+                         "1", "-s", "32", "--microbatches", str(M)])
+    for r in measured:
         p = predicted[r["stage"]]
         gathered = p["peak_breakdown"]["gathered parameters (ZeRO-3)"]
         assert gathered == 2 * r["stage_params"]
@@ -110,6 +114,16 @@ def test_deepseek_v3_pipelined_against_the_profile(tmp_path, capsys):
             assert not seen["sharded_grads_exist"]
         _buffers_states_peak(r, p, 1)
         _cached_outputs(r, "1f1b", 2 * 32 * (64 if r["stage"] == 0 else 256), p)
+
+
+def _compared(measured: list[dict], argv: list[str]) -> None:
+    """`symmem measure --framework fsdp2 --pp`'s comparison (`pipeline.expected`, `compare`): every quantity equal."""
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    scn = scenario_from_args(build_parser().parse_args(argv))
+    for r in measured:
+        assert all(compare(r, expected(scn, r["stage"])).values()), compare(r, expected(scn, r["stage"]))
 
 
 def _cached_outputs(r: dict, schedule: str, one: int, p: dict) -> None:
@@ -163,6 +177,8 @@ def test_interleaved_1f1b_against_the_profile(tmp_path, capsys):
     assert main(["memory", "--model", str(path), "--profile", "torchtitan-cpu", "--pp", "2", "--dp", "2", "-b", "1",
                  "-s", "32", "--microbatches", str(M), "--schedule", "interleaved:2", "--json"]) == 0
     predicted = json.loads(capsys.readouterr().out)["stages"]
+    _compared(measured, ["memory", "--model", str(path), "--profile", "torchtitan-cpu", "--pp", "2", "--dp", "2", "-b",
+                         "1", "-s", "32", "--microbatches", str(M), "--schedule", "interleaved:2"])
     layer, embedding, head = 61_568, 256 * 64, 64 + 256 * 64
     for r in measured:
         p = predicted[r["stage"]]
@@ -205,3 +221,16 @@ def _cached_outputs_chunks(r: dict, chunks_out: list[int]) -> None:
             if phase == "B" and done[c] < M:
                 expected.append(sum((started[k] - done[k]) * chunks_out[k] for k in (0, 1)))
     assert [seen["cached_outputs"] for seen in r["during_backward"]] == expected
+
+
+def test_measure_command_under_pp(tmp_path, capsys):
+    """`symmem measure --framework fsdp2 --pp 2`: the pipeline runner against `pipeline.expected`, every byte-exact
+    quantity EQUAL on both ranks (exit 0), the peak beside."""
+    path = _config(tmp_path)
+    assert main(["measure", "--framework", "fsdp2", "--config", path, "--pp", "2", "--dp", "1", "-b", "1", "-s", "32",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["match"] and [r["stage"] for r in out["ranks"]] == [0, 1]
+    for r in out["ranks"]:
+        assert all(r["equal"].values()) and r["measured"]["backwards"] == 2 * (M - 1)
+        assert abs(r["predicted"]["peak"] - r["measured"]["peak"]) <= 0.05 * r["measured"]["peak"]

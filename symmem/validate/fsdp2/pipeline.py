@@ -190,3 +190,47 @@ def run(st: R.Settings, pp: int, microbatches: int, schedule: str = "1F1B") -> l
     from symmem.validate._spawn import spawn
 
     return spawn(_step, (st, pp, microbatches, schedule), st.world, "PP x FSDP2")
+
+
+def expected(scn, rank: int, steps: int = 2) -> dict:
+    """What `run` should measure on pipeline rank `rank`, from symmem's model of the `torchtitan-cpu` scenario `scn`
+    (its stage `rank`): each stage's parameters (global elements); after every backward of a stage but its last, over
+    `steps` steps in the order symmem derives for torch (`Schedule.order`, runtime "torch"), each stage's unsharded
+    BF16 parameters (from its first forward to its last backward), its FP32 accumulated gradients (from its first
+    backward to its last), whether its sharded gradients exist (from its last), and the stage outputs kept in
+    `fwd_cache` for the micro-batches still to run backward (`profiles.pipeline_stage_output`); the receive buffers;
+    the states; the peak."""
+    from symmem.accounting.analysis import stage_chunks, stage_memory, stage_params
+    from symmem.profiles import pipeline_stage_output
+
+    stage = scn.stages[rank]
+    chunks = stage_chunks(scn, stage)
+    local = [sum(stage_params(scn, ch).per_gpu.values()) for ch in chunks]
+    outputs = [pipeline_stage_output(scn, ch.head) for ch in chunks]
+    during = []
+    for _step in range(steps):
+        started, done = [0] * len(chunks), [0] * len(chunks)
+        for phase, _mb, c in scn.schedule.order(rank, scn.parallel.pp, scn.m, scn.schedule_runtime):
+            (started if phase == "F" else done)[c] += 1
+            if phase == "F" or done[c] == scn.m:
+                continue
+            during.append({"per_chunk": [{"unsharded_params": 0 if done[k] == scn.m else scn.gather_bytes * n,
+                                          "accumulated_grads": 4 * n if 0 < done[k] < scn.m else 0,
+                                          "sharded_grads_exist": done[k] == scn.m}
+                                         for k, n in enumerate(local)],
+                           "cached_outputs": sum((started[k] - done[k]) * outputs[k] for k in range(len(chunks)))})
+    one = scn.b * scn.s * scn.model.value("h") * scn.act_bytes // scn.parallel.tp
+    m = stage_memory(scn, stage)
+    return {"chunk_params": [sum(stage_params(scn, ch).whole.values()) for ch in chunks], "during_backward": during,
+            "recv_buffers": {"activations": (len(chunks) - stage.embedding) * scn.m * one,
+                             "gradients": (len(chunks) - stage.head) * scn.m * one},
+            "states": m.states.weights + m.states.optimizer, "peak": m.peak_allocated}
+
+
+def compare(measured: dict, want: dict) -> dict:
+    """Each byte-exact quantity of `expected` against a rank's measurement: {name: equal}; the peak is its own."""
+    seen = [{"per_chunk": b["per_chunk"], "cached_outputs": b["cached_outputs"]} for b in measured["during_backward"]]
+    return {"stage parameters": measured["chunk_params"] == want["chunk_params"],
+            "after each backward (gathered, accumulated, sharded, stage outputs)": seen == want["during_backward"],
+            "receive buffers": measured["recv_buffers"] == want["recv_buffers"],
+            "states": measured["states"] == want["states"]}
