@@ -149,17 +149,22 @@ def test_pipeline_refusals(capsys, flags, words):
     assert words in err and err.count("\n") == 1, err
 
 
-def test_sweep_takes_pp_and_equals_memory(capsys):
-    """The sweep under torchtitan 0.3.0 takes PP beside FSDP and TP; a pipelined row's peak is `symmem memory`'s."""
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved:2"])
+def test_sweep_takes_pp_and_equals_memory(capsys, schedule):
+    """The sweep under torchtitan 0.3.0 takes PP beside FSDP and TP, and interleaved 1F1B in torch's order (the
+    profile's sweep evaluates each configuration through `symmem memory`'s engine); a pipelined row's peak is
+    `symmem memory`'s."""
     argv = ["sweep", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "H100", "--profile", "torchtitan", "-b", "1",
-            "-s", "4096", "--recompute", "full", "--global-batch-size", "16", "--rank-by", "headroom", "--json"]
+            "-s", "4096", "--recompute", "full", "--global-batch-size", "16", "--rank-by", "headroom", "--json",
+            "--schedule", schedule]
     assert main(argv) == 0
     piped = [r for r in json.loads(capsys.readouterr().out)["ranked"] if r["pp"] > 1]
     assert {r["pp"] for r in piped} == {2, 4, 8} and {r["tp"] for r in piped} >= {1, 2}
+    assert {r["schedule"] for r in piped} == {schedule}
     for r in piped:
         assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", str(r["pp"]), "--tp",
                      str(r["tp"]), "--dp", str(r["dp"]), "-b", "1", "-s", "4096", "--recompute", "full",
-                     "--microbatches", str(r["microbatches"]), "--json"]) == 0
+                     "--microbatches", str(r["microbatches"]), "--schedule", schedule, "--json"]) == 0
         d = json.loads(capsys.readouterr().out)
         assert max(st["peak_allocated"] for st in d["stages"]) == r["peak_allocated"], r
 

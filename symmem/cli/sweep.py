@@ -249,10 +249,6 @@ def space_from_args(args: argparse.Namespace):
     _flag_rules_out_all(args, axes, model)
     recompute = parse_recompute(args.recompute)
     schedule = parse_schedules(sched, chunks)
-    if scn.profile.pipelined_fsdp and any(x.name == "interleaved" for x in schedule):
-        # the sweep's in-flight counts are Megatron's interleaving; torchtitan's is walked in torch's order
-        raise SymmemError(f"--schedule = {sched!r}: profile {scn.profile.name}'s sweep takes 1f1b and gpipe; "
-                          "its interleaved 1F1B (torch's order) is answered by symmem memory")
     microbatches = parse_microbatches(args.microbatches)
     global_batch = _global_batch(args, scn, gpus, axes)
     if global_batch is not None:
