@@ -371,7 +371,7 @@ def _pipeline_recv_buffers(scn, stage) -> list[Buffer]:
     4 x 4,096 bytes on each, 4 x 2,048 under TP 2 (tests/validate/test_fsdp2_pipeline.py)."""
     if scn.parallel.pp == 1:
         return []
-    one = scn.b * scn.s * scn.model.value("h") * scn.act_bytes // scn.parallel.tp
+    one = pipeline_stage_output(scn, last=False)  # what the stage before sends (and gets the gradient of)
     # each of the GPU's stages has its own (v under interleaving): all but the model's first receive activations,
     # all but its last gradients
     v = len(stage.chunk_layers) or 1

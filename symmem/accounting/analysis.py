@@ -314,10 +314,11 @@ def stage_timeline_events(scn: Scenario, stage: Stage) -> list[Event]:
     return with_others(events, others)
 
 
-def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...], Amount | None]:
+def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...] | list[Event], Amount | None]:
     """`stage_timeline_events` as (events, what the other micro-batches in flight keep, alive at each event but
-    the last): events of one micro-batch in flight, shared by the stages of the same layers, and the amount of the
-    others (`timeline.with_others`); or every event as is and None."""
+    the last): the tuple of events of one micro-batch in flight `_events` caches for the stages of the same layers
+    (`timeline.stage_peak` scores such a tuple once), and the amount of the others (`timeline.with_others`); or a
+    list of every event as is, and None."""
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     key = _activation_key(scn)
     axes = scn.parallel.axis_sizes()
@@ -329,7 +330,7 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...], Am
         return events, others_amount(per_mb, k)
     if scn.schedule.name == "interleaved":  # several chunks per GPU: walked in torch's order
         walk = scn.replace(microbatches=_torch_walk_microbatches(scn))
-        return tuple(stage_pipelined_series(walk, stage)), None
+        return stage_pipelined_series(walk, stage), None
     from symmem.accounting.pipelined import with_stage_outputs
     from symmem.profiles import pipeline_stage_output
 
@@ -344,11 +345,11 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...], Am
     if scn.schedule.name == "1f1b" and scn.m > scn.parallel.pp - stage.index:
         # 1F1B's steady state: a forward after each backward, so a backward runs with k in flight and every
         # gradient accumulated by the micro-batches before (torch/distributed/pipelining/schedules.py:1050-1120)
-        return tuple(events(k, "whole")), None
+        return events(k, "whole"), None
     # every forward before the first backward (GPipe; 1F1B with M <= PP - i): the first backward with k in flight
     # and nothing accumulated yet but its own later parts', the next with k - 1 and every gradient accumulated
     first = events(k, "first")
-    return tuple(first if k <= 1 else first[:-1] + events(k - 1, "whole")), None  # (one optimizer step: the second's)
+    return first if k <= 1 else first[:-1] + events(k - 1, "whole"), None  # (one optimizer step: the second's)
 
 
 def stage_chunks(scn: Scenario, stage: Stage) -> list[Stage]:

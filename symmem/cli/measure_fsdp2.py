@@ -40,8 +40,9 @@ def _settings(raw: dict, args, name: str):
     if raw.get("tie_word_embeddings"):
         raise SymmemError(f"{name}: tie_word_embeddings = true: torchtitan's models untie them")
     tp = args.tp
-    world = args.dp * tp
-    if world < 2 or world > MAX_WORLD:
+    pp = getattr(args, "pp", 1)  # (a caller's namespace without PP: none)
+    world = pp * args.dp * tp  # every rank the runner spawns (under --pp, checked there)
+    if pp == 1 and (world < 2 or world > MAX_WORLD):
         raise SymmemError(f"--dp x --tp = {args.dp} x {tp}: the world must be 2 to {MAX_WORLD} processes on the CPU")
     rep = args.hsdp_replicate
     if args.dp % rep:
@@ -309,9 +310,7 @@ def _run_pipeline(raw: dict, args) -> int:
     if raw.get("model_type") == "deepseek_v3":
         argv.append("--no-mtp")
     scn = scenario_from_args(build_parser().parse_args(argv))  # the profile's own checks first, in one line
-    saved_dp, args.dp = args.dp, args.pp * args.dp  # the runner's world: every PP x FSDP x TP rank
     st = _settings(raw, args, args.config)
-    args.dp = saved_dp
     runner.require()
     measured = pipeline.run(st, args.pp, m, "Interleaved1F1B" if chunks > 1 else "1F1B")
     ranks = []

@@ -219,7 +219,7 @@ def expected(scn, rank: int, steps: int = 2) -> dict:
                                           "sharded_grads_exist": done[k] == scn.m}
                                          for k, n in enumerate(local)],
                            "cached_outputs": sum((started[k] - done[k]) * outputs[k] for k in range(len(chunks)))})
-    one = scn.b * scn.s * scn.model.value("h") * scn.act_bytes // scn.parallel.tp
+    one = pipeline_stage_output(scn, last=False)  # a receive buffer: the stage before's output
     m = stage_memory(scn, stage)
     return {"chunk_params": [sum(stage_params(scn, ch).whole.values()) for ch in chunks], "during_backward": during,
             "recv_buffers": {"activations": (len(chunks) - stage.embedding) * scn.m * one,
