@@ -292,6 +292,7 @@ def _dp_one(scn, stage) -> Fraction:
         from symmem.profiles import ddp_padding
 
         pads = ddp_padding(scn, stage_parts(scn.model, stage, scn.convention), scn.size_values())
+    float8_gather = _float8_gather(scn, stage) if z >= 3 else None
     total = Fraction(0)
     for groups, n, pad in ((("dense",), par.dense_shard, pads["dense"]), (MOE_GROUPS, par.expert_dp, pads["expert"])):
         params = sum(int(sp.per_gpu[g]) for g in groups if g in sp.per_gpu)
@@ -303,6 +304,28 @@ def _dp_one(scn, stage) -> Fraction:
             total += 2 * params * p.grad_bytes * ring
         elif z < 3:
             total += params * (p.grad_bytes + p.weight_bytes) * ring
+        elif groups == ("dense",) and float8_gather:
+            # the Float8 linears' weights gathered in float8 (1 byte), the others in the param dtype, after an
+            # all-reduce of each Float8 weight's amax (4 bytes, a ring's 2 (n - 1)/n) that makes its scale
+            # (torchao/float8/fsdp_utils.py:240-251, float8_scaling_utils.py `hp_tensor_to_float8_dynamic`)
+            gathered, scales = float8_gather
+            total += (params * p.grad_bytes + 2 * scn.m * (gathered + 2 * 4 * scales)) * ring
         else:
             total += params * (p.grad_bytes + 2 * scn.m * scn.gather_bytes) * ring  # gathered per micro-batch
     return total
+
+
+def _float8_gather(scn, stage) -> tuple[int, int] | None:
+    """Under FSDP2's float8 all-gather: the bytes one GPU's stage gathers (its Float8 weights at 1 byte per
+    element, the rest in the param dtype, TP-local, before the shard) and its Float8 weights' count; else None."""
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.accounting.timeline import Float8Gathered, float8_scales, gathered_bytes
+    from symmem.model import stage_parts
+
+    g = scn.gathered
+    if not isinstance(g, Float8Gathered):
+        return None
+    axes, vals = scn.parallel.axis_sizes(), scn.size_values()
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    data = sum(p.count * gathered_bytes(g, p, axes, scales=False) for p in parts)
+    return ceil_int(evaluate(data, vals)), sum(p.count * float8_scales(g, p) for p in parts)

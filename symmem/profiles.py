@@ -433,6 +433,54 @@ def fuses_qkv(scn) -> bool:
     return scn.profile.name != TORCHTITAN_9DEC370
 
 
+FLOAT8_ALL_GATHER_FLAG = "--enable-fsdp-float8-all-gather"
+
+
+def with_fsdp_float8_all_gather(scn):
+    """`scn` with FSDP2 gathering its Float8 linears' weights in float8 (torchao's `Float8LinearConfig.
+    enable_fsdp_float8_all_gather`, torchtitan 9dec370's `float8.enable_fsdp_float8_all_gather`; torchtitan 0.3.0
+    builds its Float8Linear from the config and has no such option: the weight wrapper is torchao's
+    `Float8Linear.from_float`, torchao/float8/float8_linear.py:324-334). Refused, in one line, where it is not
+    FSDP2 with torchao's tensorwise recipe over a Llama model whose Float8 linears all have dims that are multiples
+    of 16 (torchtitan leaves the others in BF16: torchtitan/components/quantization/utils.py:16-30)."""
+    from symmem.accounting.evaluate import evaluate
+    from symmem.graph import global_size
+    from symmem.model import stage_parts
+    from symmem.precision.recipes import with_fsdp_float8_all_gather as with_ag
+
+    flag = FLOAT8_ALL_GATHER_FLAG
+    if scn.profile.gather_bytes is None:
+        raise SymmemError(f"{flag}: profile {scn.profile.name} does not run FSDP2; use --profile torchtitan, "
+                          f"torchtitan-cpu or {TORCHTITAN_9DEC370}")
+    if scn.precision.name != "torchao-float8-tensorwise":
+        raise SymmemError(f"{flag} with --precision {scn.precision.name}: torchao gathers float8 weights under its "
+                          "tensorwise recipe only (torchao/float8/float8_linear.py:330); use --precision "
+                          "torchao-float8-tensorwise")
+    if int(scn.zero) != 3:
+        raise SymmemError(f"{flag} with --zero {int(scn.zero)}: the float8 all-gather is FSDP's (ZeRO-3); use "
+                          "--zero 3")
+    if scn.model.family.name != "llama":
+        raise SymmemError(f"{flag}: model family {scn.model.family.name!r}: modelled for Llama models (the "
+                          "grouped experts' float8 path is another converter)")
+    head = scn.profile.name != TORCHTITAN_9DEC370  # 9dec370 filtered "output"; 0.3.0 filters no FQN by default
+    out = scn.replace(precision=with_ag(scn.precision, fused_qkv=fuses_qkv(scn), head=head))
+    ag = out.precision.low_precision.fsdp_float8_all_gather
+    vals = scn.size_values()
+    for stage in scn.stages:
+        for part in stage_parts(scn.model, stage, scn.convention, scn.flow_impl):
+            for op, w in part.flow.weights():
+                if ag.is_float8(op):
+                    # symmem writes a weight (in..., out...); x = (batch..., in...), y = (batch..., out...)
+                    x, y = (part.flow.tensors[t] for t in (op.inputs[0], op.outputs[0]))
+                    n_in = (len(w.dims) + len(x.dims) - len(y.dims)) // 2
+                    k, n = (evaluate(global_size(d), vals) for d in (w.dims[:n_in], w.dims[n_in:]))
+                    if k % 16 or n % 16:
+                        raise SymmemError(f"{flag}: {op.name} is {n} x {k}: torchtitan converts a linear to "
+                                          "Float8 only when both dims are multiples of 16, and one that stays BF16 "
+                                          "is not modelled under the float8 all-gather")
+    return out
+
+
 def _torchtitan_states(scn, stage, parts, values, on_gpu: bool, step_on_host: bool = False):
     """FSDP2's padded shards on rank 0, the fullest (symmem.accounting.fsdp): FP32 parameters and gradients, AdamW's
     two FP32 moments and its step scalars; on a GPU the fused AdamW's steps are device scalars, each taking the

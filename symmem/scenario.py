@@ -207,6 +207,17 @@ class Scenario:
         g = self.profile.gather_bytes
         return self.precision.weight_bytes if g is None else g
 
+    @property
+    def gathered(self):
+        """What ZeRO-3 gathers per parameter element: `gather_bytes`, or under FSDP2's float8 all-gather a
+        `timeline.Float8Gathered` (the Float8 linears' weights in float8 with their scales)."""
+        lp = self.precision.low_precision
+        if lp is None or lp.fsdp_float8_all_gather is None:
+            return self.gather_bytes
+        from symmem.accounting.timeline import Float8Gathered
+
+        return Float8Gathered(self.gather_bytes, lp.fsdp_float8_all_gather)
+
     @cached_property
     def size_key(self) -> tuple:
         """`size_values` as a sorted tuple: a cache key of the derivations that depend on the sizes."""

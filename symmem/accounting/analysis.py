@@ -326,7 +326,7 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...] | l
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
     if not pipelined_fsdp(scn):
-        events, per_mb = _events(key, parts, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back)
+        events, per_mb = _events(key, parts, int(scn.zero), scn.gathered, scn.precision.grad_bytes, axes, back)
         return events, others_amount(per_mb, k)
     if scn.schedule.name == "interleaved":  # several chunks per GPU: walked in torch's order
         walk = scn.replace(microbatches=_torch_walk_microbatches(scn))
@@ -338,7 +338,7 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...] | l
     output = pipeline_stage_output(scn, stage.head)
 
     def events(in_flight: Fraction, accumulated: str) -> list[Event]:
-        one, per_mb = _events(key, parts, int(scn.zero), scn.gather_bytes, scn.precision.grad_bytes, axes, back,
+        one, per_mb = _events(key, parts, int(scn.zero), scn.gathered, scn.precision.grad_bytes, axes, back,
                               accumulated, sharded)
         return with_stage_outputs(with_others(one, others_amount(per_mb, in_flight)), in_flight, output)
 
@@ -384,7 +384,7 @@ def stage_pipelined_series(scn: Scenario, stage: Stage) -> list[Event]:
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
     outputs = [pipeline_stage_output(scn, ch.head) for ch in chunks]
     return pipelined_series(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order,
-                            scn.gather_bytes, scn.precision.grad_bytes, sharded, outputs, back)
+                            scn.gathered, scn.precision.grad_bytes, sharded, outputs, back)
 
 
 # torch's interleaved 1F1B runs R = max(1, M // PP) rounds of M / R micro-batches: its warm-up and cool-down span
@@ -432,7 +432,7 @@ def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
     return step_series(chunks, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order, int(scn.zero),
-                       scn.gather_bytes, scn.precision.grad_bytes, back)
+                       scn.gathered, scn.precision.grad_bytes, back)
 
 
 def stage_buffers(scn: Scenario, stage: Stage) -> list:

@@ -36,6 +36,8 @@ from symmem.accounting.timeline import (
     Amount,
     Event,
     _layer_weights,
+    gathered_bytes,
+    param_dtype_bytes,
     part_timeline,
 )
 from symmem.graph import AxisSizes
@@ -57,6 +59,7 @@ def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Pol
     layer = [[_layer_weights(p, axes) for p in parts] for parts in chunks]
     whole = [sympy.Add(*[p.count * w for p, w in zip(parts, ws, strict=True)]) for parts, ws in zip(chunks, layer,
                                                                                                     strict=True)]
+    whole_gathered = [sympy.Add(*[p.count * gathered_bytes(weight_bytes, p, axes) for p in parts]) for parts in chunks]
     runs = [sum(1 for ph, _, c in order if ph == "F" and c == k) for k in range(len(chunks))]
     forwards = [0] * len(chunks)
     backwards = [0] * len(chunks)
@@ -66,11 +69,11 @@ def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Pol
 
     def states(c: int) -> list[Amount]:
         """What the chunks hold while chunk `c` runs (it gathered, whatever its count)."""
-        gathered = sympy.Add(*[whole[k] for k in range(len(chunks))
+        gathered = sympy.Add(*[whole_gathered[k] for k in range(len(chunks))
                                if (forwards[k] or k == c) and backwards[k] < runs[k]])
         accumulated = sympy.Add(*[whole[k] for k in range(len(chunks)) if 0 < backwards[k] < runs[k]])
         done = sum(sharded[k] for k in range(len(chunks)) if backwards[k] == runs[k])
-        out = [Amount(GATHERED, "the chunks' parameters (kept gathered under PP)", weight_bytes * gathered)]
+        out = [Amount(GATHERED, "the chunks' parameters (kept gathered under PP)", gathered)]
         if accumulated != 0:
             out.append(Amount(UNREDUCED, "the gradients of the chunks run backward, accumulated unsharded",
                               grad_bytes * accumulated))
@@ -117,7 +120,8 @@ def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Pol
                                          grad_bytes * later))
                 extra = list(backward_extra)
                 if p.is_layers:
-                    extra.append(Amount(UNREDUCED, "the layer's gradients", weight_bytes * layer[c][i]))
+                    extra.append(Amount(UNREDUCED, "the layer's gradients",
+                                        param_dtype_bytes(weight_bytes) * layer[c][i]))
                 series += [Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive + tuple(extra))
                            for ev in tl.events if ev.phase == "backward"]
                 later += layer[c][i]

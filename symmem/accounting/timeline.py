@@ -311,6 +311,8 @@ def one_microbatch_events(parts: tuple[Part, ...], rules: RuleSet, policy: Polic
     # each part's weights (all its copies), in stage order
     weights_of = [p.count * _layer_weights(p, axes) for p in parts] if pipelined_fsdp else []
     stage_weights = sympy.Add(*weights_of)
+    stage_gathered = sympy.Add(*[p.count * gathered_bytes(weight_bytes, p, axes) for p in parts]
+                               ) if pipelined_fsdp else sympy.Integer(0)
     events: list[Event] = []
     earlier = sympy.Integer(0)
     for (p, _, count, label), tl in zip(units, timelines, strict=True):
@@ -320,8 +322,7 @@ def one_microbatch_events(parts: tuple[Part, ...], rules: RuleSet, policy: Polic
         forward_extra: tuple[Amount, ...] = ()
         backward: tuple[Amount, ...] = ()
         if pipelined_fsdp and zero >= 3:
-            forward_extra = (Amount(GATHERED, "the stage's parameters (kept gathered under PP)",
-                                    weight_bytes * stage_weights),)
+            forward_extra = (Amount(GATHERED, "the stage's parameters (kept gathered under PP)", stage_gathered),)
             if pipelined_fsdp == "whole":
                 accumulated = Amount(UNREDUCED, "the stage's gradients, accumulated unsharded",
                                      grad_bytes * stage_weights)
@@ -330,12 +331,13 @@ def one_microbatch_events(parts: tuple[Part, ...], rules: RuleSet, policy: Polic
                                      grad_bytes * sympy.Add(*weights_of[parts.index(p) + 1:]))
             backward = forward_extra + (accumulated,)
             if p.is_layers:
-                backward += (Amount(UNREDUCED, "the layer's gradients", weight_bytes * _layer_weights(p, axes)),)
+                backward += (Amount(UNREDUCED, "the layer's gradients",
+                                    param_dtype_bytes(weight_bytes) * _layer_weights(p, axes)),)
         elif p.is_layers and zero >= 2:
             layer_weights = _layer_weights(p, axes)
             if zero >= 3:
                 forward_extra = (Amount(GATHERED, f"{1 + ZERO3_PREFETCH} layers' parameters",
-                                        (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights),)
+                                        (1 + ZERO3_PREFETCH) * gathered_bytes(weight_bytes, p, axes)),)
             backward = forward_extra + (Amount(UNREDUCED, "the layer's gradients", grad_bytes * layer_weights),)
         backward_all = backward + tuple(backward_extra)
         for ev in tl.events:
@@ -351,6 +353,42 @@ def one_microbatch_events(parts: tuple[Part, ...], rules: RuleSet, policy: Polic
 def _layer_weights(p: Part, axes: AxisSizes) -> sympy.Expr:
     """Elements of one copy of a part's own weights on one GPU (a weight shared with another part counted there)."""
     return sympy.Add(*[local_size(w.dims, axes) for _, w in p.flow.weights() if w.shared_with is None])
+
+
+@dataclass(frozen=True)
+class Float8Gathered:
+    """What ZeRO-3 gathers per parameter when FSDP2 gathers the Float8 linears' weights in float8 (torchao's
+    `enable_fsdp_float8_all_gather`, torchao/float8/fsdp_utils.py:228-285): each such weight 1 byte per element and
+    its FP32 scale, 4 bytes (one per Float8Linear module: `float8.owns_scale`); every other parameter
+    `other_bytes` (the param dtype). Passed where an int `weight_bytes` is otherwise (`gathered_bytes`)."""
+
+    other_bytes: int
+    float8: object  # symmem.precision.recipes.Float8AllGather
+
+
+def param_dtype_bytes(weight_bytes: int | Float8Gathered) -> int:
+    """Bytes per element of the parameters' dtype (what an unreduced gradient is made in before the upcast)."""
+    return weight_bytes.other_bytes if isinstance(weight_bytes, Float8Gathered) else weight_bytes
+
+
+def gathered_bytes(weight_bytes: int | Float8Gathered, p: Part, axes: AxisSizes, scales: bool = True) -> sympy.Expr:
+    """Bytes one copy of part `p`'s own weights takes gathered on one GPU (`scales`: with the float8 weights' FP32
+    scales, which are made on each GPU, not gathered)."""
+    if not isinstance(weight_bytes, Float8Gathered):
+        return weight_bytes * _layer_weights(p, axes)
+    f8 = weight_bytes.float8
+    total = sympy.Integer(0)
+    for op, w in p.flow.weights():
+        if w.shared_with is None:
+            total += (1 if f8.is_float8(op) else weight_bytes.other_bytes) * local_size(w.dims, axes)
+    return total + 4 * float8_scales(weight_bytes, p) if scales else total
+
+
+def float8_scales(weight_bytes: int | Float8Gathered, p: Part) -> int:
+    """The float8-gathered weights of one copy of part `p` (one FP32 scale each; none unless `Float8Gathered`)."""
+    if not isinstance(weight_bytes, Float8Gathered):
+        return 0
+    return sum(1 for op in p.flow.ops if weight_bytes.float8.owns_scale(op) and op.weights[0].shared_with is None)
 
 
 def amount_values(values: dict) -> Callable[[sympy.Expr], int | Fraction]:
@@ -497,7 +535,8 @@ def step_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Policy, 
                     for ev in tl.events:
                         if ev.phase != "forward":
                             continue
-                        extra = [Amount(GATHERED, "gathered", (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights)
+                        extra = [Amount(GATHERED, "gathered",
+                                        (1 + ZERO3_PREFETCH) * gathered_bytes(weight_bytes, p, axes))
                                  ] if p.is_layers and zero >= 3 else []
                         series.append(Event("forward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive
                                             + tuple(extra)))
@@ -522,7 +561,7 @@ def step_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Policy, 
                         extra = list(backward_extra)
                         if p.is_layers and zero >= 3:
                             extra.append(Amount(GATHERED, "gathered",
-                                                (1 + ZERO3_PREFETCH) * weight_bytes * layer_weights))
+                                                (1 + ZERO3_PREFETCH) * gathered_bytes(weight_bytes, p, axes)))
                         if p.is_layers and zero >= 2:
                             extra.append(Amount(UNREDUCED, "the layer's gradients", grad_bytes * layer_weights))
                         series.append(Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive

@@ -75,6 +75,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
     if not swept:
         g.add_argument("--zero", help="ZeRO stage 0-3")
     _bool_flag(g, "mtp", "place the config's MTP modules on the last stage")
+    g.add_argument("--enable-fsdp-float8-all-gather", dest="fsdp_float8_all_gather", action="store_true",
+                   help="FSDP2 gathers the Float8 linears' weights in float8 (torchao's Float8LinearConfig option; "
+                        "torchtitan profiles, --precision torchao-float8-tensorwise)")
     if not swept:
         g.add_argument("--layers-per-stage", help="explicit pipeline layout, e.g. 4,4,4,...,1")
         g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first",
@@ -289,6 +292,10 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                                   f"{', '.join(dtypes)}")
             ch["act_bytes"] = dtypes[args.activation_dtype]
     scn = scn.replace(**ch)
+    if getattr(args, "fsdp_float8_all_gather", False):
+        from symmem.profiles import with_fsdp_float8_all_gather
+
+        scn = with_fsdp_float8_all_gather(scn)
     if getattr(args, "global_batch", None) is not None and "global_batch" not in skip:
         from symmem.scenario import with_global_batch
 

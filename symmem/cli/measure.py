@@ -43,7 +43,12 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                                               "selective-op (per-op SAC) or selective-layer:N (every N-th block) "
                                               "(default none)")
     p.add_argument("--recipe", default=None, help="torchao-float8: tensorwise (default), rowwise or "
-                                                  "rowwise_with_gw_hp (Float8LinearConfig.from_recipe_name)")
+                                                  "rowwise_with_gw_hp (Float8LinearConfig.from_recipe_name); "
+                                                  "fsdp2: torchtitan's Float8 linears under that recipe (default: "
+                                                  "none, BF16)")
+    p.add_argument("--enable-fsdp-float8-all-gather", dest="fsdp_float8_all_gather", action="store_true",
+                   help="fsdp2 with --recipe tensorwise: FSDP2 gathers the Float8 linears' weights in float8 "
+                        "(torchao's Float8LinearConfig option)")
     p.add_argument("--option", action="append", metavar="KEY=BOOL",
                    help="torchao-float8: a Float8LinearConfig field set on the recipe, repeatable: pad_inner_dim, "
                         "force_recompute_fp8_weight_in_bwd, round_scales_to_power_of_2")
@@ -115,9 +120,12 @@ _MEGATRON_FLAGS = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "chunks": 1, "microbatche
 
 def _run(args) -> int:
     if args.framework != "torchao-float8":
-        for key in ("recipe", "option"):
-            if getattr(args, key) is not None:
-                raise SymmemError(f"--{key}: only with --framework torchao-float8")
+        if args.option is not None:
+            raise SymmemError("--option: only with --framework torchao-float8")
+        if args.recipe is not None and args.framework != "fsdp2":
+            raise SymmemError("--recipe: only with --framework torchao-float8 or fsdp2")
+    if args.fsdp_float8_all_gather and args.framework != "fsdp2":
+        raise SymmemError("--enable-fsdp-float8-all-gather: only with --framework fsdp2")
     if args.framework != "fsdp2":
         for key in ("hsdp_replicate", "ac"):
             if getattr(args, key) is not None:

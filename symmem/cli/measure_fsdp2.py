@@ -4,7 +4,9 @@ CPU, per rank, measured (`symmem.validate.fsdp2.runner`) and predicted by the `t
 (`symmem.validate.fsdp2.predict`).
 
 Compared per rank, to the byte: `states` (the FP32 sharded parameters, their gradients, AdamW's moments and step
-scalars), `saved` (what each transformer block, and the rest of the model, keeps for backward), the live bytes at
+scalars), `saved` (what each transformer block, and the rest of the model, keeps for backward), the gathered
+parameters of each FSDP unit (each block, the root; under `--enable-fsdp-float8-all-gather` the Float8 weights in
+float8 with their scales), the live bytes at
 the step's start and each phase's most (`symmem.validate.fsdp2.peak`: the forward and the optimizer step to the
 byte, the backward against the moments it reaches, a floor: FSDP2's order of prefetch and reduce-scatter varies
 from run to run, and some runs hold a buffer more) where
@@ -52,7 +54,11 @@ def _settings(raw: dict, args, name: str):
                           "checkpointed, N a whole number from 1)")
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
+    float8 = _float8(raw, args)
     if raw["model_type"] == "deepseek_v3":
+        if float8:
+            raise SymmemError("--recipe: Float8 is measured for torchtitan's Llama 3 (DeepSeek-V3's grouped experts "
+                              "take another converter)")
         return _deepseek_settings(raw, args, name, world, rep)
     n_kv = raw.get("num_key_value_heads") or raw.get("num_attention_heads")
     _tp_divides(tp, args.s, (("num_attention_heads", raw.get("num_attention_heads")),
@@ -76,7 +82,31 @@ def _settings(raw: dict, args, name: str):
                     vocab=raw["vocab_size"], ffn_hidden=raw["intermediate_size"],
                     max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep, tp=tp,
                     reshard_after_forward=not args.no_reshard_after_forward, ac=args.ac, b=args.b, s=args.s,
-                    seed=args.seed)
+                    seed=args.seed, **float8)
+
+
+F8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+
+
+def _float8(raw: dict, args) -> dict:
+    """The runner's Float8 settings from `--recipe` and `--enable-fsdp-float8-all-gather` ({} for BF16)."""
+    recipe = getattr(args, "recipe", None)
+    ag = getattr(args, "fsdp_float8_all_gather", False)
+    if recipe is None:
+        if ag:
+            raise SymmemError("--enable-fsdp-float8-all-gather: needs --recipe tensorwise (Float8 linears to gather)")
+        return {}
+    if recipe not in F8_RECIPES:
+        raise SymmemError(f"--recipe = {recipe!r}: one of {', '.join(F8_RECIPES)} (torchao's Float8 recipes)")
+    if ag and recipe != "tensorwise":
+        raise SymmemError(f"--enable-fsdp-float8-all-gather with --recipe {recipe}: torchao gathers float8 weights "
+                          "under tensorwise scaling only")
+    if args.ac == "selective-op":
+        raise SymmemError("--recipe with --ac selective-op: per-op checkpointing of Float8 linears "
+                          "(aten._scaled_mm) is not modelled; use --ac none, full or selective-layer:N")
+    if args.tp > 1:
+        raise SymmemError("--recipe with --tp: Float8 under TP is not measured (torchao's float8 TP styles)")
+    return {"float8": recipe, "float8_all_gather": ag}
 
 
 def _tp_divides(tp: int, s: int, sizes) -> None:
@@ -197,13 +227,17 @@ def run(args) -> int:
                       # the head's growth is shown, not counted: gloo's thread may still hold lm_head's all-gather
                       # input and output a moment after the wait (seen: +2,048 and +12,288 bytes on one rank)
                       "growth_match": all(got == want for k, (got, want) in growth.items() if k != HEAD),
+                      "unsharded": {"measured": m["unsharded_param_bytes"], "predicted": p["unsharded"]},
+                      "unsharded_match": m["unsharded_param_bytes"] == p["unsharded"],
                       "states_match": m["states"] == p["states"], "saved_match": m["saved"] == p["saved"],
                       "start_match": None if p["start"] is None else m["start"] == p["start"],
                       "peak_match": None if pk.why_not else all(ok is not False for ok, _ in phases.values())})
-    ok = all(r["states_match"] and r["saved_match"] and r["growth_match"] and r["start_match"] is not False
+    ok = all(r["states_match"] and r["saved_match"] and r["unsharded_match"] and r["growth_match"]
+             and r["start_match"] is not False
              and r["peak_match"] is not False for r in ranks)
     out = {"framework": "fsdp2", "torchtitan": "0.3.0", "config": args.config, "world": st.world,
            "hsdp_replicate": st.replicate, "tp": st.tp, "reshard_after_forward": st.reshard_after_forward, "ac": st.ac,
+           "float8": st.float8, "fsdp_float8_all_gather": st.float8_all_gather,
            "b": st.b, "s": st.s, "unit": "bytes", "match": ok, "ranks": ranks,
            "notes": "profile torchtitan-cpu (symmem/rules/torchtitan.py, symmem/accounting/fsdp.py); the step's peaks: "
                     "symmem/validate/fsdp2/peak.py (the first step of a fresh model, on this CPU over gloo)"}
@@ -214,12 +248,16 @@ def run(args) -> int:
     print(f"{args.config}: FSDP2 + torchtitan 0.3.0 {model} on {st.world} CPU ranks"
           + (f" (HSDP {st.replicate} x {st.world // (st.replicate * st.tp)})" if st.replicate > 1 else "")
           + (f" (FSDP {st.world // st.tp} x TP {st.tp}, sequence parallel)" if st.tp > 1 else "")
-          + f", reshard_after_forward {st.reshard_after_forward}, AC {st.ac}, b = {st.b}, s = {st.s}")
+          + f", reshard_after_forward {st.reshard_after_forward}, AC {st.ac}, b = {st.b}, s = {st.s}"
+          + (f", Float8 {st.float8} (torchao, emulated)" if st.float8 else "")
+          + (", float8 all-gather" if st.float8_all_gather else ""))
     for r in ranks:
         m, p = r["measured"], r["predicted"]
         print(f"  rank {r['rank']}: states {m['states']:,} measured, {p['states']:,} predicted "
               f"({'EQUAL' if r['states_match'] else 'DIFFERENT'}); saved per block and outside "
-              f"{'EQUAL' if r['saved_match'] else 'DIFFERENT'} ({sum(m['saved'].values()):,} bytes); live at the "
+              f"{'EQUAL' if r['saved_match'] else 'DIFFERENT'} ({sum(m['saved'].values()):,} bytes); gathered "
+              f"parameters per unit {'EQUAL' if r['unsharded_match'] else 'DIFFERENT'} "
+              f"({r['unsharded']['measured'].get('layer 0', 0):,} bytes block 0); live at the "
               f"start {m['start']:,} ({_same(r['start_match'])}); peak {m['peak']:,} at "
               f"{m['peak_phase']}, {m['peak_op']}")
         for what, g in r["forward_growth"].items():
@@ -297,6 +335,8 @@ def _run_pipeline(raw: dict, args) -> int:
         raise SymmemError(f"--chunks = {chunks}: torchtitan's Interleaved1F1B is run with {pipeline.CHUNKS} stages per "
                           "rank (its default), or 1 for 1F1B")
     m = args.microbatches or 4
+    if getattr(args, "recipe", None) is not None:
+        raise SymmemError("--pp with --recipe: the pipeline runner runs BF16 (Float8 is measured without --pp)")
     if args.hsdp_replicate != 1 or args.ac != "none" or args.no_reshard_after_forward:
         raise SymmemError("--pp: the pipeline runner runs FSDP (and TP) without --hsdp-replicate, --ac or "
                           "--no-reshard-after-forward (torchtitan turns resharding after forward off under PP itself)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from symmem.graph import Dataflow, Op
+from symmem.graph import FP32, Dataflow, Op, Tensor
 from symmem.precision.encoding import Encoding
 from symmem.precision.formats import E2M1, E4M3, E5M6
 from symmem.precision.model_states import Precision
@@ -47,10 +47,14 @@ class LowPrecision:
     # TE c188b533 pytorch/quantization.py:48-58 check_fp8_support: 8.9 (Ada) or higher; MX and NV formats 10.0
     min_compute_capability: tuple[int, int] = (8, 9)
     notes: tuple[str, ...] = field(default=())  # sources and assumptions, one line each
+    # FSDP2 gathers the Float8 linears' weights in float8 (torchao's `enable_fsdp_float8_all_gather`): None, or
+    # which linears are Float8 modules (`Float8AllGather`)
+    fsdp_float8_all_gather: Float8AllGather | None = None
 
     @property
     def changes_saved(self) -> bool:
-        return any(e is not None for e in (self.gemm_input, self.attention_output, self.moe_swiglu))
+        return (any(e is not None for e in (self.gemm_input, self.attention_output, self.moe_swiglu))
+                or self.fsdp_float8_all_gather is not None)
 
     def copies_for(self, group: str) -> tuple[Encoding, ...]:
         for g, encs in self.weight_copies:
@@ -84,7 +88,56 @@ class LowPrecision:
                 out.append(Saved(quantized(t, self.moe_swiglu), f"{sv.why}, kept as {self.moe_swiglu.name}"))
             else:
                 out.append(sv)
+        ag = self.fsdp_float8_all_gather
+        if ag is not None and ag.owns_scale(op) and saved:
+            # FSDP2 frees a float8-gathered weight's data at the reshard (resize to 0); its FP32 scale lives on in
+            # the unsharded parameter (and in the saved transposed view, AO/float8_linear.py:45) until the backward
+            out.append(Saved(weight_scale(op), f"{op.name}: the float8-gathered weight's scale ({AO}/fsdp_utils.py:"
+                                               "248-251, 253-285)"))
         return out
+
+
+@dataclass(frozen=True)
+class Float8AllGather:
+    """Which linears FSDP2 gathers in float8 under torchao's `enable_fsdp_float8_all_gather`: the Float8Linear
+    modules. `fused_qkv`: q, k and v are one module (torchtitan 0.3.0's wqkv: one weight, one scale); `head`: the
+    output projection is one (torchtitan 0.3.0 converts every Linear whose dims are multiples of 16, no FQN filtered
+    by default: torchtitan/components/quantization/float8.py:62, utils.py:16-30; 9dec370 left "output" out)."""
+
+    fused_qkv: bool
+    head: bool
+
+    def is_float8(self, op: Op) -> bool:
+        return op.kind == "linear" and bool(op.weights) and (eligible(op) or (self.head and op.name.endswith(
+            "lm_head")))
+
+    def owns_scale(self, op: Op) -> bool:
+        """Whether `op`'s module has a weight scale of its own (one per Float8Linear; wqkv's is q's)."""
+        return self.is_float8(op) and not (self.fused_qkv and op.name.endswith(("k_proj", "v_proj")))
+
+
+def weight_scale(op: Op) -> Tensor:
+    """The FP32 scalar scale of a float8-gathered weight (tensorwise scaling: one per weight, 4 bytes). FSDP2's
+    unsharded parameter, a Float8TrainingTensor, keeps it after the reshard frees its data, until the backward's
+    all-gather puts the next in its place (fsdp_utils.py:253-285, `out._scale = scale` at :267): alive from the layer's
+    forward to its backward whatever the checkpointing. So it is named after the weight, which no op makes, and a
+    recomputation policy keeps it (`activations.kept_tensors`); the autograd graph's saved view holds the same
+    tensor when the layer is not recomputed."""
+    return Tensor(f"{op.weights[0].name}.float8_weight_scale", (), FP32)
+
+
+def with_fsdp_float8_all_gather(precision: Precision, fused_qkv: bool, head: bool) -> Precision:
+    """`precision` (torchao's tensorwise recipe) with FSDP2's float8 all-gather of its Float8 linears' weights."""
+    lp = precision.low_precision
+    ag = Float8AllGather(fused_qkv, head)
+    note = (f"{AO}/fsdp_utils.py:228-285: FSDP2 casts each weight's FP32 shard to float8 before the all-gather "
+            "(the scale from the amax all-reduced over the shard group) and gathers 1 byte per element; the gathered "
+            "weight is a Float8TrainingTensor with one FP32 scale, which its saved transposed view keeps")
+    return dataclasses.replace(
+        precision, name=f"{precision.name}+fsdp-float8-all-gather",
+        low_precision=dataclasses.replace(lp, name=f"{lp.name}+fsdp-float8-all-gather", fsdp_float8_all_gather=ag,
+                                          title=f"{lp.title}; FSDP2 gathers the Float8 weights in float8",
+                                          notes=lp.notes + (note,)))
 
 
 # ---------------------------------------------------------------------------------------------- encodings

@@ -186,7 +186,12 @@ def _linear_tp(op: Op, flow: Dataflow) -> list[Saved]:
 # The suffixes of the tensors an all-gather at micro-batch 1 leaves alive beside the gathered input, held until the
 # backward by the autograd graph though no op saves them for backward (no saved-tensor hook sees them): the
 # prediction's "saved" leaves them out, the memory keeps them (`symmem.validate.fsdp2.predict.held_per_block`)
-HELD_NOT_SAVED = (".gather_output", ".gather_wrapped")
+GATHER_HELD = (".gather_output", ".gather_wrapped")
+HELD_NOT_SAVED = (*GATHER_HELD,
+                  # under FSDP2's float8 all-gather, a Float8 weight's FP32 scale: the gathered parameter FSDP2 keeps
+                  # (a Float8TrainingTensor whose data the reshard frees) still holds it, whatever the checkpointing
+                  # (symmem.precision.recipes.weight_scale)
+                  ".float8_weight_scale")
 
 
 def _linear_tp_b1(op: Op, flow: Dataflow) -> list[Saved]:
@@ -209,7 +214,7 @@ def _linear_tp_b1(op: Op, flow: Dataflow) -> list[Saved]:
         return kept
     return [*kept, *(Saved(Tensor(f"{x.name}{suffix}", _sp_free(x), x.dtype),
                            f"{what} of the all-gather of {op.name}'s input, held by the autograd graph at b = 1")
-                     for suffix, what in zip(HELD_NOT_SAVED, ("the output", "the custom op's copy"), strict=True))]
+                     for suffix, what in zip(GATHER_HELD, ("the output", "the custom op's copy"), strict=True))]
 
 
 def _embedding_tp(op: Op, flow: Dataflow) -> list[Saved]:

@@ -349,7 +349,7 @@ def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ..
     back = tuple(T.Amount(T.PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0)))
                  for name, t in extra)  # the pipeline schedule's gradient buffers, as `analysis` adds them
     events = T.stage_events(parts, scn.rules, scn.policy, axes, scn.act_bytes, e_tok, Fraction(2), 3,
-                            scn.gather_bytes, scn.precision.grad_bytes, back)
+                            scn.gathered, scn.precision.grad_bytes, back)
     known: dict = {}
 
     def comp(amounts, variables=variables) -> Poly:
@@ -415,7 +415,7 @@ def structural_key(scn: Scenario) -> tuple:
     arrangement = (par.pp, par.sequence_parallel, par.moe_sp, par.cp > 1, par.cp_comm_type, hist_ep)
     sizes = tuple(sorted((str(k), v) for k, v in case_constants(scn).items()))
     return (model, convention, rules, policy, arrangement, routing, act_bytes, scn.layout, scn.profile_name, sizes,
-            scn.mtp, scn.flow_impl, scn.gather_bytes, scn.precision.grad_bytes,  # ZeRO-2/3 extras
+            scn.mtp, scn.flow_impl, scn.gathered, scn.precision.grad_bytes,  # ZeRO-2/3 extras
             scn.s if stepwise_in_s(scn) else None)
 
 

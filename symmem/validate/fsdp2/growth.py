@@ -41,4 +41,8 @@ def head_growth(scn, stage, vals) -> int:
     def size(name: str) -> int:
         return ceil_int(evaluate(tensor_bytes(part.flow.tensors[name], axes, scn.act_bytes, sympy.Integer(0)), vals))
 
-    return kept + size(lm_head.outputs[0]) - size(norm.inputs[0])
+    # under the float8 all-gather lm_head saves its weight's FP32 scale, made at the root's all-gather, before the
+    # norm: alive already, no growth here
+    from symmem.accounting.timeline import float8_scales
+
+    return kept + size(lm_head.outputs[0]) - size(norm.inputs[0]) - 4 * float8_scales(scn.gathered, part)

@@ -60,17 +60,53 @@ def scenario(st, raw: dict | None = None):
         os.unlink(path)
     from symmem.accounting.states import recipe, zero_stage
 
-    return model_scenario(model).replace(
-        profile_name="torchtitan-cpu", precision=recipe("fp32"), zero=zero_stage(3),
+    scn = model_scenario(model).replace(
+        profile_name="torchtitan-cpu", precision=recipe(FLOAT8_RECIPES[st.float8] if st.float8 else "fp32"),
+        zero=zero_stage(3),
         parallel=Parallel(dp=st.world // (st.replicate * st.tp), tp=st.tp, sequence_parallel=st.tp > 1,
                           moe_sequence_parallel=st.tp > 1),  # DeepSeek-V3's MoE output reduce-scattered to s/t
         b=st.b, s=st.s,
         act_bytes={"bf16": 2, "fp16": 2, "fp32": 4}[st.param_dtype],  # FSDP2 casts the inputs to param_dtype
         recompute_name=AC_RECOMPUTE.get(st.ac, st.ac))
+    if st.float8_all_gather:
+        from symmem.profiles import with_fsdp_float8_all_gather
+
+        scn = with_fsdp_float8_all_gather(scn)
+    return scn
+
+
+# the runner's torchao recipe (Float8LinearConfig.from_recipe_name) -> symmem's precision recipe
+FLOAT8_RECIPES = {"tensorwise": "torchao-float8-tensorwise", "rowwise": "torchao-float8-rowwise",
+                  "rowwise_with_gw_hp": "torchao-float8-rowwise-gw-hp"}
+
+
+def unsharded_bytes(scn, parts, params, n: int) -> dict[str, int]:
+    """Per FSDP unit (each block, and the root: the embedding, final norm and lm_head), the bytes its gathered
+    parameters take: every rank's padded shard (FSDP2 gathers dim 0 padded to a multiple of the shard group `n`,
+    torch/distributed/fsdp/_fully_shard/_fsdp_param.py `init_all_gather_outputs`) in the param dtype
+    (`Scenario.gather_bytes`), or under the float8 all-gather a Float8 linear's at 1 byte per element and its FP32
+    scale (`timeline.Float8Gathered`)."""
+    from symmem.accounting.timeline import Float8Gathered
+    from symmem.validate.fsdp2.peak import layer_of, param_layer
+
+    g = scn.gathered
+    f8 = g.float8 if isinstance(g, Float8Gathered) else None
+    ops = {op.name: op for part in parts for op in part.flow.ops}
+    layers = layer_of(parts)
+    out: dict[str, int] = {}
+    for p in params:
+        name = p.name.partition("].")[2]
+        op = ops.get("self_attn.q_proj" if name.endswith("wqkv") else name)  # wqkv: q, k and v as one
+        i = param_layer(p, layers)
+        unit = "root" if i is None else f"layer {i}"
+        float8 = f8 is not None and op is not None and f8.is_float8(op)
+        out[unit] = out.get(unit, 0) + p.padded(n) * n * (1 if float8 else scn.gather_bytes) + (4 if float8 else 0)
+    return out
 
 
 def predicted(st, raw: dict | None = None) -> list[dict]:
-    """Per rank: `states` (bytes, by kind), `saved` (per block, and outside the blocks), `held_per_block` (per block:
+    """Per rank: `states` (bytes, by kind), `saved` (per block, and outside the blocks), `unsharded` (per FSDP unit:
+    its gathered parameters, `unsharded_bytes`), `held_per_block` (per block:
     its saved bytes and what the autograd graph holds beside them, the growth of the live bytes over the block's
     forward), the live bytes at the step's `start` and each phase's most (`peaks`: `peak.Peaks`, None where the
     closed forms were not checked)."""
@@ -105,6 +141,7 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     held = {f"layer {i}": held_by_policy[scn.policy.for_layer(i)][part_of[i]] for i in range(st.n_layers)}
     params = fsdp_params(parts, vals, fuse_qkv=st.family == "llama3", axes=scn.parallel.axis_sizes())
     n = shard_degree(scn)
+    unsharded = unsharded_bytes(scn, parts, params, n)
     from symmem.validate.fsdp2.growth import head_growth
     from symmem.validate.fsdp2.peak import peaks
 
@@ -120,6 +157,6 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
                                        "exp_avg_sq": r.exp_avg_sq, "step": r.step},
                     "states": r.total,
                     "saved": {**saved, "outside layers": outside},
-                    "held_per_block": held,
+                    "held_per_block": held, "unsharded": unsharded,
                     "head_growth": head})
     return out

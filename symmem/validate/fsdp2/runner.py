@@ -65,6 +65,8 @@ class Settings:
     param_dtype: str = "bf16"
     reduce_dtype: str = "fp32"
     seed: int = 0
+    float8: str | None = None  # torchao float8 training: tensorwise | rowwise | rowwise_with_gw_hp (emulated)
+    float8_all_gather: bool = False  # FSDP2 gathers the Float8 linears' weights in float8 (tensorwise only)
 
 
 _DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
@@ -136,8 +138,10 @@ def build_deepseek_v3(st: Settings):
         from torchtitan.models.deepseek_v3.sharding import set_deepseek_v3_sharding_config
 
         set_deepseek_v3_sharding_config(config, enable_sp=True, enable_ep=False)
+    config = convert_float8(config, st)
     model = config.build()
     model.init_states()
+    wrap_float8_weights(model, st)
     return model
 
 
@@ -178,9 +182,69 @@ def build_model(st: Settings):
         from torchtitan.models.llama3.sharding import set_llama3_sharding_config
 
         set_llama3_sharding_config(config, enable_sp=True)
+    config = convert_float8(config, st)
     model = config.build()
     model.init_states()
+    wrap_float8_weights(model, st)
     return model
+
+
+def convert_float8(config, st: Settings):
+    """torchtitan 0.3.0's Float8 converter on the model config (torchtitan/components/quantization/float8.py:
+    `Float8LinearConverter.convert`, :169-188): every `Linear.Config` whose in and out features are multiples of 16
+    (utils.py:16-30 `module_filter_fn`, no FQN filtered: `filter_fqns` defaults to none, :62) becomes a
+    `Float8Linear.Config`. The torchao config is the recipe's with `emulate=True` (the CPU has no float8 GEMM;
+    0.3.0's converter under `emulate` builds the default, tensorwise, config, :116-117, so the other recipes are
+    torchao's own `from_recipe_name` with emulation set) and, for `float8_all_gather`, torchao's
+    `enable_fsdp_float8_all_gather` (tensorwise only, torchao/float8/config.py)."""
+    if st.float8 is None:
+        return config
+    import dataclasses
+    from functools import partial
+
+    from torchao.float8 import Float8LinearConfig
+    from torchtitan.components.quantization.float8 import Float8Linear
+    from torchtitan.components.quantization.utils import module_filter_fn
+    from torchtitan.models.common.linear import Linear
+
+    if st.float8 not in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
+        raise SymmemError(f"float8 = {st.float8!r}: tensorwise, rowwise or rowwise_with_gw_hp")
+    if st.float8_all_gather and st.float8 != "tensorwise":
+        raise SymmemError(f"float8 = {st.float8!r} with the float8 all-gather: torchao gathers float8 weights "
+                          "under tensorwise scaling only")
+    ao = dataclasses.replace(Float8LinearConfig.from_recipe_name(st.float8), emulate=True,
+                             enable_fsdp_float8_all_gather=st.float8_all_gather)
+    keep = partial(module_filter_fn, filter_fqns=[])
+    for fqn, linear, parent, attr in list(config.traverse(Linear.Config)):
+        if keep(linear, fqn):
+            new = Float8Linear.Config(in_features=linear.in_features, out_features=linear.out_features,
+                                      bias=linear.bias, param_init=linear.param_init, _torchao_config=ao)
+            if isinstance(parent, list):
+                parent[attr] = new
+            else:
+                setattr(parent, attr, new)
+    return config
+
+
+def wrap_float8_weights(model, st: Settings) -> None:
+    """Under the float8 all-gather, each Float8Linear's weight becomes torchao's `WeightWithDynamicFloat8CastTensor`,
+    as `Float8Linear.from_float` wraps it (torchao/float8/float8_linear.py:324-334; torchtitan 0.3.0 builds its
+    Float8Linear from the config and never calls `from_float`, so it has no float8 all-gather: torchtitan 9dec370
+    converted with `convert_to_float8_training`, which does). FSDP2 then casts each shard to float8 before the
+    all-gather (fsdp_utils.py:228-251 `fsdp_pre_all_gather`) and keeps a `Float8TrainingTensor` as the gathered
+    weight (:253-285)."""
+    if not st.float8_all_gather:
+        return
+    import torch
+    from torchao.float8.float8_linear import Float8Linear
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+
+    for mod in model.modules():
+        if isinstance(mod, Float8Linear):
+            mod.weight = torch.nn.Parameter(
+                WeightWithDynamicFloat8CastTensor(mod.weight.data, mod.linear_mm_config,
+                                                  mod.config.cast_config_weight.target_dtype),
+                requires_grad=mod.weight.requires_grad)
 
 
 def parallel_dims(st: Settings):
@@ -368,7 +432,14 @@ class LocalSavedPerLayer(SavedPerLayer):
     """`tracker.SavedPerLayer` over local tensors (`_plain`): under TP the saved tensors are DTensors."""
 
     def pack(self, t):
-        super().pack(_plain(t))
+        inner = _plain(t)
+        if type(inner).__module__.startswith("torchao."):
+            # torchao's Float8TrainingTensor (a weight gathered in float8, saved as its transposed view): its inner
+            # tensors are what it holds
+            for name in type(inner).__tensor_flatten__(inner)[0]:
+                self.pack(getattr(inner, name))
+        else:
+            super().pack(inner)
         return t
 
 
@@ -414,10 +485,15 @@ def _step(rank: int, st: Settings) -> dict:
     unsharded: dict[str, int] = {}
 
     def gathered(name, mod):
+        from symmem.validate.megatron_core.tracker import _storages
+
         for p in mod.parameters():
-            stg = _plain(p).untyped_storage()
-            excluded.add(stg)
-            unsharded[name] = unsharded.get(name, 0) + stg.nbytes()
+            # a Float8 weight gathered in float8 is a `Float8TrainingTensor`: its float8 data (FSDP2's all-gather
+            # output, freed at the reshard) and its FP32 scale (made on this rank by fsdp_pre_all_gather, kept by
+            # the unsharded parameter after the reshard): both the parameter's, not activations
+            for stg in _storages(_plain(p), []):
+                excluded.add(stg)
+                unsharded[name] = unsharded.get(name, 0) + stg.nbytes()
 
     # the live bytes when each block's forward returns (after FSDP's own post-forward hook, registered first, has
     # resharded): between two blocks they grow by what the block leaves for the backward, saved or only held
@@ -495,13 +571,15 @@ def _step(rank: int, st: Settings) -> dict:
         gc.collect()
         tracker._check("(end)")
         end = tracker.current
+    from symmem.validate.megatron_core.tracker import _storages
+
     states = _state_bytes(model, optimizer)
     params = {}
     for n, p in model.named_parameters():
         loc = p.to_local()
         params[n.replace("_checkpoint_wrapped_module.", "")] = {
             "global": list(p.shape), "local": list(loc.shape), "numel": loc.numel(),
-            "storage": loc.untyped_storage().nbytes()}
+            "storage": sum(stg.nbytes() for stg in _storages(loc, []))}
     assert all(global_shapes[k] == tuple(v["global"]) for k, v in params.items())
     from symmem.validate.megatron_core.runner import _summary
 
@@ -525,12 +603,14 @@ def _state_bytes(model, optimizer) -> dict:
     seen: set[int] = set()
     out = {"params": 0, "grads": 0, "exp_avg": 0, "exp_avg_sq": 0, "step": 0, "other": 0}
 
+    from symmem.validate.megatron_core.tracker import _storages
+
     def add(kind, t):
         if isinstance(t, torch.Tensor):
-            stg = _local(t).untyped_storage()
-            if stg.data_ptr() not in seen and stg.nbytes():
-                seen.add(stg.data_ptr())
-                out[kind] += stg.nbytes()
+            for stg in _storages(_local(t), []):  # a float8-gathered weight's shard: the FP32 tensor it wraps
+                if stg.data_ptr() not in seen and stg.nbytes():
+                    seen.add(stg.data_ptr())
+                    out[kind] += stg.nbytes()
 
     for p in model.parameters():
         add("params", p)

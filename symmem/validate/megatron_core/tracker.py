@@ -22,7 +22,13 @@ def _storages(obj, out):
     import torch
 
     if isinstance(obj, torch.Tensor):
-        if obj.layout == torch.strided and obj.device.type == "cpu":
+        if type(obj).__module__.startswith("torchao."):
+            # torchao's wrapper subclasses (Float8TrainingTensor, WeightWithDynamicFloat8CastTensor) own no storage:
+            # their inner tensors (`__tensor_flatten__` names them) are what is allocated. (DTensors and functional
+            # collectives' outputs are their callers' to unwrap: `fsdp2.runner._local`, `_plain`.)
+            for name in type(obj).__tensor_flatten__(obj)[0]:
+                _storages(getattr(obj, name), out)
+        elif obj.layout == torch.strided and obj.device.type == "cpu":
             out.append(obj.untyped_storage())
     elif isinstance(obj, (list, tuple)):
         for o in obj:
