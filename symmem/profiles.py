@@ -322,6 +322,12 @@ def _torchtitan_check(scn) -> None:
         if not par.sequence_parallel:
             raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} without sequence parallelism is not modelled "
                               "(torchtitan's default, enable_sequence_parallel, is on); drop --no-sequence-parallel")
+    ag = scn.precision.low_precision.fsdp_float8_all_gather if scn.precision.low_precision else None
+    if ag is not None and par.tp > 1:
+        # torchtitan shards Float8 linears under TP with torchao's float8 TP styles (Float8ColwiseParallel, ...),
+        # whose casts and gathers are another path: not measured, not modelled
+        raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} with {FLOAT8_ALL_GATHER_FLAG}: Float8 linears "
+                          "under TP (torchao's float8 TP styles) are not modelled; use TP 1")
     if scn.precision.low_precision is not None and scn.recompute_name == "selective-op":
         # a Float8 linear runs aten._scaled_mm, which per-op AC's every-other-mm rule does not count: 0.3.0's save
         # list keeps every one (PyTorch's compute-intensive ops, torch/_functorch/partitioners.py
