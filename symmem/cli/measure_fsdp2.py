@@ -98,6 +98,11 @@ def _float8(raw: dict, args) -> dict:
         return {}
     if recipe not in F8_RECIPES:
         raise SymmemError(f"--recipe = {recipe!r}: one of {', '.join(F8_RECIPES)} (torchao's Float8 recipes)")
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        raise SymmemError("--recipe: torchtitan's Float8 linears are torchao's; install it: pip install -e "
+                          "'.[torchtitan]' (torchao 0.18.0)")
     if ag and recipe != "tensorwise":
         raise SymmemError(f"--enable-fsdp-float8-all-gather with --recipe {recipe}: torchao gathers float8 weights "
                           "under tensorwise scaling only")

@@ -482,6 +482,7 @@ def test_float8_all_gather_measured_to_the_byte(tmp_path, capsys, ac):
     parameter keeps them after the reshard): block 2's growth is what it saves plus 20 bytes."""
     import json
 
+    pytest.importorskip("torchao.float8", reason="torchao missing: pip install -e '.[torchtitan]'")
     from symmem.cli.main import main
     from symmem.validate.fsdp2.predict import hf_config
 
