@@ -360,7 +360,8 @@ def _torchtitan_pp_check(scn) -> None:
     if scn.schedule.name not in TORCHTITAN_SCHEDULES:
         raise SymmemError(f"profile {name}: schedule {scn.schedule.label!r} with PP {par.pp}: torchtitan's "
                           f"{', '.join(TORCHTITAN_SCHEDULES.values())} are modelled (--schedule 1f1b, gpipe or "
-                          "interleaved:V); its zero-bubble and V-shaped schedules are not yet")
+                          "interleaved:V); its zero-bubble and V-shaped schedules are not yet (under FSDP2 their "
+                          "weight backward leaves BF16 gradients beside the FP32 accumulation: docs/torchtitan.md)")
     if scn.stage_layout.kind != "torchtitan":
         raise SymmemError(f"profile {name}: a {scn.stage_layout.kind} layout with PP {par.pp}: torchtitan splits the "
                           "layers its own way (symmem.parallel.layout.torchtitan_layers); drop --layers-per-stage and "

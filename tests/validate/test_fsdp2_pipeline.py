@@ -196,7 +196,8 @@ def test_interleaved_1f1b_against_the_profile(tmp_path, capsys):
                     continue
                 expected.append([{"unsharded_params": 0 if done[k] == M else 2 * n,
                                   "accumulated_grads": 4 * n if 0 < done[k] < M else 0,
-                                  "sharded_grads_exist": done[k] == M} for k, n in enumerate(chunks)])
+                                  "sharded_grads_exist": done[k] == M, "param_dtype_grads": 0}
+                                 for k, n in enumerate(chunks)])
         assert [seen["per_chunk"] for seen in r["during_backward"]] == expected
         # the stage outputs kept in fwd_cache: hidden states [1, 32, 64] but on the model's last stage (rank 1's
         # chunk 1), whose logits are [1, 32, 256]; the expected count per chunk
@@ -234,3 +235,48 @@ def test_measure_command_under_pp(tmp_path, capsys):
     for r in out["ranks"]:
         assert all(r["equal"].values()) and r["measured"]["backwards"] == 2 * (M - 1)
         assert abs(r["predicted"]["peak"] - r["measured"]["peak"]) <= 0.05 * r["measured"]["peak"]
+
+
+def test_zero_bubble_leaves_each_weight_backwards_gradients_in_bf16_until_the_next_input_backward():
+    """torch's ScheduleInterleavedZeroBubble over FSDP2 (torchtitan's InterleavedZeroBubble), PP 2 x FSDP 2, M 4,
+    the six-layer split of the interleaved test. What symmem does not model yet, held here as measured facts derived
+    from the source:
+
+    * FSDP2's post-backward hook fires when the gradient reaches a unit's inputs
+      (_fully_shard/_fsdp_state.py `_register_post_backward_hook`), which under zero bubble is the input backward
+      (I, pipelining/_backward.py:177-279 `stage_backward_input`), before any weight gradient exists;
+    * the weight backward (W, :281-340) then leaves each gradient on the unsharded parameter in BF16 (2 bytes per
+      parameter of the chunk), and nothing moves it until the chunk's next I, whose post-backward upcasts it into
+      the FP32 accumulation (_fsdp_param.py:802-821, 4 bytes per parameter) and frees it;
+    * so after a W that follows an upcast it holds both, 6 bytes per parameter, where 1F1B's full backward holds
+      4; after a W with no upcast before, the BF16 gradients alone (torch may run two I of a chunk before its first
+      W). (The model's first stage runs its whole backward at W.)"""
+    st = Settings(dim=64, n_layers=6, n_heads=4, n_kv_heads=2, vocab=256, ffn_hidden=256, max_seq_len=64, world=4,
+                  b=1, s=32)
+    measured = run(st, 2, M, "InterleavedZeroBubble")
+    for r in measured:
+        chunks = r["chunk_params"]
+        seen = {0: [], 1: []}  # per chunk: (type, its state) after each of its backwards but the step's last
+        for entry in r["during_backward"]:
+            c = entry["chunk"]
+            seen[c].append((entry["type"], entry["per_chunk"][c]))
+        for c, n in enumerate(chunks):
+            if r["stage"] == 0 and c == 0:
+                # the model's first stage has no input gradient to take first: its W runs the whole backward
+                # (pipelining/stage.py:1090-1104, backward type "full"), as 1F1B's, gradients in FP32 at once
+                assert {kind for kind, _ in seen[c]} == {"full"}
+                assert all(s["param_dtype_grads"] == 0 and s["accumulated_grads"] == 4 * n for _, s in seen[c])
+                continue
+            per_step = 2 * M - 1  # M input backwards and M weight backwards, the step's last not recorded
+            assert len(seen[c]) == 2 * per_step
+            for step in (seen[c][:per_step], seen[c][per_step:]):
+                assert sum(kind == "input" for kind, _ in step) == M and step[0][0] == "input"
+                bf16 = fp32 = False  # the rule above, walked over the chunk's backwards in torch's order
+                for kind, state in step:
+                    if kind == "input":  # the post-backward upcasts what a W left, into the FP32 accumulation
+                        fp32, bf16 = fp32 or bf16, False
+                    else:
+                        bf16 = True
+                    want = (2 * n if bf16 else 0, 4 * n if fp32 else 0)
+                    assert (state["param_dtype_grads"], state["accumulated_grads"]) == want, (r["rank"], c, step)
+                assert any(s["param_dtype_grads"] and s["accumulated_grads"] for _, s in step)  # both, 6 B/param

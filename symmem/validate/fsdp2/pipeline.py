@@ -11,14 +11,15 @@ torchtitan/distributed/fsdp.py:54-74) and `MixedPrecisionPolicy(bf16, fp32)`, wr
 `torch.distributed.pipelining.PipelineStage` and runs two steps of `Schedule1F1B` or `ScheduleGPipe` with
 torchtitan's `cross_entropy_loss`, AdamW after each; with `Interleaved1F1B` each rank keeps two stages (torchtitan's
 default), rank r stages r and r + PP of torchtitan's split into 2·PP, each an FSDP root of its own, under
-`ScheduleInterleaved1F1B`. Each rank returns:
+`ScheduleInterleaved1F1B` (or `ScheduleInterleavedZeroBubble`, measured, not yet modelled). Each rank returns:
 
 * `stage_params`: the elements of its stages' parameters (global sizes), and `chunk_params` of each stage;
 * `during_backward`: after each micro-batch's backward of a stage but its last
   (`PipelineStage.backward_maybe_with_nosync`), the bytes of the storages of the unsharded parameters
   (`FSDPParam._unsharded_param`) and of the accumulated unsharded gradients (`unsharded_accumulated_grad`), and
-  whether any sharded gradient exists: summed over the rank's stages, and of each (`per_chunk`), with the stage run
-  (`chunk`);
+  whether any sharded gradient exists, and the gradients left on the unsharded parameters in their dtype
+  (`param_dtype_grads`: zero bubble's weight backward leaves them): summed over the rank's stages, and of each
+  (`per_chunk`), with the stage run (`chunk`) and the backward's type ("full", or zero bubble's "input", "weight");
   and the bytes of the stage outputs kept in `fwd_cache` for the micro-batches still to run backward
   (`cached_outputs`; the running one's is out of it, in a local of the backward);
 * `recv_buffers`: the bytes of the receive buffers of every micro-batch and stage, activations and gradients;
@@ -33,7 +34,8 @@ import gc
 from symmem.errors import SymmemError
 from symmem.validate.fsdp2 import runner as R
 
-SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B")
+SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "InterleavedZeroBubble")
+MULTI = ("Interleaved1F1B", "InterleavedZeroBubble")  # two stages per rank, torchtitan's "loop" style
 CHUNKS = 2  # stages per rank of a multi-stage schedule: torchtitan's default (pipeline_parallel.py:262)
 
 
@@ -55,7 +57,12 @@ def _step(rank: int, job) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    from torch.distributed.pipelining.schedules import (
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+        ScheduleInterleavedZeroBubble,
+    )
     from torchtitan.components.loss import cross_entropy_loss
     from torchtitan.distributed.pipeline_parallel import (
         _build_get_mesh_callback,
@@ -74,7 +81,7 @@ def _step(rank: int, job) -> dict:
         mesh = init_device_mesh("cpu", (pp, st.world // pp), mesh_dim_names=("pp", "dp"))
         pp_mesh, dp_mesh, get_mesh = mesh["pp"], mesh["dp"], None
     pp_rank = pp_mesh.get_local_rank()
-    v = CHUNKS if schedule == "Interleaved1F1B" else 1
+    v = CHUNKS if schedule in MULTI else 1
     fqns = _generate_llm_fqn_per_model_part(pp * v, st.n_layers)
     ids = [pp_rank + k * pp for k in range(v)]  # torchtitan's "loop" style (pipeline_parallel.py:541-568)
     models = [_split_module(whole, fqns[i]) for i in ids]
@@ -91,7 +98,8 @@ def _step(rank: int, job) -> dict:
     stages = [PipelineStage(model, i, pp * v, torch.device("cpu"), group=pp_mesh.get_group(), get_mesh=get_mesh)
               for model, i in zip(models, ids, strict=True)]
     if v > 1:
-        sched = ScheduleInterleaved1F1B(stages, n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
+        cls = ScheduleInterleaved1F1B if schedule == "Interleaved1F1B" else ScheduleInterleavedZeroBubble
+        sched = cls(stages, n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
     else:
         sched_class = Schedule1F1B if schedule == "1F1B" else ScheduleGPipe
         sched = sched_class(stages[0], n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
@@ -103,7 +111,10 @@ def _step(rank: int, job) -> dict:
         return {"unsharded_params": sum(R._plain(p._unsharded_param).untyped_storage().nbytes() for p in params),
                 "accumulated_grads": sum(R._plain(p.unsharded_accumulated_grad).untyped_storage().nbytes()
                                          for p in params if p.unsharded_accumulated_grad is not None),
-                "sharded_grads_exist": any(p.sharded_param.grad is not None for p in params)}
+                "sharded_grads_exist": any(p.sharded_param.grad is not None for p in params),
+                # the gradients left on the unsharded parameters, in their dtype (zero-bubble's weight backward)
+                "param_dtype_grads": sum(R._plain(p._unsharded_param.grad).untyped_storage().nbytes()
+                                         for p in params if p._unsharded_param.grad is not None)}
 
     def cached_outputs() -> int:
         """Bytes of the stage outputs the rank's stages keep in `fwd_cache` (distinct storages)."""
@@ -121,7 +132,7 @@ def _step(rank: int, job) -> dict:
             out = backward(backward_type, bwd_kwargs, last_backward=last_backward)
             if not last_backward:
                 chunks = [chunk_state(params) for params in fsdp_params]
-                during.append({"chunk": k, "per_chunk": chunks, "cached_outputs": cached_outputs(),
+                during.append({"chunk": k, "type": backward_type, "per_chunk": chunks, "cached_outputs": cached_outputs(),
                                **{key: sum(c[key] for c in chunks) for key in ("unsharded_params",
                                                                                "accumulated_grads")},
                                "sharded_grads_exist": any(c["sharded_grads_exist"] for c in chunks)})
@@ -216,7 +227,10 @@ def expected(scn, rank: int, steps: int = 2) -> dict:
                 continue
             during.append({"per_chunk": [{"unsharded_params": 0 if done[k] == scn.m else scn.gather_bytes * n,
                                           "accumulated_grads": 4 * n if 0 < done[k] < scn.m else 0,
-                                          "sharded_grads_exist": done[k] == scn.m}
+                                          "sharded_grads_exist": done[k] == scn.m,
+                                          # a full backward leaves none: FSDP2's post-backward moves each BF16
+                                          # gradient into the FP32 accumulation (_fsdp_param.py:802-821)
+                                          "param_dtype_grads": 0}
                                          for k, n in enumerate(local)],
                            "cached_outputs": sum((started[k] - done[k]) * outputs[k] for k in range(len(chunks)))})
     one = pipeline_stage_output(scn, last=False)  # a receive buffer: the stage before's output
