@@ -254,6 +254,17 @@ def test_zero_bubble_leaves_each_weight_backwards_gradients_in_bf16_until_the_ne
     st = Settings(dim=64, n_layers=6, n_heads=4, n_kv_heads=2, vocab=256, ffn_hidden=256, max_seq_len=64, world=4,
                   b=1, s=32)
     measured = run(st, 2, M, "InterleavedZeroBubble")
+    # what an input backward keeps until its weight backward, on the interior stages 1 and 2 (two layers each):
+    # the gradient at each weight path's entry (_backward.py:218-244, `param_group["grads"]`), per layer the output
+    # gradients of its five linears in BF16, [1, 32, 128 + 64 + 256 + 256 + 64] x 2 bytes, and of its two norms'
+    # weight multiplies, in FP32 on the CPU (the composite RMSNorm multiplies the FP32 normalized input by the
+    # weight), 2 x [1, 32, 64] x 4 bytes: 65,536 a layer; the micro-batch's saved tensors stay (retain_graph)
+    stash = 2 * (32 * (128 + 64 + 256 + 256 + 64) * 2 + 2 * 32 * 64 * 4)
+    for r in measured:
+        acts = r["actions"][:len(r["actions"]) // 2]  # the first step
+        interior = {0: 2, 1: 1}[r["stage"]]  # the interior stage each rank runs
+        firsts = [i for i, a in enumerate(acts) if a[0] == "I" and a[1] == interior and a[2] == 0]
+        assert acts[firsts[0]][3] - acts[firsts[0] - 1][3] == stash, acts
     for r in measured:
         chunks = r["chunk_params"]
         seen = {0: [], 1: []}  # per chunk: (type, its state) after each of its backwards but the step's last

@@ -24,7 +24,9 @@ default), rank r stages r and r + PP of torchtitan's split into 2·PP, each an F
   (`cached_outputs`; the running one's is out of it, in a local of the backward);
 * `recv_buffers`: the bytes of the receive buffers of every micro-batch and stage, activations and gradients;
 * `states`: the sharded parameters', gradients' and AdamW's bytes after the step (`runner._state_bytes`);
-* `peak`: the most bytes of live storages at any op boundary over both steps (`runner.fsdp_tracker_class`).
+* `peak`: the most bytes of live storages at any op boundary over both steps (`runner.fsdp_tracker_class`);
+* `actions`: each forward and backward (zero bubble: "I" and "W") the rank ran, its stage and micro-batch, with the
+  live bytes after it.
 """
 
 from __future__ import annotations
@@ -141,10 +143,26 @@ def _step(rank: int, job) -> dict:
 
     for k, stage in enumerate(stages):
         stage.backward_maybe_with_nosync = measured(k, stage.backward_maybe_with_nosync)
+    actions: list = []  # (action, stage, micro-batch, the live bytes after it)
+    live: list = []  # the tracker, once made
+
+    def logged(kind: str, k: int, fn):
+        def wrapper(mb, *args, **kwargs):
+            out = fn(mb, *args, **kwargs)
+            full = kwargs.get("full_backward", True)
+            actions.append(("I" if kind == "B" and not full else kind, ids[k], mb, live[0].live_bytes()))
+            return out
+        return wrapper
+
+    for k, stage in enumerate(stages):
+        stage.forward_one_chunk = logged("F", k, stage.forward_one_chunk)
+        stage.backward_one_chunk = logged("B", k, stage.backward_one_chunk)
+        stage.backward_weight_one_chunk = logged("W", k, stage.backward_weight_one_chunk)
     g = torch.Generator().manual_seed(st.seed + 1 + dp_mesh.get_local_rank())  # TP ranks: the same data
     tokens = torch.randint(0, st.vocab, (st.b * m, st.s + 1), generator=g)
     inputs, labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
     tracker = R.fsdp_tracker_class()()
+    live.append(tracker)
     gc.collect()
     with tracker:
         tracker.add_tensors(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
@@ -172,7 +190,7 @@ def _step(rank: int, job) -> dict:
             "recv_buffers": {"activations": sum(buffers(s.args_recv_info) for s in stages),
                              "gradients": sum(buffers(s.grad_recv_info) for s in stages)},
             "states": R._state_bytes(torch.nn.ModuleList(models), optimizer)["total"], "peak": tracker.peak,
-            "peak_phase": tracker.peak_phase}
+            "peak_phase": tracker.peak_phase, "actions": actions}
 
 
 def _parallel_dims(st: R.Settings, pp: int):
