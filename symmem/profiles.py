@@ -354,14 +354,23 @@ TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interl
 
 def _torchtitan_pp_check(scn) -> None:
     """What of torchtitan 0.3.0's pipelining is modelled: 1F1B (its default `pipeline_parallel_schedule`,
-    torchtitan/config/configs.py:210), GPipe and Interleaved1F1B, the layers split its way (with TP and sequence
-    parallelism, checked with TP above); not its zero-bubble and V-shaped schedules."""
+    torchtitan/config/configs.py:210), GPipe, Interleaved1F1B and InterleavedZeroBubble (Llama, no TP, no
+    checkpointing: what was measured), the layers split its way (with TP and sequence parallelism, checked with TP
+    above); not its V-shaped schedules."""
     name, par = scn.profile.name, scn.parallel
     if scn.schedule.name not in TORCHTITAN_SCHEDULES:
         raise SymmemError(f"profile {name}: schedule {scn.schedule.label!r} with PP {par.pp}: torchtitan's "
-                          f"{', '.join(TORCHTITAN_SCHEDULES.values())} are modelled (--schedule 1f1b, gpipe or "
-                          "interleaved:V); its zero-bubble and V-shaped schedules are not yet (under FSDP2 their "
-                          "weight backward leaves BF16 gradients beside the FP32 accumulation: docs/torchtitan.md)")
+                          f"{', '.join(TORCHTITAN_SCHEDULES.values())} and InterleavedZeroBubble are modelled "
+                          "(--schedule 1f1b, gpipe, interleaved:V or interleaved-zb:V); its V-shaped schedules "
+                          "(ZBVZeroBubble, DualPipeV) are not yet")
+    if scn.schedule.zero_bubble:
+        # measured on the CPU for Llama 3 under FSDP, no TP, no checkpointing (tests/validate/test_fsdp2_pipeline.py)
+        if par.tp > 1 or scn.model.family.name != "llama" or scn.recompute_name != "none":
+            raise SymmemError(f"profile {name}: schedule interleaved-zb with "
+                              + ("TP " + str(par.tp) if par.tp > 1 else f"model family {scn.model.family.name!r}"
+                                 if scn.model.family.name != "llama" else f"recompute {scn.recompute_name}")
+                              + ": torch's zero bubble is modelled for Llama under FSDP without TP or checkpointing; "
+                              "use --schedule interleaved:V")
     if scn.stage_layout.kind != "torchtitan":
         raise SymmemError(f"profile {name}: a {scn.stage_layout.kind} layout with PP {par.pp}: torchtitan splits the "
                           "layers its own way (symmem.parallel.layout.torchtitan_layers); drop --layers-per-stage and "

@@ -208,7 +208,7 @@ def test_toml_values_of_the_wrong_type(capsys, tmp_path, body, words):
 
 @pytest.mark.parametrize("args, words", [
     (["memory", "--recompute", "custom:nonexistent_op"], "is no op kind, tag or name"),
-    (["activations", "--chunks", "2"], "applies to --schedule interleaved only"),
+    (["activations", "--chunks", "2"], "applies to --schedule interleaved (or interleaved-zb) only"),
     (["memory", "--routing", "dispatch", "--capacity-factor", "2"], "applies to routing 'capacity' only"),
     (["activations", "--attn-impl", "sdpa"], "only the hf dataflow follows"),
     (["states", "--layers-per-stage", ""], "argument --layers-per-stage: '': empty"),

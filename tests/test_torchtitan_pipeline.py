@@ -135,8 +135,12 @@ def test_gpipe_first_backward_has_nothing_accumulated_yet(tmp_path):
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--schedule", "zb1p"], "torchtitan's 1F1B, GPipe, Interleaved1F1B are modelled"),
+    (["--schedule", "zb1p"], "torchtitan's 1F1B, GPipe, Interleaved1F1B and InterleavedZeroBubble are modelled"),
     (["--schedule", "dualpipe"], "schedule 'DualPipe' with PP 2: torchtitan's 1F1B, GPipe, Interleaved1F1B"),
+    (["--schedule", "interleaved-zb:2", "--recompute", "full"], "schedule interleaved-zb with recompute full: "
+                                                                "torch's zero bubble is modelled for Llama under FSDP "
+                                                                "without TP or checkpointing"),
+    (["--schedule", "interleaved-zb:2", "--tp", "2"], "schedule interleaved-zb with TP 2"),
     (["--tp", "2", "--no-sequence-parallel"], "TP 2 without sequence parallelism is not modelled"),
     (["--layers-per-stage", "20,12"], "torchtitan splits the layers its own way"),
     (["--schedule", "interleaved:64"], "pp = 2 x 64 stages per rank (interleaved:64) = 128 stages: torchtitan's "
@@ -177,6 +181,38 @@ def test_receive_buffers_under_tp_are_the_sequence_shards(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------ interleaved 1F1B (torch's order)
+def test_torch_zero_bubble_order_is_torchs():
+    """symmem's order of torch's interleaved zero bubble equals ScheduleInterleavedZeroBubble's own per-rank actions
+    (its bubbles, idle slots, left out) wherever torch is installed: "B" its input backward, "W" its weight one."""
+    from symmem.parallel.schedule import Schedule
+
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules", reason="torch not installed")
+    kinds = {schedules._ComputationType.FORWARD: "F", schedules._ComputationType.BACKWARD_INPUT: "B",
+             schedules._ComputationType.BACKWARD_WEIGHT: "W"}
+
+    def torchs(rank, pp, v, m):
+        s = schedules.ScheduleInterleavedZeroBubble.__new__(schedules.ScheduleInterleavedZeroBubble)
+        s.pp_group_size, s.n_local_stages, s._n_microbatches = pp, v, m
+        s.number_of_rounds = max(1, m // pp)
+        s.microbatches_per_round = m // s.number_of_rounds
+        return [(kinds[a.computation_type], a.microbatch_index, a.stage_index // pp)
+                for a in s._calculate_single_rank_operations(rank) if a is not None]
+
+    checked = 0
+    for pp in range(2, 6):
+        for v in range(2, 4):
+            for m in range(1, 3 * pp + 2):
+                if m % max(1, m // pp):
+                    continue
+                for rank in range(pp):
+                    assert Schedule("interleaved", v, zero_bubble=True).order(rank, pp, m, "torch") == \
+                        torchs(rank, pp, v, m), (rank, pp, v, m)
+                    checked += 1
+    assert checked == 278
+    with pytest.raises(SymmemError, match="Megatron's zero bubble is zb1p"):
+        Schedule("interleaved", 2, zero_bubble=True).order(0, 2, 4, "megatron")
+
+
 def test_torch_interleaved_order_is_torchs():
     """symmem's order of torch's interleaved 1F1B equals ScheduleInterleaved1F1B's own per-rank actions (idle slots
     left out) wherever torch is installed, and Megatron's order where PP divides M and M > PP."""
@@ -280,7 +316,7 @@ def test_interleaved_chunks_finish_in_torchs_order(tmp_path):
     assert amount(events[-1], "the sharded gradients") == 4 * (embedding + 3 * layer)
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved:2"])
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved:2", "interleaved-zb:2"])
 def test_timeline_walks_to_memorys_peak(schedule):
     """`symmem timeline` walks the whole step in torch's order with FSDP2's pipelined amounts, and finds the peak
     `symmem memory` reports: for 1F1B and GPipe from candidate events, for interleaved the same walk."""
@@ -291,7 +327,8 @@ def test_timeline_walks_to_memorys_peak(schedule):
 
     scn = scenario_from_args(build_parser().parse_args([
         "memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", "2", "--dp", "4", "-b", "1", "-s",
-        "4096", "--microbatches", "4", "--recompute", "full", "--schedule", schedule]))
+        "4096", "--microbatches", "4", "--recompute", "none" if "zb" in schedule else "full", "--schedule",
+        schedule]))
     for st in memory(scn):
         _labels, rows, peak = series(scn, st.stage.index)
         assert sum(rows[peak].values()) == st.peak_allocated, (schedule, st.stage.index)
@@ -316,10 +353,11 @@ def test_stage_outputs_kept_for_backward(tmp_path, capsys):
     assert memory(scn)[1].peak.dynamic["pipeline stage outputs kept for backward"] % (8192 * 128_256 * 2) == 0
 
 
-def test_interleaved_walk_reaches_the_whole_steps_peak(tmp_path):
-    """The peak walks V + 2 rounds of torch's interleaved 1F1B (analysis._torch_walk_microbatches): the same as the
-    whole step's, for PP 2-3, V 2-3 and every M torch takes up to V + 5 rounds (among them M not a multiple of PP,
-    whose rounds are longer than PP)."""
+@pytest.mark.parametrize("schedule", ["interleaved", "interleaved-zb"])
+def test_interleaved_walk_reaches_the_whole_steps_peak(tmp_path, schedule):
+    """The peak walks V + 2 rounds of torch's interleaved 1F1B or zero bubble (analysis._torch_walk_microbatches):
+    the same as the whole step's, for PP 2-3, V 2-3 and every M torch takes up to V + 5 rounds (among them M not a
+    multiple of PP, whose rounds are longer than PP)."""
     from symmem.accounting.analysis import memory, stage_pipelined_series, values
     from symmem.accounting.timeline import stage_peak
     from symmem.cli.args import scenario_from_args
@@ -335,7 +373,7 @@ def test_interleaved_walk_reaches_the_whole_steps_peak(tmp_path):
                     continue
                 scn = scenario_from_args(build_parser().parse_args([
                     "memory", "--model", str(config), "--profile", "torchtitan-cpu", "--pp", str(pp), "-b", "1",
-                    "-s", "32", "--microbatches", str(m), "--schedule", f"interleaved:{v}"]))
+                    "-s", "32", "--microbatches", str(m), "--schedule", f"{schedule}:{v}"]))
                 for st in memory(scn):
                     whole = stage_peak(stage_pipelined_series(scn, st.stage), st.peak.static, values(scn), st.in_flight)
                     assert whole.peak_allocated == st.peak_allocated, (pp, v, m, st.stage.index)

@@ -383,8 +383,14 @@ def stage_pipelined_series(scn: Scenario, stage: Stage) -> list[Event]:
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     back = tuple(Amount(PIPELINE, name, tensor_bytes(t, axes, scn.act_bytes, sympy.Integer(0))) for name, t in extra)
     outputs = [pipeline_stage_output(scn, ch.head) for ch in chunks]
+    stash = None
+    if scn.schedule.zero_bubble:  # what each input backward keeps for its weight backward (the first stage: none)
+        from symmem.accounting.pipelined import weight_path_gradients
+
+        stash = [None if ch.embedding else [weight_path_gradients(p, rules, axes, act_bytes) for p in ps]
+                 for ch, ps in zip(chunks, parts, strict=True)]
     return pipelined_series(parts, rules, policy, axes, act_bytes, _tokens_per_expert(key, axes), order,
-                            scn.gathered, scn.precision.grad_bytes, sharded, outputs, back)
+                            scn.gathered, scn.precision.grad_bytes, sharded, outputs, back, stash)
 
 
 # torch's interleaved 1F1B runs R = max(1, M // PP) rounds of M / R micro-batches: its warm-up and cool-down span

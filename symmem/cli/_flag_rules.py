@@ -10,17 +10,19 @@ from symmem.errors import SymmemError
 
 
 def schedule_spelling(args: argparse.Namespace) -> argparse.Namespace:
-    """`--schedule interleaved:V` means `--schedule interleaved --chunks V`, as in `symmem sweep`."""
+    """`--schedule interleaved:V` means `--schedule interleaved --chunks V`, as in `symmem sweep` (and
+    `interleaved-zb:V`, torch's interleaved zero bubble, `--schedule interleaved-zb --chunks V`)."""
     text = getattr(args, "schedule", None)
     if not text or ":" not in text:
         return args
     name, _, v = text.partition(":")
-    if name.strip() != "interleaved":
-        raise SymmemError(f"--schedule = {text!r}: only interleaved takes :V (virtual stages per GPU)")
+    if name.strip() not in ("interleaved", "interleaved-zb"):
+        raise SymmemError(f"--schedule = {text!r}: only interleaved and interleaved-zb take :V (virtual stages per "
+                          "GPU)")
     chunks = num.int_text(v, f"--schedule {text[:40]!r}: V", 2, num.MAX_CHUNKS)
     if args.chunks is not None and args.chunks != chunks:
         raise SymmemError(f"--chunks = {args.chunks}: conflicts with --schedule {text}; give V once")
-    return argparse.Namespace(**{**vars(args), "schedule": "interleaved", "chunks": chunks})
+    return argparse.Namespace(**{**vars(args), "schedule": name.strip(), "chunks": chunks})
 
 
 # routing model -> (its parameter's flag, the Routing field, what it is)

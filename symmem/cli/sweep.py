@@ -133,11 +133,13 @@ def parse_schedules(text: str, chunks: int):
         if not item:
             continue
         name, _, v = item.partition(":")
-        if v and name != "interleaved":
-            raise SymmemError(f"--schedule = {text!r}: only interleaved takes :V (virtual stages per GPU)")
+        zb = name == "interleaved-zb"  # torch's interleaved zero bubble (torchtitan profiles)
+        if v and name not in ("interleaved", "interleaved-zb"):
+            raise SymmemError(f"--schedule = {text!r}: only interleaved and interleaved-zb take :V (virtual stages "
+                              "per GPU)")
         n = num.int_text(v, f"--schedule {item[:40]!r}: V", 2, num.MAX_CHUNKS) if v else (
-            chunks if name == "interleaved" else 1)
-        out.append(Schedule(name, n))
+            chunks if name in ("interleaved", "interleaved-zb") else 1)
+        out.append(Schedule("interleaved" if zb else name, n, zero_bubble=zb))
     if not out:
         raise SymmemError(f"--schedule = {text!r}: empty; give schedules such as 1f1b,gpipe")
     return tuple(dict.fromkeys(out))
@@ -227,8 +229,9 @@ def space_from_args(args: argparse.Namespace):
     routed = model.family.routed_experts  # a model without routed experts sweeps EP 1 only
     n_layers, n_experts = model.value("L"), (model.value(routed[0]) if routed else 1)
     chunks = num.int_text(args.chunks, "--chunks", 2, num.MAX_CHUNKS)
-    sched = args.schedule or (f"interleaved:{scn.schedule.chunks}" if scn.schedule.name == "interleaved"
-                              else scn.schedule.name)
+    from symmem.sweep.evaluate import sched_label
+
+    sched = args.schedule or sched_label(scn.schedule)
     limit = MAX_CONFIGS if args.max_configs is None else _positive(args.max_configs, "--max-configs", 10**12)
     if scn.profile.name.startswith("torchtitan"):
         _fsdp_only(args, scn.profile.name)
@@ -367,6 +370,8 @@ REJECT_COLUMNS = ("rule", "tp", "cp", "pp", "ep", "etp", "schedule", "microbatch
 
 
 def _settings(space) -> dict:
+    from symmem.sweep.evaluate import sched_label
+
     base = space.base
     par = base.parallel
     return {"model": base.model.name, "gpus": space.gpus, "gpu_memory": space.capacity,
@@ -379,8 +384,7 @@ def _settings(space) -> dict:
             "axes": {"tp": list(space.tp), "cp": list(space.cp), "pp": list(space.pp), "ep": list(space.ep),
                      "etp": list(space.etp),
                      "recompute": list(space.recompute),
-                     "schedule": [x.name if x.name != "interleaved" else f"interleaved:{x.chunks}"
-                                  for x in space.schedule],
+                     "schedule": [sched_label(x) for x in space.schedule],
                      "zero": list(space.zero),
                      "microbatches": ["pp" if m is None else m for m in space.microbatches],
                      "s": _compact(space.s), "b": _compact(space.b)}}

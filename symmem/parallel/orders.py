@@ -143,3 +143,39 @@ def torch_interleaved_order(rank: int, pp: int, v: int, m: int) -> Order:
     for k in range(warm, m * v):
         out += [forward(k), backward(k)]
     return out + [backward(k) for k in range(m * v, m * v + warm)]
+
+
+def torch_zero_bubble_order(rank: int, pp: int, v: int, m: int) -> Order:
+    """torch.distributed.pipelining's interleaved zero bubble (torchtitan's `InterleavedZeroBubble`; torch 2.13.0,
+    torch/distributed/pipelining/schedules.py:3007-3198 `ScheduleInterleavedZeroBubble`, :2735-2870
+    `_get_1f1b_rank_ops` with `enable_zero_bubble`, :2872-2888 `_get_warmup_ops` with `multiply_factor=1`), idle
+    slots left out (its bubbles only insert them). As torch's interleaved 1F1B (`torch_interleaved_order`) but with
+    (v - 1)·M/R + (PP - 1 - r) warm-up forwards; each backward ("B") takes the input gradients only, and once r of
+    them have run, each is followed by a weight backward ("W") of the oldest backward still without one; the rest
+    of the "W" at the end."""
+    per_round = m // max(1, m // pp)
+    warm = min((v - 1) * per_round + (pp - 1 - rank), m * v)
+    count: dict[tuple[str, int], int] = {}
+
+    def act(phase: str, c: int) -> tuple[str, int, int]:
+        count[phase, c] = count.get((phase, c), 0) + 1
+        return (phase, count[phase, c] - 1, c)
+
+    def backward_chunk(k: int) -> int:
+        return v - 1 - ((k - warm) // per_round) % v
+
+    out = [act("F", (k // per_round) % v) for k in range(warm)]
+    backwards: list[int] = []  # the op index of each backward, in order
+    weights = 0
+    for k in range(warm, m * v + warm):
+        if k < m * v:
+            out.append(act("F", (k // per_round) % v))
+        out.append(act("B", backward_chunk(k)))
+        backwards.append(k)
+        if k - warm >= rank:
+            out.append(act("W", backward_chunk(backwards[weights])))
+            weights += 1
+    while weights < len(backwards):
+        out.append(act("W", backward_chunk(backwards[weights])))
+        weights += 1
+    return out

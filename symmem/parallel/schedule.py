@@ -11,7 +11,7 @@ from fractions import Fraction
 
 from symmem._numbers import MAX_CHUNKS, MAX_MICROBATCHES
 from symmem.errors import SymmemError
-from symmem.parallel.orders import dualpipe_order, torch_interleaved_order, zb_h1_order
+from symmem.parallel.orders import dualpipe_order, torch_interleaved_order, torch_zero_bubble_order, zb_h1_order
 
 SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
 # whose pipeline runtime orders a schedule: Megatron's, or torch.distributed.pipelining's (torchtitan's); they differ in
@@ -29,6 +29,9 @@ class Schedule:
 
     name: str = "1f1b"
     chunks: int = 1  # virtual stages per GPU, for "interleaved"
+    # interleaved only: torch.distributed.pipelining's interleaved zero bubble (torchtitan's InterleavedZeroBubble):
+    # each backward takes the input gradients, a "W" the weights' later (`torch_zero_bubble_order`); torch's runtime
+    zero_bubble: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULES:
@@ -37,12 +40,18 @@ class Schedule:
             raise SymmemError(f"chunks = {self.chunks!r}: must be a positive integer up to {MAX_CHUNKS:,}")
         if self.name == "interleaved" and self.chunks < 2:
             raise SymmemError(f"chunks = {self.chunks}: interleaved 1F1B needs at least 2 virtual stages per GPU")
+        if self.zero_bubble and self.name != "interleaved":
+            raise SymmemError(f"schedule = {self.name!r}: zero bubble is torch's interleaved schedule's "
+                              "(interleaved-zb:V); Megatron's is zb1p")
 
     def check(self, pp: int, m: int, runtime: str = "megatron") -> None:
         if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_MICROBATCHES:
             raise SymmemError(f"microbatches = {m!r}: must be a positive integer up to {MAX_MICROBATCHES:,}")
         if runtime not in RUNTIMES:
             raise SymmemError(f"schedule runtime = {runtime!r}: one of {', '.join(RUNTIMES)}")
+        if self.zero_bubble and runtime != "torch":
+            raise SymmemError("schedule interleaved-zb: torch.distributed.pipelining's InterleavedZeroBubble, run "
+                              "under a torchtitan profile; Megatron's zero bubble is zb1p")
         if self.name == "interleaved" and runtime == "torch":
             rounds = max(1, m // pp)
             if m % rounds:
@@ -65,8 +74,10 @@ class Schedule:
         self.check(pp, m, runtime)
         if self.name == "interleaved" and runtime == "torch":  # the most chunk forwards held, in whole stages
             held = most = 0
+            # (zero bubble: a micro-batch's saved tensors stay from its forward to its weight backward)
+            frees = "W" if self.zero_bubble else "B"
             for phase, _mb, _c in self.order(stage, pp, m, runtime):
-                held += 1 if phase == "F" else -1
+                held += 1 if phase == "F" else -1 if phase == frees else 0
                 most = max(most, held)
             return Fraction(most, self.chunks)
         if self.name == "gpipe":
@@ -107,6 +118,8 @@ class Schedule:
         self.check(pp, m, runtime)
         if self.name == "gpipe":
             return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+        if self.zero_bubble:
+            return torch_zero_bubble_order(stage, pp, self.chunks, m)
         if self.name == "interleaved" and runtime == "torch":
             return torch_interleaved_order(stage, pp, self.chunks, m)
         if self.name == "interleaved":
@@ -148,7 +161,17 @@ class Schedule:
                 raise SymmemError(f"chunks = {self.chunks}: stage {i} has {n} layers, which interleaved 1F1B "
                                   f"cannot split into {self.chunks} chunks; give a layout whose stages divide")
 
+    @classmethod
+    def from_label(cls, text: str) -> Schedule:
+        """The schedule a sweep record names (`sweep.evaluate.sched_label`): "1f1b", "interleaved:V",
+        "interleaved-zb:V", ..."""
+        name, _, v = text.partition(":")
+        zb = name == "interleaved-zb"
+        return cls("interleaved" if zb else name, int(v) if v else 1, zero_bubble=zb)
+
     @property
     def label(self) -> str:
+        if self.zero_bubble:
+            return f"interleaved zero bubble (v={self.chunks})"
         return f"interleaved 1F1B (v={self.chunks})" if self.name == "interleaved" else {
             "gpipe": "GPipe", "1f1b": "1F1B", "zb1p": "ZB-1P", "dualpipe": "DualPipe"}[self.name]

@@ -180,8 +180,7 @@ class _Tile:
         from symmem.steptime import bubble_slots
 
         n, shape = len(blk.pars), (len(blk.space.s), len(blk.space.b))
-        name, _, v = blk.schedule.partition(":")
-        self.schedule = Schedule(name, int(v) if v else 1)
+        self.schedule = Schedule.from_label(blk.schedule)
         self.bubble = bubble_slots(self.schedule, blk.pp)
         self.slot, self.mean = np.zeros((n, *shape)), np.zeros((n, *shape))
         self.once = np.zeros((n, len(blk.z_idx), len(blk.m_values)))

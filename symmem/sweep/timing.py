@@ -21,8 +21,7 @@ MAX_TIMED = 20_000  # configurations that fit, timed one by one
 
 def scenario_of(space, record: dict):
     """The Scenario of one record (as `reference_records` builds it)."""
-    name, _, v = record["schedule"].partition(":")
-    sched = Schedule(name, int(v) if v else 1)
+    sched = Schedule.from_label(record["schedule"])
     par = make_parallel(space.base, space.gpus, record["tp"], record["pp"], record["ep"], record["etp"],
                         record["cp"])
     return space.base.replace(parallel=par, layout=pipeline_layout(space.base, record["pp"]),
