@@ -281,7 +281,8 @@ class Scenario:
     @cached_property
     def stages(self) -> tuple[Stage, ...]:
         return build_stages(self.stage_layout, self.model.value("L"), self.parallel.pp,
-                            self.model.n_mtp if self.mtp else 0, self.schedule.chunks)
+                            self.model.n_mtp if self.mtp else 0, self.schedule.chunks,
+                            "v" if self.schedule.v_shape else "loop")
 
     @property
     def schedule_runtime(self) -> str:

@@ -141,6 +141,7 @@ def test_gpipe_first_backward_has_nothing_accumulated_yet(tmp_path):
                                                                 "torch's zero bubble is modelled for Llama under FSDP "
                                                                 "without TP or checkpointing"),
     (["--schedule", "interleaved-zb:2", "--tp", "2"], "schedule interleaved-zb with TP 2"),
+    (["--schedule", "zbv", "--chunks", "3"], "--chunks = 3: zbv runs two stages per GPU"),
     (["--tp", "2", "--no-sequence-parallel"], "TP 2 without sequence parallelism is not modelled"),
     (["--layers-per-stage", "20,12"], "torchtitan splits the layers its own way"),
     (["--schedule", "interleaved:64"], "pp = 2 x 64 stages per rank (interleaved:64) = 128 stages: torchtitan's "
@@ -211,6 +212,35 @@ def test_torch_zero_bubble_order_is_torchs():
     assert checked == 278
     with pytest.raises(SymmemError, match="Megatron's zero bubble is zb1p"):
         Schedule("interleaved", 2, zero_bubble=True).order(0, 2, 4, "megatron")
+
+
+def test_torch_zbv_order_is_torchs():
+    """symmem's order of torch's zero bubble V equals ScheduleZBVZeroBubble's own per-rank actions wherever torch is
+    installed (chunk 0 stage r, chunk 1 stage 2 PP - 1 - r), and the "v" split puts the model's first and last
+    stages on GPU 0."""
+    from symmem.parallel.layout import LayoutSpec, build_stages
+    from symmem.parallel.schedule import Schedule
+
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules", reason="torch not installed")
+    kinds = {schedules._ComputationType.FORWARD: "F", schedules._ComputationType.BACKWARD_INPUT: "B",
+             schedules._ComputationType.BACKWARD_WEIGHT: "W"}
+
+    def torchs(rank, pp, m):
+        s = schedules.ScheduleZBVZeroBubble.__new__(schedules.ScheduleZBVZeroBubble)
+        s.pp_group_size, s.n_local_stages, s._n_microbatches, s.num_stages = pp, 2, m, 2 * pp
+        return [(kinds[a.computation_type], a.microbatch_index, 0 if a.stage_index == rank else 1)
+                for a in s._calculate_single_rank_operations(rank) if a is not None]
+
+    checked = 0
+    for pp in range(2, 7):
+        for m in range(1, 4 * pp + 2):
+            for rank in range(pp):
+                assert Schedule.from_label("zbv").order(rank, pp, m, "torch") == torchs(rank, pp, m), (rank, pp, m)
+                checked += 1
+    assert checked == 380
+    stages = build_stages(LayoutSpec("torchtitan"), 6, 2, 0, 2, "v")  # 8 = 6 layers + 2: stages of 1, 2, 2, 1
+    assert [(st.layers, st.embedding, st.head, st.chunk_layers) for st in stages] == [
+        ((0, 5), True, True, (1, 1)), ((1, 2, 3, 4), False, False, (2, 2))]
 
 
 def test_torch_interleaved_order_is_torchs():

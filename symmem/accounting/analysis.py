@@ -329,7 +329,8 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...] | l
         events, per_mb = _events(key, parts, int(scn.zero), scn.gathered, scn.precision.grad_bytes, axes, back)
         return events, others_amount(per_mb, k)
     if scn.schedule.name == "interleaved":  # several chunks per GPU: walked in torch's order
-        walk = scn.replace(microbatches=_torch_walk_microbatches(scn))
+        # (zero bubble V: its whole step; its rounds are not interleaved 1F1B's)
+        walk = scn if scn.schedule.v_shape else scn.replace(microbatches=_torch_walk_microbatches(scn))
         return stage_pipelined_series(walk, stage), None
     from symmem.accounting.pipelined import with_stage_outputs
     from symmem.profiles import pipeline_stage_output

@@ -132,6 +132,9 @@ def parse_schedules(text: str, chunks: int):
     for item in (x.strip() for x in str(text).split(",")):
         if not item:
             continue
+        if item == "zbv":  # torch's zero bubble V (torchtitan profiles)
+            out.append(Schedule.from_label(item))
+            continue
         name, _, v = item.partition(":")
         zb = name == "interleaved-zb"  # torch's interleaved zero bubble (torchtitan profiles)
         if v and name not in ("interleaved", "interleaved-zb"):

@@ -143,12 +143,14 @@ def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...
     return tuple(counts)
 
 
-def build_stages(spec: LayoutSpec, n_layers: int, pp: int, n_mtp: int, chunks: int = 1) -> tuple[Stage, ...]:
+def build_stages(spec: LayoutSpec, n_layers: int, pp: int, n_mtp: int, chunks: int = 1,
+                 style: str = "loop") -> tuple[Stage, ...]:
     """The PP stages. Under torchtitan's layout with `chunks` = v > 1 (a multi-stage schedule: interleaved 1F1B),
     torchtitan splits the layers over PP·v stages (`torchtitan_layers`; v = 2 by default,
     torchtitan/distributed/pipeline_parallel.py:262) and GPU r runs stages r, r + PP, ... (the "loop" style,
     :541-568 `_get_pp_rank_to_stage_indices_mapping`): its layers are theirs, in that order, each chunk's count in
-    `Stage.chunk_layers`."""
+    `Stage.chunk_layers`. With `style` "v" (ZBVZeroBubble, two stages per GPU) GPU r runs stages r and
+    2·PP - 1 - r: GPU 0 holds both the embedding and the output."""
     if spec.kind == "torchtitan" and chunks > 1:
         try:
             counts = torchtitan_layers(n_layers, pp * chunks)
@@ -157,10 +159,15 @@ def build_stages(spec: LayoutSpec, n_layers: int, pp: int, n_mtp: int, chunks: i
             raise SymmemError(f"pp = {pp} x {chunks} stages per rank (interleaved:{chunks}) = {pp * chunks} stages: "
                               f"{why}") from None
         starts = [sum(counts[:k]) for k in range(len(counts))]
-        layers = [tuple(i for k in range(r, pp * chunks, pp) for i in range(starts[k], starts[k] + counts[k]))
-                  for r in range(pp)]
-        return tuple(Stage(r, layers[r], r == 0, r == pp - 1, n_mtp if r == pp - 1 else 0, tuple(counts[r::pp]))
-                     for r in range(pp))
+        if style == "v":
+            ids = [(r, 2 * pp - 1 - r) for r in range(pp)]
+            last = 0  # the GPU running the model's last stage
+        else:
+            ids = [tuple(range(r, pp * chunks, pp)) for r in range(pp)]
+            last = pp - 1
+        layers = [tuple(i for k in ids[r] for i in range(starts[k], starts[k] + counts[k])) for r in range(pp)]
+        return tuple(Stage(r, layers[r], r == 0, r == last, n_mtp if r == last else 0,
+                           tuple(counts[k] for k in ids[r])) for r in range(pp))
     counts = layers_per_stage(spec, n_layers, pp)
     stages = []
     start = 0

@@ -179,3 +179,60 @@ def torch_zero_bubble_order(rank: int, pp: int, v: int, m: int) -> Order:
         out.append(act("W", backward_chunk(backwards[weights])))
         weights += 1
     return out
+
+
+def torch_zbv_order(rank: int, pp: int, m: int) -> Order:
+    """torch.distributed.pipelining's zero bubble V (torchtitan's `ZBVZeroBubble`; torch 2.13.0,
+    torch/distributed/pipelining/schedules.py:3199-3392 `ScheduleZBVZeroBubble._calculate_single_rank_operations`),
+    idle slots left out. Rank r runs two stages, chunk 0 = stage r and chunk 1 = stage 2·PP - 1 - r (the "v"
+    style): 2·(PP - r) - 1 forwards of chunk 0, r pairs of forwards (chunk 1, chunk 0), PP - r rounds of chunk 1's
+    forward, input and weight backwards, then rounds of chunk 0's forward, input and weight backwards and chunk 1's,
+    then the cool-down input backwards and the weight backwards left; the schedule is made for
+    max(2·PP - 1, M) micro-batches and the actions of those beyond M dropped."""
+    n = max(2 * pp - 1, m)
+    out: list[tuple[str, int, int]] = []
+    f = [0, 0]
+    b = [0, 0]
+
+    def add(phase: str, c: int, mb: int) -> None:
+        if mb < m:
+            out.append((phase, mb, c))
+
+    def forward(c: int) -> None:
+        add("F", c, f[c])
+        f[c] += 1
+
+    def both(c: int) -> None:  # an input and a weight backward of the same micro-batch
+        add("B", c, b[c])
+        add("W", c, b[c])
+        b[c] += 1
+
+    for _ in range(2 * (pp - rank) - 1):
+        forward(0)
+    for _ in range(rank):
+        forward(1)
+        forward(0)
+    for _ in range(pp - rank):
+        forward(1)
+        both(1)
+    while f[1] < f[0] or f[0] < n:
+        if f[0] < n:
+            forward(0)
+        both(0)
+        forward(1)
+        both(1)
+    w = list(b)
+    for _ in range(rank):
+        for c in (0, 1):
+            add("B", c, b[c])
+            b[c] += 1
+    for _ in range(pp - rank):
+        add("B", 0, b[0])
+        b[0] += 1
+        add("W", 0, w[0])
+        w[0] += 1
+    for c in (1, 0):
+        while w[c] < b[c]:
+            add("W", c, w[c])
+            w[c] += 1
+    return out

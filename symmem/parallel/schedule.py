@@ -11,7 +11,13 @@ from fractions import Fraction
 
 from symmem._numbers import MAX_CHUNKS, MAX_MICROBATCHES
 from symmem.errors import SymmemError
-from symmem.parallel.orders import dualpipe_order, torch_interleaved_order, torch_zero_bubble_order, zb_h1_order
+from symmem.parallel.orders import (
+    dualpipe_order,
+    torch_interleaved_order,
+    torch_zbv_order,
+    torch_zero_bubble_order,
+    zb_h1_order,
+)
 
 SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
 # whose pipeline runtime orders a schedule: Megatron's, or torch.distributed.pipelining's (torchtitan's); they differ in
@@ -32,6 +38,9 @@ class Schedule:
     # interleaved only: torch.distributed.pipelining's interleaved zero bubble (torchtitan's InterleavedZeroBubble):
     # each backward takes the input gradients, a "W" the weights' later (`torch_zero_bubble_order`); torch's runtime
     zero_bubble: bool = False
+    # with zero_bubble: torch's zero bubble V (torchtitan's ZBVZeroBubble, `zbv`): two stages per GPU, r and
+    # 2·PP - 1 - r (the "v" style, `torch_zbv_order`)
+    v_shape: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULES:
@@ -40,6 +49,8 @@ class Schedule:
             raise SymmemError(f"chunks = {self.chunks!r}: must be a positive integer up to {MAX_CHUNKS:,}")
         if self.name == "interleaved" and self.chunks < 2:
             raise SymmemError(f"chunks = {self.chunks}: interleaved 1F1B needs at least 2 virtual stages per GPU")
+        if self.v_shape and not (self.zero_bubble and self.chunks == 2):
+            raise SymmemError("zero bubble V (zbv) runs two stages per GPU with zero bubble")
         if self.zero_bubble and self.name != "interleaved":
             raise SymmemError(f"schedule = {self.name!r}: zero bubble is torch's interleaved schedule's "
                               "(interleaved-zb:V); Megatron's is zb1p")
@@ -52,7 +63,9 @@ class Schedule:
         if self.zero_bubble and runtime != "torch":
             raise SymmemError("schedule interleaved-zb: torch.distributed.pipelining's InterleavedZeroBubble, run "
                               "under a torchtitan profile; Megatron's zero bubble is zb1p")
-        if self.name == "interleaved" and runtime == "torch":
+        if self.v_shape:
+            pass  # torch makes ZBV's order for max(2·PP - 1, M) micro-batches and drops those beyond M: any M
+        elif self.name == "interleaved" and runtime == "torch":
             rounds = max(1, m // pp)
             if m % rounds:
                 raise SymmemError(f"microbatches = {m}: torch's interleaved 1F1B needs a multiple of its {rounds} "
@@ -118,6 +131,8 @@ class Schedule:
         self.check(pp, m, runtime)
         if self.name == "gpipe":
             return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+        if self.v_shape:
+            return torch_zbv_order(stage, pp, m)
         if self.zero_bubble:
             return torch_zero_bubble_order(stage, pp, self.chunks, m)
         if self.name == "interleaved" and runtime == "torch":
@@ -165,12 +180,16 @@ class Schedule:
     def from_label(cls, text: str) -> Schedule:
         """The schedule a sweep record names (`sweep.evaluate.sched_label`): "1f1b", "interleaved:V",
         "interleaved-zb:V", ..."""
+        if text == "zbv":
+            return cls("interleaved", 2, zero_bubble=True, v_shape=True)
         name, _, v = text.partition(":")
         zb = name == "interleaved-zb"
         return cls("interleaved" if zb else name, int(v) if v else 1, zero_bubble=zb)
 
     @property
     def label(self) -> str:
+        if self.v_shape:
+            return "zero bubble V"
         if self.zero_bubble:
             return f"interleaved zero bubble (v={self.chunks})"
         return f"interleaved 1F1B (v={self.chunks})" if self.name == "interleaved" else {

@@ -36,8 +36,8 @@ import gc
 from symmem.errors import SymmemError
 from symmem.validate.fsdp2 import runner as R
 
-SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "InterleavedZeroBubble")
-MULTI = ("Interleaved1F1B", "InterleavedZeroBubble")  # two stages per rank, torchtitan's "loop" style
+SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble")
+MULTI = ("Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble")  # two stages per rank
 CHUNKS = 2  # stages per rank of a multi-stage schedule: torchtitan's default (pipeline_parallel.py:262)
 
 
@@ -64,6 +64,7 @@ def _step(rank: int, job) -> dict:
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
         ScheduleInterleavedZeroBubble,
+        ScheduleZBVZeroBubble,
     )
     from torchtitan.components.loss import cross_entropy_loss
     from torchtitan.distributed.pipeline_parallel import (
@@ -85,7 +86,10 @@ def _step(rank: int, job) -> dict:
     pp_rank = pp_mesh.get_local_rank()
     v = CHUNKS if schedule in MULTI else 1
     fqns = _generate_llm_fqn_per_model_part(pp * v, st.n_layers)
-    ids = [pp_rank + k * pp for k in range(v)]  # torchtitan's "loop" style (pipeline_parallel.py:541-568)
+    if schedule == "ZBVZeroBubble":  # torchtitan's "v" style: rank r runs stages r and 2 PP - 1 - r
+        ids = [pp_rank, 2 * pp - 1 - pp_rank]
+    else:
+        ids = [pp_rank + k * pp for k in range(v)]  # torchtitan's "loop" style (pipeline_parallel.py:541-568)
     models = [_split_module(whole, fqns[i]) for i in ids]
     del whole
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -100,7 +104,8 @@ def _step(rank: int, job) -> dict:
     stages = [PipelineStage(model, i, pp * v, torch.device("cpu"), group=pp_mesh.get_group(), get_mesh=get_mesh)
               for model, i in zip(models, ids, strict=True)]
     if v > 1:
-        cls = ScheduleInterleaved1F1B if schedule == "Interleaved1F1B" else ScheduleInterleavedZeroBubble
+        cls = {"Interleaved1F1B": ScheduleInterleaved1F1B, "InterleavedZeroBubble": ScheduleInterleavedZeroBubble,
+               "ZBVZeroBubble": ScheduleZBVZeroBubble}[schedule]
         sched = cls(stages, n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
     else:
         sched_class = Schedule1F1B if schedule == "1F1B" else ScheduleGPipe
@@ -170,8 +175,8 @@ def _step(rank: int, job) -> dict:
             tracker.phase = f"step {step}"
             gc.disable()  # as the runner: a cycle collected or not moves a peak
             try:
-                args = (inputs,) if pp_rank == 0 else ()
-                target = labels if pp_rank == pp - 1 else None
+                args = (inputs,) if 0 in ids else ()  # the ranks of the model's first and last stages
+                target = labels if pp * v - 1 in ids else None
                 sched.step(*args, target=target, losses=[] if target is not None else None, return_outputs=False)
             finally:
                 gc.enable()
