@@ -346,7 +346,7 @@ def test_interleaved_chunks_finish_in_torchs_order(tmp_path):
     assert amount(events[-1], "the sharded gradients") == 4 * (embedding + 3 * layer)
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved:2", "interleaved-zb:2"])
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved:2", "interleaved-zb:2", "zbv"])
 def test_timeline_walks_to_memorys_peak(schedule):
     """`symmem timeline` walks the whole step in torch's order with FSDP2's pipelined amounts, and finds the peak
     `symmem memory` reports: for 1F1B and GPipe from candidate events, for interleaved the same walk."""
