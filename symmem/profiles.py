@@ -354,19 +354,19 @@ TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interl
 
 def _torchtitan_pp_check(scn) -> None:
     """What of torchtitan 0.3.0's pipelining is modelled: 1F1B (its default `pipeline_parallel_schedule`,
-    torchtitan/config/configs.py:210), GPipe, Interleaved1F1B, InterleavedZeroBubble and ZBVZeroBubble (the zero
-    bubbles: Llama, no TP, no checkpointing, what was measured), the layers split its way (with TP and sequence
-    parallelism, checked with TP above); not DualPipeV."""
+    torchtitan/config/configs.py:210), GPipe, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble and DualPipeV
+    (the zero bubbles: Llama, no TP, no checkpointing, what was measured), the layers split its way (with TP and
+    sequence parallelism, checked with TP above)."""
     name, par = scn.profile.name, scn.parallel
     if scn.schedule.name not in TORCHTITAN_SCHEDULES:
         raise SymmemError(f"profile {name}: schedule {scn.schedule.label!r} with PP {par.pp}: torchtitan's "
                           f"{', '.join(TORCHTITAN_SCHEDULES.values())} and InterleavedZeroBubble are modelled "
-                          "(--schedule 1f1b, gpipe, interleaved:V or interleaved-zb:V), ZBVZeroBubble too "
-                          "(--schedule zbv); DualPipeV is not yet")
+                          "(--schedule 1f1b, gpipe, interleaved:V or interleaved-zb:V), ZBVZeroBubble and "
+                          "DualPipeV too (--schedule zbv, dualpipev)")
     if scn.schedule.zero_bubble:
         # measured on the CPU for Llama 3 under FSDP, no TP, no checkpointing (tests/validate/test_fsdp2_pipeline.py)
         if par.tp > 1 or scn.model.family.name != "llama" or scn.recompute_name != "none":
-            raise SymmemError(f"profile {name}: schedule interleaved-zb with "
+            raise SymmemError(f"profile {name}: schedule {scn.schedule.label} with "
                               + ("TP " + str(par.tp) if par.tp > 1 else f"model family {scn.model.family.name!r}"
                                  if scn.model.family.name != "llama" else f"recompute {scn.recompute_name}")
                               + ": torch's zero bubble is modelled for Llama under FSDP without TP or checkpointing; "

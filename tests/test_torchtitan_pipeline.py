@@ -137,10 +137,13 @@ def test_gpipe_first_backward_has_nothing_accumulated_yet(tmp_path):
 @pytest.mark.parametrize("flags, words", [
     (["--schedule", "zb1p"], "torchtitan's 1F1B, GPipe, Interleaved1F1B and InterleavedZeroBubble are modelled"),
     (["--schedule", "dualpipe"], "schedule 'DualPipe' with PP 2: torchtitan's 1F1B, GPipe, Interleaved1F1B"),
-    (["--schedule", "interleaved-zb:2", "--recompute", "full"], "schedule interleaved-zb with recompute full: "
+    (["--schedule", "interleaved-zb:2", "--recompute", "full"], "schedule interleaved zero bubble (v=2) with "
+                                                                "recompute full: "
                                                                 "torch's zero bubble is modelled for Llama under FSDP "
                                                                 "without TP or checkpointing"),
-    (["--schedule", "interleaved-zb:2", "--tp", "2"], "schedule interleaved-zb with TP 2"),
+    (["--schedule", "interleaved-zb:2", "--tp", "2"], "schedule interleaved zero bubble (v=2) with TP 2"),
+    (["--schedule", "dualpipev", "--tp", "2", "--microbatches", "4"], "schedule DualPipeV with TP 2"),
+    (["--schedule", "dualpipev"], "microbatches = 2: DualPipeV needs at least as many micro-batches as stages"),
     (["--schedule", "zbv", "--chunks", "3"], "--chunks = 3: zbv runs two stages per GPU"),
     (["--tp", "2", "--no-sequence-parallel"], "TP 2 without sequence parallelism is not modelled"),
     (["--layers-per-stage", "20,12"], "torchtitan splits the layers its own way"),
@@ -241,6 +244,39 @@ def test_torch_zbv_order_is_torchs():
     stages = build_stages(LayoutSpec("torchtitan"), 6, 2, 0, 2, "v")  # 8 = 6 layers + 2: stages of 1, 2, 2, 1
     assert [(st.layers, st.embedding, st.head, st.chunk_layers) for st in stages] == [
         ((0, 5), True, True, (1, 1)), ((1, 2, 3, 4), False, False, (2, 2))]
+
+
+def test_torch_dualpipev_order_is_torchs():
+    """symmem's order of torch's DualPipeV equals ScheduleDualPipeV's own per-rank actions, each overlapped forward
+    and backward as its forward then its whole backward ("A"), wherever torch is installed; M below 2 PP refused."""
+    from symmem.parallel.schedule import Schedule
+
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules", reason="torch not installed")
+    kinds = {schedules._ComputationType.FORWARD: "F", schedules._ComputationType.BACKWARD_INPUT: "B",
+             schedules._ComputationType.BACKWARD_WEIGHT: "W", schedules._ComputationType.FULL_BACKWARD: "A"}
+
+    def torchs(rank, pp, m):
+        s = schedules.ScheduleDualPipeV.__new__(schedules.ScheduleDualPipeV)
+        s.pp_group_size, s.n_local_stages, s._n_microbatches, s.num_stages = pp, 2, m, 2 * pp
+        out = []
+        for a in s._calculate_single_rank_operations(rank):
+            if a is None:
+                continue
+            overlapped = a.computation_type == schedules._ComputationType.OVERLAP_F_B
+            for b in a.sub_actions if overlapped else (a,):
+                out.append((kinds[b.computation_type], b.microbatch_index, 0 if b.stage_index == rank else 1))
+        return out
+
+    checked = 0
+    for pp in range(2, 7):
+        for m in range(2 * pp, 5 * pp + 2):
+            for rank in range(pp):
+                assert Schedule.from_label("dualpipev").order(rank, pp, m, "torch") == torchs(rank, pp, m), (
+                    rank, pp, m)
+                checked += 1
+    assert checked == 310
+    with pytest.raises(SymmemError, match="DualPipeV needs at least as many micro-batches as stages, 2·PP = 4"):
+        Schedule.from_label("dualpipev").order(0, 2, 3, "torch")
 
 
 def test_torch_interleaved_order_is_torchs():
@@ -346,7 +382,7 @@ def test_interleaved_chunks_finish_in_torchs_order(tmp_path):
     assert amount(events[-1], "the sharded gradients") == 4 * (embedding + 3 * layer)
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved:2", "interleaved-zb:2", "zbv"])
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved:2", "interleaved-zb:2", "zbv", "dualpipev"])
 def test_timeline_walks_to_memorys_peak(schedule):
     """`symmem timeline` walks the whole step in torch's order with FSDP2's pipelined amounts, and finds the peak
     `symmem memory` reports: for 1F1B and GPipe from candidate events, for interleaved the same walk."""
@@ -357,7 +393,7 @@ def test_timeline_walks_to_memorys_peak(schedule):
 
     scn = scenario_from_args(build_parser().parse_args([
         "memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", "2", "--dp", "4", "-b", "1", "-s",
-        "4096", "--microbatches", "4", "--recompute", "none" if "zb" in schedule else "full", "--schedule",
+        "4096", "--microbatches", "4", "--recompute", "full" if schedule in ("1f1b", "gpipe", "interleaved:2") else "none", "--schedule",
         schedule]))
     for st in memory(scn):
         _labels, rows, peak = series(scn, st.stage.index)

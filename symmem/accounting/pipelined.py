@@ -171,7 +171,9 @@ def zero_bubble_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: P
       gradients again, so a chunk holds both between a "W" that follows an upcast and its next "B";
     * a chunk's last "W" reduce-scatters and reshards it, as the last backward of 1F1B does;
     * the chunk holding the model's first stage (`stash[c]` None) has no input gradient to take first: its "B" does
-      nothing and its "W" runs the whole backward (pipelining/stage.py:1090-1104), as `pipelined_series`' "B"."""
+      nothing and its "W" runs the whole backward (pipelining/stage.py:1090-1104), as `pipelined_series`' "B";
+    * DualPipeV's whole backwards ("A") are 1F1B's, their post-backward accumulating in FP32 what they make and any
+      BF16 gradients a "W" before left."""
     timelines = [[part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts] for parts in chunks]
     per_mb = [sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, tls, strict=True)])
               for parts, tls in zip(chunks, timelines, strict=True)]
@@ -272,18 +274,36 @@ def zero_bubble_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: P
             held[c] -= 1
             pending[c] += 1
             continue
-        # "W": the weight gradients of the micro-batch's parts, from what its input backward kept (its saved
-        # tensors and the weight-path gradients): held until the end of the "W", when the graph goes; the BF16
-        # gradients are made on the unsharded parameters (added to those a "W" before left, a layer's at a time)
-        if first_stage:  # the whole backward, as pipelined_series' "B"
-            series += _full_backward(parts, tls, layer[c], per_mb[c], others, states, c, held, mb, grad_bytes, pd,
-                                     weights[c] == 0, backward_extra, fp32)
-        else:  # (the addition's transient, one weight's gradient where a "W" before left BF16 ones, left out)
+        if phase == "A" or first_stage:
+            # a whole backward ("A", DualPipeV's; the first stage's "W"), parts last to first, as 1F1B's: the
+            # micro-batch's saved tensors go as it passes them, and each unit's post-backward accumulates its
+            # gradients in FP32 (with any BF16 ones a "W" before left)
+            upcast, bf16[c] = bf16[c], False
+            held[c] -= 1  # this micro-batch's saved tensors: counted part by part below
+            before = per_mb[c]
+            passed = sympy.Integer(0)
+            for i in range(len(parts) - 1, -1, -1):
+                p, tl = parts[i], tls[i]
+                before -= p.count * tl.saved
+                for copy in range(p.count - 1, -1, -1):
+                    fp = {c: whole[c] if fp32[c] else passed}
+                    common = others() + states(c, whole[c] - passed if upcast else sympy.Integer(0), fp) + [
+                        Amount(SAVED_EARLIER, "earlier parts and copies", before + copy * tl.saved)]
+                    extra = list(backward_extra)
+                    if p.is_layers:
+                        extra.append(Amount(UNREDUCED, "the layer's gradients", pd * layer[c][i]))
+                    series += [Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive + tuple(extra))
+                               for ev in tl.events if ev.phase == "backward"]
+                    passed += layer[c][i]
+            fp32[c] = True
+        else:
+            # "W": the weight gradients of the micro-batch's parts, from what its input backward kept (its saved
+            # tensors and the weight-path gradients): held until the end of the "W", when the graph goes; the BF16
+            # gradients are made on the unsharded parameters (the addition's transient, one weight's gradient
+            # where a "W" before left BF16 ones, left out)
             bf16[c] = True
             series.append(Event("backward", f"weights ({mb})", "weight gradients", tuple(others() + states(c))))
             pending[c] -= 1
-        if first_stage:
-            held[c] -= 1
         weights[c] += 1
         if weights[c] == runs[c]:  # the last: reduce-scattered, resharded
             bf16[c] = fp32[c] = False
@@ -291,34 +311,6 @@ def zero_bubble_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: P
                         (Amount(UNREDUCED, "the sharded gradients (the last micro-batches' reduce-scatters)",
                                 sympy.Integer(sum(sharded))),)))
     return series
-
-
-def _full_backward(parts, tls, layer, per_mb, others, states, c, held, mb, grad_bytes, pd, first, backward_extra,
-                   fp32) -> list[Event]:
-    """The first stage's "W" under zero bubble: its whole backward, parts last to first, as `pipelined_series`'
-    "B" (the micro-batch's saved tensors freed as it goes, the gradients accumulated in FP32 from the first)."""
-    out: list[Event] = []
-    held[c] -= 1  # this micro-batch's saved tensors are counted part by part below
-    base = others() + states(c)
-    held[c] += 1
-    before = per_mb
-    later = sympy.Integer(0)
-    for i in range(len(parts) - 1, -1, -1):
-        p, tl = parts[i], tls[i]
-        before -= p.count * tl.saved
-        for copy in range(p.count - 1, -1, -1):
-            common = base + [Amount(SAVED_EARLIER, "earlier parts and copies", before + copy * tl.saved)]
-            if first and later != 0:
-                common.append(Amount(UNREDUCED, "the gradients of the parts after it, accumulated unsharded",
-                                     grad_bytes * later))
-            extra = list(backward_extra)
-            if p.is_layers:
-                extra.append(Amount(UNREDUCED, "the layer's gradients", pd * layer[i]))
-            out += [Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive + tuple(extra))
-                    for ev in tl.events if ev.phase == "backward"]
-            later += layer[i]
-    fp32[c] = True
-    return out
 
 
 def above_last_weight(part: Part, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,

@@ -96,8 +96,8 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
             g.add_argument("--recompute", help="none, full, selective, deepseek, selective-op (torchtitan's per-op "
                                                 "SAC), selective-layer:N (every N-th layer full) or custom:OPS")
             g.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved, dualpipe (interleaved:V; torchtitan "
-                                              "profiles: interleaved-zb:V and zbv, torch's InterleavedZeroBubble and "
-                                              "ZBVZeroBubble)")
+                                              "profiles: interleaved-zb:V, zbv and dualpipev, torch's "
+                                              "InterleavedZeroBubble, ZBVZeroBubble and DualPipeV)")
             g.add_argument("--chunks", type=int_arg(2, num.MAX_CHUNKS),
                            help="virtual stages per GPU for interleaved 1F1B")
             g.add_argument("--microbatches", type=int_arg(1, num.MAX_MICROBATCHES),
@@ -247,11 +247,12 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
         if args.recompute:
             ch["recompute_name"] = args.recompute
         args = schedule_spelling(args)  # interleaved:V, as sweep spells it
-        zb = args.schedule in ("interleaved-zb", "zbv")  # torch's zero bubbles (torchtitan's)
+        zb = args.schedule in ("interleaved-zb", "zbv", "dualpipev")  # torch's zero bubbles (torchtitan's)
         name = "interleaved" if zb else args.schedule
-        if args.schedule == "zbv":  # two stages per GPU, the "v" style
+        v_shape = args.schedule in ("zbv", "dualpipev")
+        if v_shape:  # two stages per GPU, the "v" style
             if args.chunks not in (None, 2):
-                raise SymmemError(f"--chunks = {args.chunks}: zbv runs two stages per GPU")
+                raise SymmemError(f"--chunks = {args.chunks}: {args.schedule} runs two stages per GPU")
             args = argparse.Namespace(**{**vars(args), "chunks": 2})
         if args.chunks is not None and (name or scn.schedule.name) != "interleaved":
             raise SymmemError(f"--chunks = {args.chunks}: applies to --schedule interleaved (or interleaved-zb) only")
@@ -261,7 +262,9 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
             ch["schedule"] = Schedule(name or scn.schedule.name,
                                       args.chunks if args.chunks is not None else default_chunks,
                                       zero_bubble=zb if args.schedule else scn.schedule.zero_bubble,
-                                      v_shape=args.schedule == "zbv" if args.schedule else scn.schedule.v_shape)
+                                      v_shape=v_shape if args.schedule else scn.schedule.v_shape,
+                                      dualpipe_v=args.schedule == "dualpipev" if args.schedule
+                                      else scn.schedule.dualpipe_v)
         if args.routing is not None or args.capacity_factor is not None or args.rank_load is not None \
                 or args.histogram is not None:
             kind = args.routing or ("capacity" if args.capacity_factor is not None else "dynamic"

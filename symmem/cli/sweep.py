@@ -132,7 +132,7 @@ def parse_schedules(text: str, chunks: int):
     for item in (x.strip() for x in str(text).split(",")):
         if not item:
             continue
-        if item == "zbv":  # torch's zero bubble V (torchtitan profiles)
+        if item in ("zbv", "dualpipev"):  # torch's zero bubble V and DualPipeV (torchtitan profiles)
             out.append(Schedule.from_label(item))
             continue
         name, _, v = item.partition(":")

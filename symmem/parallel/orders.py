@@ -236,3 +236,65 @@ def torch_zbv_order(rank: int, pp: int, m: int) -> Order:
             add("W", c, w[c])
             w[c] += 1
     return out
+
+
+def torch_dualpipev_order(rank: int, pp: int, m: int) -> Order:
+    """torch.distributed.pipelining's DualPipeV (torchtitan's `DualPipeV`; torch 2.13.0,
+    torch/distributed/pipelining/schedules.py:3393-3603 `ScheduleDualPipeV._calculate_single_rank_operations`), in
+    time order, each overlapped forward-and-backward as its forward then its backward (the runtime performs the
+    sub-actions in turn, :2632-2636). Rank r runs chunk 0 = stage r and chunk 1 = stage 2·PP - 1 - r. Phases: "F",
+    "B" (input gradients only), "W" (the weights', of the oldest "B" without one) and "A" (a whole backward); M must
+    be at least 2·PP."""
+    out: list[tuple[str, int, int]] = []
+    fwd = [0, 0]
+    bwd = [0, 0]  # the input (and whole) backwards' micro-batch counters
+    weights: list[tuple[int, int]] = []  # (chunk, micro-batch) of the "B" waiting for their "W"
+
+    def act(phase: str, c: int) -> None:
+        if phase == "F":
+            out.append(("F", fwd[c], c))
+            fwd[c] += 1
+        else:
+            out.append((phase, bwd[c], c))
+            if phase == "B":
+                weights.append((c, bwd[c]))
+            bwd[c] += 1
+
+    def weight() -> None:
+        if weights:
+            c, mb = weights.pop(0)
+            out.append(("W", mb, c))
+
+    for _ in range((pp - rank - 1) * 2):
+        act("F", 0)
+    for _ in range(rank + 1):
+        act("F", 0)
+        act("F", 1)
+    for _ in range(pp - rank - 1):
+        act("B", 1)
+        weight()
+        act("F", 1)
+    for i in range(m - pp * 2 + rank + 1):
+        act("F", 0)
+        act("A", 1)  # (the first rank of the last: a forward and a backward, not overlapped; the same order)
+        act("F", 1)
+        act("A", 0)
+    for _ in range(pp - rank - 1):
+        act("A", 1)
+        act("F", 1)
+        act("A", 0)
+    zb = False
+    steps = rank + 1
+    for i in range(steps):
+        if i == steps // 2 and rank % 2 == 1:
+            zb = True
+        act("B" if zb else "A", 1)
+        if i == steps // 2 and rank % 2 == 0:
+            zb = True
+        act("B" if zb else "A", 0)
+    for _ in range(pp - rank - 1):
+        weight()
+        act("B" if zb else "A", 0)
+    for _ in range(rank + 1):
+        weight()
+    return out

@@ -13,6 +13,7 @@ from symmem._numbers import MAX_CHUNKS, MAX_MICROBATCHES
 from symmem.errors import SymmemError
 from symmem.parallel.orders import (
     dualpipe_order,
+    torch_dualpipev_order,
     torch_interleaved_order,
     torch_zbv_order,
     torch_zero_bubble_order,
@@ -41,6 +42,9 @@ class Schedule:
     # with zero_bubble: torch's zero bubble V (torchtitan's ZBVZeroBubble, `zbv`): two stages per GPU, r and
     # 2·PP - 1 - r (the "v" style, `torch_zbv_order`)
     v_shape: bool = False
+    # with v_shape: torch's DualPipeV (torchtitan's, `dualpipev`): forwards overlapped with whole backwards, input and
+    # weight backwards at the end (`torch_dualpipev_order`)
+    dualpipe_v: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULES:
@@ -49,6 +53,8 @@ class Schedule:
             raise SymmemError(f"chunks = {self.chunks!r}: must be a positive integer up to {MAX_CHUNKS:,}")
         if self.name == "interleaved" and self.chunks < 2:
             raise SymmemError(f"chunks = {self.chunks}: interleaved 1F1B needs at least 2 virtual stages per GPU")
+        if self.dualpipe_v and not self.v_shape:
+            raise SymmemError("DualPipeV (dualpipev) is a V-shaped zero bubble")
         if self.v_shape and not (self.zero_bubble and self.chunks == 2):
             raise SymmemError("zero bubble V (zbv) runs two stages per GPU with zero bubble")
         if self.zero_bubble and self.name != "interleaved":
@@ -63,7 +69,11 @@ class Schedule:
         if self.zero_bubble and runtime != "torch":
             raise SymmemError("schedule interleaved-zb: torch.distributed.pipelining's InterleavedZeroBubble, run "
                               "under a torchtitan profile; Megatron's zero bubble is zb1p")
-        if self.v_shape:
+        if self.dualpipe_v:
+            if m < 2 * pp:  # torch/distributed/pipelining/schedules.py:3430-3434
+                raise SymmemError(f"microbatches = {m}: DualPipeV needs at least as many micro-batches as stages, "
+                                  f"2·PP = {2 * pp}")
+        elif self.v_shape:
             pass  # torch makes ZBV's order for max(2·PP - 1, M) micro-batches and drops those beyond M: any M
         elif self.name == "interleaved" and runtime == "torch":
             rounds = max(1, m // pp)
@@ -88,9 +98,9 @@ class Schedule:
         if self.name == "interleaved" and runtime == "torch":  # the most chunk forwards held, in whole stages
             held = most = 0
             # (zero bubble: a micro-batch's saved tensors stay from its forward to its weight backward)
-            frees = "W" if self.zero_bubble else "B"
+            frees = ("W", "A") if self.zero_bubble else ("B",)  # ("A": DualPipeV's whole backward)
             for phase, _mb, _c in self.order(stage, pp, m, runtime):
-                held += 1 if phase == "F" else -1 if phase == frees else 0
+                held += 1 if phase == "F" else -1 if phase in frees else 0
                 most = max(most, held)
             return Fraction(most, self.chunks)
         if self.name == "gpipe":
@@ -131,6 +141,8 @@ class Schedule:
         self.check(pp, m, runtime)
         if self.name == "gpipe":
             return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+        if self.dualpipe_v:
+            return torch_dualpipev_order(stage, pp, m)
         if self.v_shape:
             return torch_zbv_order(stage, pp, m)
         if self.zero_bubble:
@@ -180,14 +192,16 @@ class Schedule:
     def from_label(cls, text: str) -> Schedule:
         """The schedule a sweep record names (`sweep.evaluate.sched_label`): "1f1b", "interleaved:V",
         "interleaved-zb:V", ..."""
-        if text == "zbv":
-            return cls("interleaved", 2, zero_bubble=True, v_shape=True)
+        if text in ("zbv", "dualpipev"):
+            return cls("interleaved", 2, zero_bubble=True, v_shape=True, dualpipe_v=text == "dualpipev")
         name, _, v = text.partition(":")
         zb = name == "interleaved-zb"
         return cls("interleaved" if zb else name, int(v) if v else 1, zero_bubble=zb)
 
     @property
     def label(self) -> str:
+        if self.dualpipe_v:
+            return "DualPipeV"
         if self.v_shape:
             return "zero bubble V"
         if self.zero_bubble:

@@ -36,8 +36,8 @@ import gc
 from symmem.errors import SymmemError
 from symmem.validate.fsdp2 import runner as R
 
-SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble")
-MULTI = ("Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble")  # two stages per rank
+SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+MULTI = ("Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")  # two stages per rank
 CHUNKS = 2  # stages per rank of a multi-stage schedule: torchtitan's default (pipeline_parallel.py:262)
 
 
@@ -61,6 +61,7 @@ def _step(rank: int, job) -> dict:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import (
         Schedule1F1B,
+        ScheduleDualPipeV,
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
         ScheduleInterleavedZeroBubble,
@@ -86,7 +87,7 @@ def _step(rank: int, job) -> dict:
     pp_rank = pp_mesh.get_local_rank()
     v = CHUNKS if schedule in MULTI else 1
     fqns = _generate_llm_fqn_per_model_part(pp * v, st.n_layers)
-    if schedule == "ZBVZeroBubble":  # torchtitan's "v" style: rank r runs stages r and 2 PP - 1 - r
+    if schedule in ("ZBVZeroBubble", "DualPipeV"):  # torchtitan's "v" style: rank r runs stages r and 2 PP - 1 - r
         ids = [pp_rank, 2 * pp - 1 - pp_rank]
     else:
         ids = [pp_rank + k * pp for k in range(v)]  # torchtitan's "loop" style (pipeline_parallel.py:541-568)
@@ -105,7 +106,7 @@ def _step(rank: int, job) -> dict:
               for model, i in zip(models, ids, strict=True)]
     if v > 1:
         cls = {"Interleaved1F1B": ScheduleInterleaved1F1B, "InterleavedZeroBubble": ScheduleInterleavedZeroBubble,
-               "ZBVZeroBubble": ScheduleZBVZeroBubble}[schedule]
+               "ZBVZeroBubble": ScheduleZBVZeroBubble, "DualPipeV": ScheduleDualPipeV}[schedule]
         sched = cls(stages, n_microbatches=m, loss_fn=cross_entropy_loss, scale_grads=False)
     else:
         sched_class = Schedule1F1B if schedule == "1F1B" else ScheduleGPipe
