@@ -63,13 +63,8 @@ def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Pol
     if stash is not None:
         return zero_bubble_series(chunks, rules, policy, axes, act_bytes, e_tok, order, weight_bytes, grad_bytes,
                                   sharded, outputs, backward_extra, stash)
-    timelines = [[part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts] for parts in chunks]
-    per_mb = [sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, tls, strict=True)])
-              for parts, tls in zip(chunks, timelines, strict=True)]
-    layer = [[_layer_weights(p, axes) for p in parts] for parts in chunks]
-    whole = [sympy.Add(*[p.count * w for p, w in zip(parts, ws, strict=True)]) for parts, ws in zip(chunks, layer,
-                                                                                                    strict=True)]
-    whole_gathered = [sympy.Add(*[p.count * gathered_bytes(weight_bytes, p, axes) for p in parts]) for parts in chunks]
+    timelines, per_mb, layer, whole, whole_gathered = _chunk_amounts(chunks, rules, policy, axes, act_bytes, e_tok,
+                                                                      weight_bytes)
     runs = [sum(1 for ph, _, c in order if ph == "F" and c == k) for k in range(len(chunks))]
     forwards = [0] * len(chunks)
     backwards = [0] * len(chunks)
@@ -104,37 +99,22 @@ def pipelined_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: Pol
         parts, tls = chunks[c], timelines[c]
         mb = f"micro-batch {mb_index}" + (f", chunk {c}" if named else "")
         if phase == "F":
-            base = others() + states(c)
-            earlier = sympy.Integer(0)
-            for p, tl in zip(parts, tls, strict=True):
-                for copy in range(p.count):
-                    common = base + [Amount(SAVED_EARLIER, "earlier parts and copies", earlier + copy * tl.saved)]
-                    series += [Event("forward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive)
-                               for ev in tl.events if ev.phase == "forward"]
-                earlier += p.count * tl.saved
+            series += _forward_events(parts, tls, others() + states(c), mb)
             forwards[c] += 1
             held[c] += 1
             continue
         held[c] -= 1
         base = others(c) + states(c)
         first = backwards[c] == 0
-        before = per_mb[c]
-        later = sympy.Integer(0)  # elements of the parts (and copies) whose backward of this micro-batch is done
-        for i in range(len(parts) - 1, -1, -1):
-            p, tl = parts[i], tls[i]
-            before -= p.count * tl.saved
-            for copy in range(p.count - 1, -1, -1):
-                common = base + [Amount(SAVED_EARLIER, "earlier parts and copies", before + copy * tl.saved)]
-                if first and later != 0:
-                    common.append(Amount(UNREDUCED, "the gradients of the parts after it, accumulated unsharded",
-                                         grad_bytes * later))
-                extra = list(backward_extra)
-                if p.is_layers:
-                    extra.append(Amount(UNREDUCED, "the layer's gradients",
-                                        param_dtype_bytes(weight_bytes) * layer[c][i]))
-                series += [Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive + tuple(extra))
-                           for ev in tl.events if ev.phase == "backward"]
-                later += layer[c][i]
+
+        def around(later, earlier, base=base, first=first):
+            """`later`: elements of the parts (and copies) whose backward of this micro-batch is done."""
+            acc = [Amount(UNREDUCED, "the gradients of the parts after it, accumulated unsharded", grad_bytes * later)
+                   ] if first and later != 0 else []
+            return base + [earlier] + acc
+
+        series += _backward_events(parts, tls, per_mb[c], layer[c], mb, around, param_dtype_bytes(weight_bytes),
+                                   backward_extra)
         backwards[c] += 1
     series.append(Event("optimizer step", "", "step",
                         (Amount(UNREDUCED, "the sharded gradients (the last micro-batches' reduce-scatters)",
@@ -174,13 +154,8 @@ def zero_bubble_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: P
       nothing and its "W" runs the whole backward (pipelining/stage.py:1090-1104), as `pipelined_series`' "B";
     * DualPipeV's whole backwards ("A") are 1F1B's, their post-backward accumulating in FP32 what they make and any
       BF16 gradients a "W" before left."""
-    timelines = [[part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts] for parts in chunks]
-    per_mb = [sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, tls, strict=True)])
-              for parts, tls in zip(chunks, timelines, strict=True)]
-    layer = [[_layer_weights(p, axes) for p in parts] for parts in chunks]
-    whole = [sympy.Add(*[p.count * w for p, w in zip(parts, ws, strict=True)]) for parts, ws in zip(chunks, layer,
-                                                                                                    strict=True)]
-    whole_gathered = [sympy.Add(*[p.count * gathered_bytes(weight_bytes, p, axes) for p in parts]) for parts in chunks]
+    timelines, per_mb, layer, whole, whole_gathered = _chunk_amounts(chunks, rules, policy, axes, act_bytes, e_tok,
+                                                                      weight_bytes)
     stash_mb = [None if st is None else sympy.Add(*[p.count * x for p, x in zip(parts, st, strict=True)])
                 for parts, st in zip(chunks, stash, strict=True)]
     # what an input backward frees at once: the saved tensors of the ops after the chunk's last weight (the loss's,
@@ -229,14 +204,7 @@ def zero_bubble_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: P
         parts, tls = chunks[c], timelines[c]
         mb = f"micro-batch {mb_index}, chunk {c}"
         if phase == "F":
-            base = others() + states(c)
-            earlier = sympy.Integer(0)
-            for p, tl in zip(parts, tls, strict=True):
-                for copy in range(p.count):
-                    common = base + [Amount(SAVED_EARLIER, "earlier parts and copies", earlier + copy * tl.saved)]
-                    series += [Event("forward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive)
-                               for ev in tl.events if ev.phase == "forward"]
-                earlier += p.count * tl.saved
+            series += _forward_events(parts, tls, others() + states(c), mb)
             forwards[c] += 1
             held[c] += 1
             continue
@@ -280,21 +248,13 @@ def zero_bubble_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: P
             # gradients in FP32 (with any BF16 ones a "W" before left)
             upcast, bf16[c] = bf16[c], False
             held[c] -= 1  # this micro-batch's saved tensors: counted part by part below
-            before = per_mb[c]
-            passed = sympy.Integer(0)
-            for i in range(len(parts) - 1, -1, -1):
-                p, tl = parts[i], tls[i]
-                before -= p.count * tl.saved
-                for copy in range(p.count - 1, -1, -1):
-                    fp = {c: whole[c] if fp32[c] else passed}
-                    common = others() + states(c, whole[c] - passed if upcast else sympy.Integer(0), fp) + [
-                        Amount(SAVED_EARLIER, "earlier parts and copies", before + copy * tl.saved)]
-                    extra = list(backward_extra)
-                    if p.is_layers:
-                        extra.append(Amount(UNREDUCED, "the layer's gradients", pd * layer[c][i]))
-                    series += [Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive + tuple(extra))
-                               for ev in tl.events if ev.phase == "backward"]
-                    passed += layer[c][i]
+
+            def around(passed, earlier, c=c, upcast=upcast):
+                """`passed`: elements of the parts (and copies) whose backward is done: their units' FP32."""
+                left = whole[c] - passed if upcast else sympy.Integer(0)
+                return others() + states(c, left, {c: whole[c] if fp32[c] else passed}) + [earlier]
+
+            series += _backward_events(parts, tls, per_mb[c], layer[c], mb, around, pd, backward_extra)
             fp32[c] = True
         else:
             # "W": the weight gradients of the micro-batch's parts, from what its input backward kept (its saved
@@ -311,6 +271,55 @@ def zero_bubble_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: P
                         (Amount(UNREDUCED, "the sharded gradients (the last micro-batches' reduce-scatters)",
                                 sympy.Integer(sum(sharded))),)))
     return series
+
+
+def _chunk_amounts(chunks, rules, policy, axes, act_bytes, e_tok, weight_bytes):
+    """Per chunk: its parts' timelines, the bytes one micro-batch saves, each part's weights (elements of a copy),
+    all its weights, and what it takes gathered."""
+    timelines = [[part_timeline(p.flow, rules, policy, axes, act_bytes, e_tok) for p in parts] for parts in chunks]
+    per_mb = [sympy.Add(*[p.count * tl.saved for p, tl in zip(parts, tls, strict=True)])
+              for parts, tls in zip(chunks, timelines, strict=True)]
+    layer = [[_layer_weights(p, axes) for p in parts] for parts in chunks]
+    whole = [sympy.Add(*[p.count * w for p, w in zip(parts, ws, strict=True)]) for parts, ws in zip(chunks, layer,
+                                                                                                    strict=True)]
+    whole_gathered = [sympy.Add(*[p.count * gathered_bytes(weight_bytes, p, axes) for p in parts]) for parts in chunks]
+    return timelines, per_mb, layer, whole, whole_gathered
+
+
+def _forward_events(parts, tls, base: list[Amount], mb: str) -> list[Event]:
+    """A chunk's forward events, its parts in order, each copy with the saved tensors of those before it."""
+    out: list[Event] = []
+    earlier = sympy.Integer(0)
+    for p, tl in zip(parts, tls, strict=True):
+        for copy in range(p.count):
+            common = base + [Amount(SAVED_EARLIER, "earlier parts and copies", earlier + copy * tl.saved)]
+            out += [Event("forward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive)
+                    for ev in tl.events if ev.phase == "forward"]
+        earlier += p.count * tl.saved
+    return out
+
+
+def _backward_events(parts, tls, per_mb: sympy.Expr, layer: list, mb: str, around, pd: int,
+                     backward_extra: tuple[Amount, ...]) -> list[Event]:
+    """A chunk's whole backward, parts and copies last to first: the saved tensors of those before the running one
+    alive, a layer's own gradients in the parameters' dtype (`pd` bytes) while its backward runs; `around(done,
+    earlier)`: what else is alive, given the elements of the parts and copies done and the earlier saved tensors'
+    amount."""
+    out: list[Event] = []
+    before = per_mb
+    done = sympy.Integer(0)
+    for i in range(len(parts) - 1, -1, -1):
+        p, tl = parts[i], tls[i]
+        before -= p.count * tl.saved
+        for copy in range(p.count - 1, -1, -1):
+            common = around(done, Amount(SAVED_EARLIER, "earlier parts and copies", before + copy * tl.saved))
+            extra = list(backward_extra)
+            if p.is_layers:
+                extra.append(Amount(UNREDUCED, "the layer's gradients", pd * layer[i]))
+            out += [Event("backward", f"{p.name} ({mb})", ev.op, tuple(common) + ev.alive + tuple(extra))
+                    for ev in tl.events if ev.phase == "backward"]
+            done += layer[i]
+    return out
 
 
 def above_last_weight(part: Part, rules: RuleSet, policy: Policy, axes: AxisSizes, act_bytes: int,
