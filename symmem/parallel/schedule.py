@@ -67,8 +67,8 @@ class Schedule:
         if runtime not in RUNTIMES:
             raise SymmemError(f"schedule runtime = {runtime!r}: one of {', '.join(RUNTIMES)}")
         if self.zero_bubble and runtime != "torch":
-            raise SymmemError("schedule interleaved-zb: torch.distributed.pipelining's InterleavedZeroBubble, run "
-                              "under a torchtitan profile; Megatron's zero bubble is zb1p")
+            raise SymmemError(f"schedule {self.label}: torch.distributed.pipelining's (torchtitan's), run under a "
+                              "torchtitan profile (--profile torchtitan); Megatron's zero bubble is zb1p")
         if self.dualpipe_v:
             if m < 2 * pp:  # torch/distributed/pipelining/schedules.py:3430-3434
                 raise SymmemError(f"microbatches = {m}: DualPipeV needs at least as many micro-batches as stages, "
