@@ -462,6 +462,7 @@ def with_fsdp_float8_all_gather(scn):
     from symmem.accounting.evaluate import evaluate
     from symmem.graph import global_size
     from symmem.model import stage_parts
+    from symmem.precision.gemm import gemm_split
     from symmem.precision.recipes import with_fsdp_float8_all_gather as with_ag
 
     flag = FLOAT8_ALL_GATHER_FLAG
@@ -484,12 +485,10 @@ def with_fsdp_float8_all_gather(scn):
     vals = scn.size_values()
     for stage in scn.stages:
         for part in stage_parts(scn.model, stage, scn.convention, scn.flow_impl):
-            for op, w in part.flow.weights():
+            for op in part.flow.ops:
                 if ag.is_float8(op):
-                    # symmem writes a weight (in..., out...); x = (batch..., in...), y = (batch..., out...)
-                    x, y = (part.flow.tensors[t] for t in (op.inputs[0], op.outputs[0]))
-                    n_in = (len(w.dims) + len(x.dims) - len(y.dims)) // 2
-                    k, n = (evaluate(global_size(d), vals) for d in (w.dims[:n_in], w.dims[n_in:]))
+                    split = gemm_split(op, part.flow)  # the weight's N output and K input features
+                    n, k = (evaluate(global_size(d), vals) for d in (split.n, split.k))
                     if k % 16 or n % 16:
                         raise SymmemError(f"{flag}: {op.name} is {n} x {k}: torchtitan converts a linear to "
                                           "Float8 only when both dims are multiples of 16, and one that stays BF16 "

@@ -142,7 +142,8 @@ WRONG_FIX = [
     (["memory", "--profile", "torch-eager", "--attn-impl", "sdpa"], "use dataflow = 'hf' (--dataflow hf)",
      "rules = 'torch-eager'"),
     (["memory", "--attn-impl", "sdpa"], "use rules = 'torch-eager' (--rules torch-eager)", "dataflow = 'hf',"),
-    (["memory", "--schedule", "gpipe:2"], "--schedule = 'gpipe:2': only interleaved and interleaved-zb take :V", "unknown"),
+    (["memory", "--schedule", "gpipe:2"], "--schedule = 'gpipe:2': only interleaved and interleaved-zb take :V",
+     "unknown"),
     (["memory", "--schedule", "interleaved:2", "--chunks", "3"], "--chunks = 3: conflicts with --schedule", "Trace"),
 ]
 

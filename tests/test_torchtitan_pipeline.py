@@ -209,12 +209,12 @@ def test_torch_zero_bubble_order_is_torchs():
                 if m % max(1, m // pp):
                     continue
                 for rank in range(pp):
-                    assert Schedule("interleaved", v, zero_bubble=True).order(rank, pp, m, "torch") == \
+                    assert Schedule.named("interleaved-zb", v).order(rank, pp, m, "torch") == \
                         torchs(rank, pp, v, m), (rank, pp, v, m)
                     checked += 1
     assert checked == 278
     with pytest.raises(SymmemError, match="Megatron's zero bubble is zb1p"):
-        Schedule("interleaved", 2, zero_bubble=True).order(0, 2, 4, "megatron")
+        Schedule.named("interleaved-zb", 2).order(0, 2, 4, "megatron")
 
 
 def test_torch_zbv_order_is_torchs():
@@ -393,8 +393,8 @@ def test_timeline_walks_to_memorys_peak(schedule):
 
     scn = scenario_from_args(build_parser().parse_args([
         "memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--pp", "2", "--dp", "4", "-b", "1", "-s",
-        "4096", "--microbatches", "4", "--recompute", "full" if schedule in ("1f1b", "gpipe", "interleaved:2") else "none", "--schedule",
-        schedule]))
+        "4096", "--microbatches", "4", "--schedule", schedule, "--recompute",
+        "full" if schedule in ("1f1b", "gpipe", "interleaved:2") else "none"]))
     for st in memory(scn):
         _labels, rows, peak = series(scn, st.stage.index)
         assert sum(rows[peak].values()) == st.peak_allocated, (schedule, st.stage.index)

@@ -30,9 +30,9 @@ import sympy
 from symmem.accounting.recompute import Policy
 from symmem.accounting.timeline import (
     GATHERED,
+    SAVED_CURRENT,
     SAVED_EARLIER,
     SAVED_OTHER,
-    SAVED_CURRENT,
     STAGE_OUTPUTS,
     STASH,
     UNREDUCED,
@@ -169,9 +169,10 @@ def zero_bubble_series(chunks: list[tuple[Part, ...]], rules: RuleSet, policy: P
     bf16, fp32 = [False] * n, [False] * n  # the BF16 gradients a "W" left; the FP32 accumulation (non-first chunks)
     series: list[Event] = []
 
-    def states(c: int, extra_bf16: sympy.Expr = sympy.Integer(0), fp32_of: dict | None = None) -> list[Amount]:
-        """What the chunks hold while chunk `c` runs; `fp32_of`: chunk -> the elements whose FP32 accumulation
-        exists, where it is not all or none."""
+    def states(c: int, extra_bf16: sympy.Expr | int = 0, fp32_of: dict | None = None) -> list[Amount]:
+        """What the chunks hold while chunk `c` runs; `extra_bf16`: elements of BF16 gradients beside those of the
+        chunks a "W" left them on; `fp32_of`: chunk -> the elements whose FP32 accumulation exists, where it is not
+        all or none."""
         live = [k for k in range(n) if (forwards[k] or k == c) and weights[k] < runs[k]]
         out = [Amount(GATHERED, "the chunks' parameters (kept gathered under PP)",
                       sympy.Add(*[whole_gathered[k] for k in live]))]

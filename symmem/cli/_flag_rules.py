@@ -15,8 +15,10 @@ def schedule_spelling(args: argparse.Namespace) -> argparse.Namespace:
     text = getattr(args, "schedule", None)
     if not text or ":" not in text:
         return args
+    from symmem.parallel.schedule import CHUNKED
+
     name, _, v = text.partition(":")
-    if name.strip() not in ("interleaved", "interleaved-zb"):
+    if name.strip() not in CHUNKED:
         raise SymmemError(f"--schedule = {text!r}: only interleaved and interleaved-zb take :V (virtual stages per "
                           "GPU)")
     chunks = num.int_text(v, f"--schedule {text[:40]!r}: V", 2, num.MAX_CHUNKS)

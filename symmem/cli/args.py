@@ -164,7 +164,7 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
     from symmem.config import load_model
     from symmem.parallel.layout import LayoutSpec
     from symmem.parallel.routing import Routing
-    from symmem.parallel.schedule import Schedule
+    from symmem.parallel.schedule import TORCH_ZERO_BUBBLES, Schedule
     from symmem.parallel.sizes import Parallel
     from symmem.scenario import load_scenario, model_scenario
     from symmem.units import parse_size
@@ -247,24 +247,15 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
         if args.recompute:
             ch["recompute_name"] = args.recompute
         args = schedule_spelling(args)  # interleaved:V, as sweep spells it
-        zb = args.schedule in ("interleaved-zb", "zbv", "dualpipev")  # torch's zero bubbles (torchtitan's)
-        name = "interleaved" if zb else args.schedule
-        v_shape = args.schedule in ("zbv", "dualpipev")
-        if v_shape:  # two stages per GPU, the "v" style
-            if args.chunks not in (None, 2):
-                raise SymmemError(f"--chunks = {args.chunks}: {args.schedule} runs two stages per GPU")
-            args = argparse.Namespace(**{**vars(args), "chunks": 2})
+        if args.schedule in ("zbv", "dualpipev") and args.chunks not in (None, 2):  # the "v" style
+            raise SymmemError(f"--chunks = {args.chunks}: {args.schedule} runs two stages per GPU")
+        name = "interleaved" if args.schedule in TORCH_ZERO_BUBBLES else args.schedule  # torch's zero bubbles
         if args.chunks is not None and (name or scn.schedule.name) != "interleaved":
             raise SymmemError(f"--chunks = {args.chunks}: applies to --schedule interleaved (or interleaved-zb) only")
-        if args.schedule or args.chunks is not None:
-            default_chunks = scn.schedule.chunks if not args.schedule else (
-                2 if name == "interleaved" else 1)
-            ch["schedule"] = Schedule(name or scn.schedule.name,
-                                      args.chunks if args.chunks is not None else default_chunks,
-                                      zero_bubble=zb if args.schedule else scn.schedule.zero_bubble,
-                                      v_shape=v_shape if args.schedule else scn.schedule.v_shape,
-                                      dualpipe_v=args.schedule == "dualpipev" if args.schedule
-                                      else scn.schedule.dualpipe_v)
+        if args.schedule:
+            ch["schedule"] = Schedule.named(args.schedule, args.chunks)
+        elif args.chunks is not None:
+            ch["schedule"] = dataclasses.replace(scn.schedule, chunks=args.chunks)
         if args.routing is not None or args.capacity_factor is not None or args.rank_load is not None \
                 or args.histogram is not None:
             kind = args.routing or ("capacity" if args.capacity_factor is not None else "dynamic"

@@ -54,7 +54,7 @@ def _settings(raw: dict, args, name: str):
                           "checkpointed, N a whole number from 1)")
     if args.b < 1 or args.s < 1:
         raise SymmemError(f"(b, s) = ({args.b}, {args.s}): both must be >= 1")
-    float8 = _float8(raw, args)
+    float8 = _float8(args)
     if raw["model_type"] == "deepseek_v3":
         if float8:
             raise SymmemError("--recipe: Float8 is measured for torchtitan's Llama 3 (DeepSeek-V3's grouped experts "
@@ -85,10 +85,7 @@ def _settings(raw: dict, args, name: str):
                     seed=args.seed, **float8)
 
 
-F8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
-
-
-def _float8(raw: dict, args) -> dict:
+def _float8(args) -> dict:
     """The runner's Float8 settings from `--recipe` and `--enable-fsdp-float8-all-gather` ({} for BF16)."""
     recipe = getattr(args, "recipe", None)
     ag = getattr(args, "fsdp_float8_all_gather", False)
@@ -96,8 +93,10 @@ def _float8(raw: dict, args) -> dict:
         if ag:
             raise SymmemError("--enable-fsdp-float8-all-gather: needs --recipe tensorwise (Float8 linears to gather)")
         return {}
-    if recipe not in F8_RECIPES:
-        raise SymmemError(f"--recipe = {recipe!r}: one of {', '.join(F8_RECIPES)} (torchao's Float8 recipes)")
+    from symmem.validate.fsdp2.runner import FLOAT8_RECIPES
+
+    if recipe not in FLOAT8_RECIPES:
+        raise SymmemError(f"--recipe = {recipe!r}: one of {', '.join(FLOAT8_RECIPES)} (torchao's Float8 recipes)")
     import importlib.util
 
     if importlib.util.find_spec("torchao") is None:

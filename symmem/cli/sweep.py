@@ -126,23 +126,19 @@ def parse_recompute(text: str) -> tuple[str, ...]:
 
 
 def parse_schedules(text: str, chunks: int):
-    from symmem.parallel.schedule import Schedule
+    from symmem.parallel.schedule import CHUNKED, Schedule
 
     out = []
     for item in (x.strip() for x in str(text).split(",")):
         if not item:
             continue
-        if item in ("zbv", "dualpipev"):  # torch's zero bubble V and DualPipeV (torchtitan profiles)
-            out.append(Schedule.from_label(item))
-            continue
         name, _, v = item.partition(":")
-        zb = name == "interleaved-zb"  # torch's interleaved zero bubble (torchtitan profiles)
-        if v and name not in ("interleaved", "interleaved-zb"):
+        if v and name not in CHUNKED:
             raise SymmemError(f"--schedule = {text!r}: only interleaved and interleaved-zb take :V (virtual stages "
                               "per GPU)")
         n = num.int_text(v, f"--schedule {item[:40]!r}: V", 2, num.MAX_CHUNKS) if v else (
-            chunks if name in ("interleaved", "interleaved-zb") else 1)
-        out.append(Schedule("interleaved" if zb else name, n, zero_bubble=zb))
+            chunks if name in CHUNKED else None)
+        out.append(Schedule.named(name, n))
     if not out:
         raise SymmemError(f"--schedule = {text!r}: empty; give schedules such as 1f1b,gpipe")
     return tuple(dict.fromkeys(out))

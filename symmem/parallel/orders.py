@@ -274,7 +274,7 @@ def torch_dualpipev_order(rank: int, pp: int, m: int) -> Order:
         act("B", 1)
         weight()
         act("F", 1)
-    for i in range(m - pp * 2 + rank + 1):
+    for _ in range(m - pp * 2 + rank + 1):
         act("F", 0)
         act("A", 1)  # (the first rank of the last: a forward and a backward, not overlapped; the same order)
         act("F", 1)

@@ -21,6 +21,10 @@ from symmem.parallel.orders import (
 )
 
 SCHEDULES = ("gpipe", "1f1b", "zb1p", "interleaved", "dualpipe")
+# torch.distributed.pipelining's zero bubbles (torchtitan's InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), as
+# symmem spells them: each is interleaved with a `Schedule.torch_zb` of its name
+TORCH_ZERO_BUBBLES = ("interleaved-zb", "zbv", "dualpipev")
+CHUNKED = ("interleaved", "interleaved-zb")  # the spellings that take :V (virtual stages per GPU)
 # whose pipeline runtime orders a schedule: Megatron's, or torch.distributed.pipelining's (torchtitan's); they differ in
 # interleaved 1F1B alone (`Schedule.order`)
 RUNTIMES = ("megatron", "torch")
@@ -36,15 +40,12 @@ class Schedule:
 
     name: str = "1f1b"
     chunks: int = 1  # virtual stages per GPU, for "interleaved"
-    # interleaved only: torch.distributed.pipelining's interleaved zero bubble (torchtitan's InterleavedZeroBubble):
-    # each backward takes the input gradients, a "W" the weights' later (`torch_zero_bubble_order`); torch's runtime
-    zero_bubble: bool = False
-    # with zero_bubble: torch's zero bubble V (torchtitan's ZBVZeroBubble, `zbv`): two stages per GPU, r and
-    # 2·PP - 1 - r (the "v" style, `torch_zbv_order`)
-    v_shape: bool = False
-    # with v_shape: torch's DualPipeV (torchtitan's, `dualpipev`): forwards overlapped with whole backwards, input and
-    # weight backwards at the end (`torch_dualpipev_order`)
-    dualpipe_v: bool = False
+    # interleaved only, one of TORCH_ZERO_BUBBLES or "": torch.distributed.pipelining's zero bubble, its backwards
+    # taking the input gradients, a "W" the weights' later: "interleaved-zb" (torchtitan's InterleavedZeroBubble,
+    # `torch_zero_bubble_order`), "zbv" (ZBVZeroBubble: two stages per GPU, r and 2·PP - 1 - r, the "v" style,
+    # `torch_zbv_order`) or "dualpipev" (DualPipeV: the "v" style, forwards overlapped with whole backwards,
+    # `torch_dualpipev_order`)
+    torch_zb: str = ""
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULES:
@@ -53,13 +54,26 @@ class Schedule:
             raise SymmemError(f"chunks = {self.chunks!r}: must be a positive integer up to {MAX_CHUNKS:,}")
         if self.name == "interleaved" and self.chunks < 2:
             raise SymmemError(f"chunks = {self.chunks}: interleaved 1F1B needs at least 2 virtual stages per GPU")
-        if self.dualpipe_v and not self.v_shape:
-            raise SymmemError("DualPipeV (dualpipev) is a V-shaped zero bubble")
-        if self.v_shape and not (self.zero_bubble and self.chunks == 2):
-            raise SymmemError("zero bubble V (zbv) runs two stages per GPU with zero bubble")
+        if self.torch_zb not in ("", *TORCH_ZERO_BUBBLES):
+            raise SymmemError(f"torch_zb = {self.torch_zb!r}: one of {', '.join(TORCH_ZERO_BUBBLES)}")
+        if self.v_shape and self.chunks != 2:
+            raise SymmemError(f"chunks = {self.chunks}: {self.torch_zb} runs two stages per GPU")
         if self.zero_bubble and self.name != "interleaved":
             raise SymmemError(f"schedule = {self.name!r}: zero bubble is torch's interleaved schedule's "
                               "(interleaved-zb:V); Megatron's is zb1p")
+
+    @property
+    def zero_bubble(self) -> bool:
+        return bool(self.torch_zb)
+
+    @property
+    def v_shape(self) -> bool:
+        """Two stages per GPU, r and 2·PP - 1 - r (torchtitan's "v" style)."""
+        return self.torch_zb in ("zbv", "dualpipev")
+
+    @property
+    def dualpipe_v(self) -> bool:
+        return self.torch_zb == "dualpipev"
 
     def check(self, pp: int, m: int, runtime: str = "megatron") -> None:
         if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_MICROBATCHES:
@@ -189,14 +203,28 @@ class Schedule:
                                   f"cannot split into {self.chunks} chunks; give a layout whose stages divide")
 
     @classmethod
+    def named(cls, name: str, chunks: int | None = None) -> Schedule:
+        """The schedule symmem spells `name` ("1f1b", "interleaved", "interleaved-zb", "zbv", ...), with `chunks`
+        virtual stages per GPU (default: 2 where it interleaves, else 1; the "v" style always 2)."""
+        if name in TORCH_ZERO_BUBBLES:
+            v = 2 if name != "interleaved-zb" or chunks is None else chunks
+            return cls("interleaved", v, torch_zb=name)
+        return cls(name, chunks if chunks is not None else 2 if name == "interleaved" else 1)
+
+    @classmethod
     def from_label(cls, text: str) -> Schedule:
-        """The schedule a sweep record names (`sweep.evaluate.sched_label`): "1f1b", "interleaved:V",
-        "interleaved-zb:V", ..."""
-        if text in ("zbv", "dualpipev"):
-            return cls("interleaved", 2, zero_bubble=True, v_shape=True, dualpipe_v=text == "dualpipev")
+        """The schedule a sweep record names (`spelled`): "1f1b", "interleaved:V", "interleaved-zb:V", "zbv", ..."""
         name, _, v = text.partition(":")
-        zb = name == "interleaved-zb"
-        return cls("interleaved" if zb else name, int(v) if v else 1, zero_bubble=zb)
+        return cls.named(name, int(v) if v else None)
+
+    @property
+    def spelled(self) -> str:
+        """How symmem's flags spell it (`from_label` reads it back)."""
+        if self.v_shape:
+            return self.torch_zb
+        if self.name == "interleaved":
+            return f"{self.torch_zb or 'interleaved'}:{self.chunks}"
+        return self.name
 
     @property
     def label(self) -> str:

@@ -460,11 +460,7 @@ def _regions(rep, space) -> list[tuple[slice, slice, object]]:
 
 
 def sched_label(s: Schedule) -> str:
-    if s.v_shape:
-        return "dualpipev" if s.dualpipe_v else "zbv"
-    if s.zero_bubble:
-        return f"interleaved-zb:{s.chunks}"
-    return f"interleaved:{s.chunks}" if s.name == "interleaved" else s.name
+    return s.spelled
 
 
 def _states(space, counts, par) -> np.ndarray:

@@ -278,10 +278,10 @@ def test_zero_bubble_leaves_each_weight_backwards_gradients_in_bf16_until_the_ne
     assert main([*argv, "--json"]) == 0
     predicted = json.loads(capsys.readouterr().out)["stages"]
     from symmem.accounting.analysis import stage_chunks
+    from symmem.accounting.pipelined import weight_path_gradients
     from symmem.cli.args import scenario_from_args
     from symmem.cli.main import build_parser
     from symmem.model import stage_parts
-    from symmem.accounting.pipelined import weight_path_gradients
 
     scn = scenario_from_args(build_parser().parse_args(argv))
     middle = stage_chunks(scn, scn.stages[1])[0]  # rank 1's first chunk: stage 1, two layers

@@ -140,7 +140,8 @@ def _step(rank: int, job) -> dict:
             out = backward(backward_type, bwd_kwargs, last_backward=last_backward)
             if not last_backward:
                 chunks = [chunk_state(params) for params in fsdp_params]
-                during.append({"chunk": k, "type": backward_type, "per_chunk": chunks, "cached_outputs": cached_outputs(),
+                during.append({"chunk": k, "type": backward_type, "per_chunk": chunks,
+                               "cached_outputs": cached_outputs(),
                                **{key: sum(c[key] for c in chunks) for key in ("unsharded_params",
                                                                                "accumulated_grads")},
                                "sharded_grads_exist": any(c["sharded_grads_exist"] for c in chunks)})

@@ -70,6 +70,7 @@ class Settings:
 
 
 _DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
+FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao's Float8LinearConfig.from_recipe_name
 
 
 @dataclass(frozen=True)
@@ -207,8 +208,8 @@ def convert_float8(config, st: Settings):
     from torchtitan.components.quantization.utils import module_filter_fn
     from torchtitan.models.common.linear import Linear
 
-    if st.float8 not in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
-        raise SymmemError(f"float8 = {st.float8!r}: tensorwise, rowwise or rowwise_with_gw_hp")
+    if st.float8 not in FLOAT8_RECIPES:
+        raise SymmemError(f"float8 = {st.float8!r}: {', '.join(FLOAT8_RECIPES)}")
     if st.float8_all_gather and st.float8 != "tensorwise":
         raise SymmemError(f"float8 = {st.float8!r} with the float8 all-gather: torchao gathers float8 weights "
                           "under tensorwise scaling only")
@@ -432,14 +433,15 @@ class LocalSavedPerLayer(SavedPerLayer):
     """`tracker.SavedPerLayer` over local tensors (`_plain`): under TP the saved tensors are DTensors."""
 
     def pack(self, t):
-        inner = _plain(t)
-        if type(inner).__module__.startswith("torchao."):
-            # torchao's Float8TrainingTensor (a weight gathered in float8, saved as its transposed view): its inner
-            # tensors are what it holds
-            for name in type(inner).__tensor_flatten__(inner)[0]:
-                self.pack(getattr(inner, name))
+        from symmem.validate.megatron_core.tracker import torchao_inner
+
+        plain = _plain(t)
+        inner = torchao_inner(plain)  # a Float8TrainingTensor: a weight gathered in float8, saved as its transpose
+        if inner is None:
+            super().pack(plain)
         else:
-            super().pack(inner)
+            for x in inner:
+                self.pack(x)
         return t
 
 

@@ -18,16 +18,24 @@ from __future__ import annotations
 import weakref
 
 
+def torchao_inner(t) -> list | None:
+    """The inner tensors of one of torchao's wrapper subclasses (Float8TrainingTensor,
+    WeightWithDynamicFloat8CastTensor), which own no storage: what `__tensor_flatten__` names; None for any other
+    tensor. (DTensors and functional
+    collectives' outputs are their callers' to unwrap: `fsdp2.runner._local`, `_plain`.)"""
+    if not type(t).__module__.startswith("torchao."):
+        return None
+    return [getattr(t, name) for name in type(t).__tensor_flatten__(t)[0]]
+
+
 def _storages(obj, out):
     import torch
 
     if isinstance(obj, torch.Tensor):
-        if type(obj).__module__.startswith("torchao."):
-            # torchao's wrapper subclasses (Float8TrainingTensor, WeightWithDynamicFloat8CastTensor) own no storage:
-            # their inner tensors (`__tensor_flatten__` names them) are what is allocated. (DTensors and functional
-            # collectives' outputs are their callers' to unwrap: `fsdp2.runner._local`, `_plain`.)
-            for name in type(obj).__tensor_flatten__(obj)[0]:
-                _storages(getattr(obj, name), out)
+        inner = torchao_inner(obj)
+        if inner is not None:
+            for t in inner:
+                _storages(t, out)
         elif obj.layout == torch.strided and obj.device.type == "cpu":
             out.append(obj.untyped_storage())
     elif isinstance(obj, (list, tuple)):
