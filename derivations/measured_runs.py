@@ -129,11 +129,12 @@ def tables() -> list[Table]:
         align="llrrrlrrrrrrl")]
 
 
-def figure(formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:
-    """Measured, symmem and peer per run and stage, side by side: {format: bytes}."""
+def figure(formats: tuple[str, ...] = ("png", "pdf"), rows: tuple[dict, ...] | None = None) -> dict[str, bytes]:
+    """Measured, symmem and peer per run and stage, side by side: {format: bytes}. `rows`: `comparison()`'s, where
+    another process derived them (`symmem paper`'s figures are drawn in a child); derived here by default."""
     from symmem.render.plots import grouped_bars
 
-    rows = comparison()
+    rows = comparison() if rows is None else rows
     return grouped_bars(
         [([r[key] for r in rows], label) for key, label in (("measured", "measured"),
                                                             ("symmem", "symmem (megatron-te)"),

@@ -47,8 +47,14 @@ def _pdf_drawing(pdf: bytes) -> list[bytes]:
     return out
 
 
-def test_regenerating_twice_is_byte_identical(tmp_path):
+def test_regenerating_twice_is_byte_identical(tmp_path, monkeypatch):
+    # once with the figures drawn in a forked child (the measured runs' comparison sent to it through a pipe),
+    # once in one process: the same bytes, whatever the machine's cores
+    import symmem.render.paper as paper
+
+    monkeypatch.setattr(paper, "_cores", lambda: 2)
     assert main(["paper", "--out", str(tmp_path / "a")]) == 0
+    monkeypatch.setattr(paper, "_cores", lambda: 1)
     assert main(["paper", "--out", str(tmp_path / "b")]) == 0
     a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
@@ -117,3 +123,29 @@ def test_peak_stage_shows_the_sum_and_the_timeline_peak_and_judges_by_the_peak()
     sel = next(r for r in rows if (r["recomputation"], r["ZeRO"], r["b"]) == ("selective", "os+g+params", "1"))
     assert sel[verdict_col] == "does not fit"
     assert sel["the paper's sum (states + activations x in flight), GiB"] == "54.31"
+
+
+def test_a_failing_child_is_reported_not_swallowed(monkeypatch):
+    # the child fails before it reads the comparison the parent sends it: the parent says why, never exits 0
+    import pytest
+
+    import derivations
+    import symmem.render.paper as paper
+
+    def fail(*_args):
+        raise ValueError("no figures today")
+
+    monkeypatch.setattr(paper, "_cores", lambda: 2)
+    monkeypatch.setattr(paper, "_child_work", fail)
+    monkeypatch.setattr(derivations, "MODULES", ("table1_hyperparameters",))
+    with pytest.raises(RuntimeError, match="drawing the figures failed: ValueError: no figures today"):
+        paper.generate()
+
+
+def test_measured_runs_figure_from_rows_sent_is_the_figure_derived():
+    import pickle
+
+    from derivations import measured_runs
+
+    sent = pickle.loads(pickle.dumps(measured_runs.comparison()))
+    assert measured_runs.figure(("pdf",), rows=sent) == measured_runs.figure(("pdf",))

@@ -128,12 +128,13 @@ class CachingAllocator:
 
     def run(self, ops) -> None:
         """Replay `ops` in order: `(key, size)` allocates a request of `size` bytes, already rounded by
-        `request` (at least 512), `(key, 0)` frees `key`. One loop with the state in locals: the replays of
-        `symmem paper` make about 400,000 calls, and a method call with its attribute lookups per call was most of
-        their time."""
+        `request` (at least 512), `(key, 0)` frees `key`. One loop with the state in locals and `_split`,
+        `_unlist` and `_absorb` written out in it: the replays of `symmem paper` make about 350,000 calls, and a
+        method call with its attribute lookups per call, then a function call per split and merge, were most of
+        their time (the helpers stay, for `ExpandableAllocator`, and say what each step is)."""
         live, pools = self._live, self._free
         allocated, peak = self.allocated, self.peak_allocated
-        bisect_left, insort = bisect.bisect_left, bisect.insort
+        bisect_left, insort, Block = bisect.bisect_left, bisect.insort, _Block
         try:
             for key, size in ops:
                 if size:
@@ -144,8 +145,13 @@ class CachingAllocator:
                     i = bisect_left(pool, (size, -1))
                     block = pool.pop(i)[2] if i < len(pool) else self._segment(size, small)
                     remaining = block.size - size
-                    if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
-                        rest = _split(block, size, remaining)
+                    if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:  # _split
+                        after = block.next
+                        rest = Block(block.address + size, remaining, small, False, block, after)
+                        if after is not None:
+                            after.prev = rest
+                        block.next = rest
+                        block.size = size
                         insort(pool, (remaining, rest.address, rest))
                     block.allocated = True
                     live[key] = block
@@ -159,10 +165,27 @@ class CachingAllocator:
                 block.allocated = False
                 allocated -= block.size
                 pool = pools[block.small]
-                for neighbour in (block.prev, block.next):
-                    if neighbour is not None and not neighbour.allocated:
-                        _unlist(pool, neighbour)
-                        _absorb(block, neighbour)
+                before = block.prev
+                if before is not None and not before.allocated:  # _unlist, then _absorb the block before
+                    i = bisect_left(pool, (before.size, before.address))
+                    if pool[i][2] is not before:
+                        raise AssertionError("a free block missing from its pool")  # a bug of this module
+                    del pool[i]
+                    block.address = before.address
+                    block.size += before.size
+                    block.prev = before = before.prev
+                    if before is not None:
+                        before.next = block
+                after = block.next
+                if after is not None and not after.allocated:  # and the block after
+                    i = bisect_left(pool, (after.size, after.address))
+                    if pool[i][2] is not after:
+                        raise AssertionError("a free block missing from its pool")  # a bug of this module
+                    del pool[i]
+                    block.size += after.size
+                    block.next = after = after.next
+                    if after is not None:
+                        after.prev = block
                 insort(pool, (block.size, block.address, block))
         finally:  # the state stays whole when a call is refused
             self.allocated, self.peak_allocated = allocated, peak
@@ -239,8 +262,11 @@ class ExpandableAllocator:
     peak_tag: object = None
 
     def malloc(self, key: object, nbytes: int, stream: str = "default") -> None:
-        # (written for speed, as CachingAllocator.run: the FSDP2 replays of `symmem paper` make ~200,000 calls)
-        size = request(key, nbytes)
+        # (written for speed, as CachingAllocator.run, `request`'s rounding and `_split` written out: the FSDP2
+        # replays of `symmem paper` make ~100,000 calls)
+        if nbytes.__class__ is not int or nbytes < 0:
+            request(key, nbytes)  # raises
+        size = MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
         live = self._live
         if key in live:
             raise SymmemError(f"allocation {key!r}: allocated twice without a free")
@@ -262,16 +288,21 @@ class ExpandableAllocator:
             block = self._grow(pool_key, size, small)
             seg = self._segments[pool_key]
         remaining = block.size - size
-        if remaining >= MIN_BLOCK:
-            rest = _split(block, size, remaining)
+        if remaining >= MIN_BLOCK:  # _split
+            after = block.next
+            rest = _Block(block.address + size, remaining, small, False, block, after)
+            if after is not None:
+                after.prev = rest
+            block.next = rest
+            block.size = size
             if seg.last is block:
                 seg.last = rest
             bisect.insort(pool, (remaining, rest.address, rest))
         block.allocated = True
         live[key] = (block, pool, seg)
-        self.allocated += block.size
-        if self.allocated > self.peak_allocated:
-            self.peak_allocated = self.allocated
+        allocated = self.allocated = self.allocated + block.size
+        if allocated > self.peak_allocated:
+            self.peak_allocated = allocated
 
     def _grow(self, pool_key, size: int, small: bool) -> _Block:
         """Map the pages the request lacks at the segment's end; the (free, unlisted) block that serves it."""
@@ -296,18 +327,36 @@ class ExpandableAllocator:
         return block
 
     def free(self, key: object) -> None:
+        # (`_unlist` and `_absorb` written out, as in CachingAllocator.run)
         entry = self._live.pop(key, None)
         if entry is None:
             raise SymmemError(f"allocation {key!r}: freed but not allocated")
         block, pool, seg = entry
         block.allocated = False
         self.allocated -= block.size
-        for neighbour in (block.prev, block.next):
-            if neighbour is not None and not neighbour.allocated:
-                _unlist(pool, neighbour)
-                _absorb(block, neighbour)
-                if seg.last is neighbour:
-                    seg.last = block
+        before = block.prev
+        if before is not None and not before.allocated:
+            i = bisect.bisect_left(pool, (before.size, before.address))
+            if pool[i][2] is not before:
+                raise AssertionError("a free block missing from its pool")  # a bug of this module, never input
+            del pool[i]
+            block.address = before.address
+            block.size += before.size
+            block.prev = before = before.prev
+            if before is not None:
+                before.next = block
+        after = block.next
+        if after is not None and not after.allocated:
+            i = bisect.bisect_left(pool, (after.size, after.address))
+            if pool[i][2] is not after:
+                raise AssertionError("a free block missing from its pool")  # a bug of this module, never input
+            del pool[i]
+            block.size += after.size
+            block.next = nxt = after.next
+            if nxt is not None:
+                nxt.prev = block
+            if seg.last is after:
+                seg.last = block
         bisect.insort(pool, (block.size, block.address, block))
 
     def live(self) -> int:

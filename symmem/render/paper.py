@@ -49,12 +49,13 @@ def collect(modules: tuple[str, ...] | None = None) -> list[Table]:
 
 # With two cores or more, one child process draws the figures (loading matplotlib for them: the tables need none of
 # it) and derives the tables of CHILD_TABLES, beside the parent deriving the others: the step times, whose derivation
-# only their figure shares (so that neither process waits for it before the fork), and two tables that share nothing
-# with the parent's, to even the two out. Measured on one core, in CPU seconds after the fork: the parent's tables
-# about 1.1 s, the child's matplotlib (0.2 s), figures (0.65 s) and step times (0.1 s) about 1.0 s. A second child
-# (there were two) only added its own start-up and matplotlib's first-figure cost (measured on two cores: more CPU, no
-# shorter wall time).
-CHILD_TABLES = ("measured_step_times", "section5_formulas", "korthikanti_table2")
+# only their figure shares (so that neither process waits for it before the fork), and the DeepSeek generations,
+# whose figure shares a third of their derivation. Measured side by side on two cores, in wall seconds after the
+# fork (at 0.27 s): the parent's tables about 0.97 s, the child's matplotlib, figures and two tables about 1.0 s;
+# with the generations in the parent, the parent took 1.06 s and the child 0.97 s. A second child (there were two)
+# only added its own start-up and matplotlib's first-figure cost (measured on two cores: more CPU, no shorter wall
+# time).
+CHILD_TABLES = ("measured_step_times", "deepseek_generations")
 # figures a derivation draws itself (not the paper scenario's plots)
 DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations", "measured_runs": "measured_runs",
                       "measured_step_times": "measured_step_times"}
@@ -65,7 +66,9 @@ DERIVATION_FIGURES = {"deepseek_generations_activations": "deepseek_generations"
 FORMATS = ("pdf",)
 
 
-def figure_files(names: tuple[str, ...] = tuple(FIGURES)) -> dict[str, bytes]:
+def figure_files(names: tuple[str, ...] = tuple(FIGURES), given: dict | None = None) -> dict[str, bytes]:
+    """The files of the figures `names`. `given` maps a derivation's figure to a function returning the rows it
+    draws, where another process derives them (`_child_work`); the derivation's own by default."""
     from symmem.render.plots import paper_figures
     from symmem.scenario import load_scenario
 
@@ -73,24 +76,26 @@ def figure_files(names: tuple[str, ...] = tuple(FIGURES)) -> dict[str, bytes]:
     plots = tuple(n for n in names if n not in DERIVATION_FIGURES)
     for name, (files, _data) in paper_figures(load_scenario("paper"), plots, FORMATS).items():
         out.update({f"figures/{name}.{ext}": data for ext, data in files.items()})
-    for name in names:
+    for name in names:  # after the plots: what another process derives for them has had time to arrive
         if name in DERIVATION_FIGURES:
-            files = importlib.import_module(f"derivations.{DERIVATION_FIGURES[name]}").figure(FORMATS)
+            module = importlib.import_module(f"derivations.{DERIVATION_FIGURES[name]}")
+            files = module.figure(FORMATS, rows=given[name]()) if given and name in given else module.figure(FORMATS)
             out.update({f"figures/{name}.{ext}": data for ext, data in files.items()})
     return out
 
 
-def _child_work(modules: tuple[str, ...]) -> tuple[dict[str, bytes], dict[str, list[Table]], str]:
-    """Every figure's files, the tables of `modules` (by module) and the version of the matplotlib that drew."""
+def _child_work(modules: tuple[str, ...], rows=None) -> tuple[dict[str, bytes], dict[str, list[Table]], str]:
+    """Every figure's files, the tables of `modules` (by module) and the version of the matplotlib that drew;
+    `rows`, where given, receives the measured runs' comparison from the parent (`generate`)."""
     import matplotlib
 
-    files = figure_files()
+    files = figure_files(given={"measured_runs": rows} if rows is not None else None)
     return files, {m: collect((m,)) for m in modules}, matplotlib.__version__
 
 
-def _in_child(conn, modules) -> None:
+def _in_child(conn, modules, rows) -> None:
     try:
-        conn.send(("ok", _child_work(modules)))
+        conn.send(("ok", _child_work(modules, rows.recv)))
     except BaseException as e:  # reported to the parent, which raises it there
         conn.send(("error", f"{e.__class__.__name__}: {e}"))
     finally:
@@ -105,7 +110,8 @@ def _cores() -> int:
 
 
 def _start_child():
-    """(process, pipe) of the child doing `_child_work(CHILD_TABLES)`, or None where there is one core or no fork."""
+    """(process, its results' pipe, the pipe to send it the measured runs' comparison) of the child doing
+    `_child_work(CHILD_TABLES)`, or None where there is one core or no fork."""
     if _cores() < 2:  # one core: a child would only add its cost (copy-on-write pages), never overlap
         return None
     import multiprocessing  # only here: a one-core run never forks, and need not import it
@@ -115,14 +121,16 @@ def _start_child():
     except ValueError:  # no fork on this platform: draw in-process
         return None
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_in_child, args=(child, CHILD_TABLES), daemon=True)
+    rows_in, rows_out = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_in_child, args=(child, CHILD_TABLES, rows_in), daemon=True)
     proc.start()
     child.close()
-    return proc, parent
+    rows_in.close()
+    return proc, parent, rows_out
 
 
 def _join_child(handle) -> tuple[dict[str, bytes], dict[str, list[Table]], str]:
-    proc, conn = handle
+    proc, conn, _rows = handle
     status, payload = conn.recv()
     proc.join()
     if status != "ok":
@@ -160,9 +168,9 @@ def report(tables: list[Table], formulas_file: str | None = None) -> dict[str, s
 
 def _warm_up() -> None:
     """Derive, once and before forking, what both the parent's tables and the child's figures need: every stage of
-    the paper scenario under each recomputation policy, and the measured runs' comparison. The forked child
-    inherits these caches."""
-    from derivations import measured_runs
+    the paper scenario under each recomputation policy (the forked child inherits these caches). The measured
+    runs' comparison, which the child's figure needs too, is derived after the fork and sent to it (its rows are
+    a few kilobytes; the derivation, a tenth of a second that both processes would otherwise wait for)."""
     from symmem.accounting.analysis import memory
     from symmem.render.plots import POLICIES
     from symmem.scenario import load_scenario
@@ -170,7 +178,6 @@ def _warm_up() -> None:
     scn = load_scenario("paper")
     for policy in POLICIES:
         memory(scn.replace(recompute_name=policy))
-    measured_runs.comparison()
 
 
 def generate(figures: bool = True) -> dict[str, str | bytes]:
@@ -181,6 +188,14 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
     handle = _start_child() if figures else None
     files: dict[str, str | bytes] = {}
     try:
+        if handle is not None:
+            from derivations import measured_runs
+
+            try:
+                handle[2].send(measured_runs.comparison())  # first: the child's figure waits for it
+            except BrokenPipeError:  # the child ended before reading it: `_join_child` says why
+                pass
+            handle[2].close()
         here = {m: collect((m,)) for m in derivations.MODULES if handle is None or m not in CHILD_TABLES}
         _render(here, files)  # while the child works
         formulas_file = formulas()
