@@ -12,8 +12,10 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,10 @@ def _csv_cell(v) -> str:
 
 @lru_cache(maxsize=2)
 def _env(tex: bool = False) -> jinja2.Environment:
+    # jinja2 is imported here, at the first rendering: `symmem paper`'s forked child derives tables but renders
+    # none, and needs none of it (imported before the fork, both processes waited 0.03 s for it).
+    import jinja2
+
     # LaTeX is full of braces and percent signs: its templates use ((* *)) and ((( ))) delimiters instead.
     delimiters = dict(block_start_string="((*", block_end_string="*))", variable_start_string="(((",
                       variable_end_string=")))", comment_start_string="((=", comment_end_string="=))",
