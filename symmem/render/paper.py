@@ -170,7 +170,7 @@ def _warm_up() -> None:
     """Derive, once and before forking, what both the parent's tables and the child's figures need: every stage of
     the paper scenario under each recomputation policy (the forked child inherits these caches). The measured
     runs' comparison, which the child's figure needs too, is derived after the fork and sent to it (its rows are
-    a few kilobytes; the derivation, a tenth of a second that both processes would otherwise wait for)."""
+    a few kilobytes; the derivation, 0.06 s of CPU that both processes would otherwise wait for)."""
     from symmem.accounting.analysis import memory
     from symmem.render.plots import POLICIES
     from symmem.scenario import load_scenario
