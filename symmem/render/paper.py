@@ -185,6 +185,11 @@ def generate(figures: bool = True) -> dict[str, str | bytes]:
 
     if figures and _cores() >= 2:  # only worth it before forking: in one process the caches are shared anyway
         _warm_up()
+        # what the warm-up left alive frozen, as `symmem._gc` freezes the imports (in the one-shot program only):
+        # neither process's collector walks it again, nor touches its pages in the forked child
+        from symmem import _gc
+
+        _gc.settle()
     handle = _start_child() if figures else None
     files: dict[str, str | bytes] = {}
     try:
