@@ -149,3 +149,23 @@ def test_measured_runs_figure_from_rows_sent_is_the_figure_derived():
 
     sent = pickle.loads(pickle.dumps(measured_runs.comparison()))
     assert measured_runs.figure(("pdf",), rows=sent) == measured_runs.figure(("pdf",))
+
+
+def test_a_child_whose_parent_sends_nothing_ends_and_says_so():
+    # the parent gone before it sent the comparison: the child's wait ends (EOFError, reported), never hangs
+    import multiprocessing
+
+    import symmem.render.paper as paper
+
+    ctx = multiprocessing.get_context("fork")
+    results_out, results_in = ctx.Pipe(duplex=False)
+    rows_in, rows_out = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=paper._in_child, args=(results_in, (), rows_in, rows_out), daemon=True)
+    child.start()
+    results_in.close()
+    rows_in.close()
+    rows_out.close()  # as a parent that died before sending: no writer is left but the child's own copy, closed
+    assert results_out.poll(120), "the child still waits for the rows"
+    status, message = results_out.recv()
+    child.join(10)
+    assert status == "error" and message.startswith("EOFError")

@@ -93,7 +93,10 @@ def _child_work(modules: tuple[str, ...], rows=None) -> tuple[dict[str, bytes], 
     return files, {m: collect((m,)) for m in modules}, matplotlib.__version__
 
 
-def _in_child(conn, modules, rows) -> None:
+def _in_child(conn, modules, rows, rows_writer) -> None:
+    # the fork's copy of the parent's end closed: should the parent die before sending, `rows.recv()` ends (EOFError,
+    # reported) instead of waiting for ever on a pipe only this process still holds open
+    rows_writer.close()
     try:
         conn.send(("ok", _child_work(modules, rows.recv)))
     except BaseException as e:  # reported to the parent, which raises it there
@@ -122,7 +125,7 @@ def _start_child():
         return None
     parent, child = ctx.Pipe(duplex=False)
     rows_in, rows_out = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_in_child, args=(child, CHILD_TABLES, rows_in), daemon=True)
+    proc = ctx.Process(target=_in_child, args=(child, CHILD_TABLES, rows_in, rows_out), daemon=True)
     proc.start()
     child.close()
     rows_in.close()
