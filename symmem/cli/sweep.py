@@ -228,9 +228,7 @@ def space_from_args(args: argparse.Namespace):
     routed = model.family.routed_experts  # a model without routed experts sweeps EP 1 only
     n_layers, n_experts = model.value("L"), (model.value(routed[0]) if routed else 1)
     chunks = num.int_text(args.chunks, "--chunks", 2, num.MAX_CHUNKS)
-    from symmem.sweep.evaluate import sched_label
-
-    sched = args.schedule or sched_label(scn.schedule)
+    sched = args.schedule or scn.schedule.spelled
     limit = MAX_CONFIGS if args.max_configs is None else _positive(args.max_configs, "--max-configs", 10**12)
     if scn.profile.name.startswith("torchtitan"):
         _fsdp_only(args, scn.profile.name)
@@ -369,8 +367,6 @@ REJECT_COLUMNS = ("rule", "tp", "cp", "pp", "ep", "etp", "schedule", "microbatch
 
 
 def _settings(space) -> dict:
-    from symmem.sweep.evaluate import sched_label
-
     base = space.base
     par = base.parallel
     return {"model": base.model.name, "gpus": space.gpus, "gpu_memory": space.capacity,
@@ -383,7 +379,7 @@ def _settings(space) -> dict:
             "axes": {"tp": list(space.tp), "cp": list(space.cp), "pp": list(space.pp), "ep": list(space.ep),
                      "etp": list(space.etp),
                      "recompute": list(space.recompute),
-                     "schedule": [sched_label(x) for x in space.schedule],
+                     "schedule": [x.spelled for x in space.schedule],
                      "zero": list(space.zero),
                      "microbatches": ["pp" if m is None else m for m in space.microbatches],
                      "s": _compact(space.s), "b": _compact(space.b)}}

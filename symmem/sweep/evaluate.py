@@ -335,14 +335,14 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                     m_values = tuple(sched.default_microbatches(pp) if m is None else m for m in space.microbatches)
                     valid_m, reasons, _, _ = schedule_table(sched, pp, m_values, regions[0][3])
                     for mi, reason in reasons:
-                        reject("schedule", (("pp", pp), ("schedule", sched_label(sched)),
+                        reject("schedule", (("pp", pp), ("schedule", sched.spelled),
                                             ("microbatches", space.microbatches[mi])), reason,
                                n_par * len(space.zero) * n_sb)
                     layout_reason = _layout_reason(sched, rep)
                     if layout_reason is not None:
                         # as Scenario checks it: after M, so only the valid M values are rejected here
                         for mi in valid_m:
-                            reject("schedule", (("pp", pp), ("schedule", sched_label(sched)),
+                            reject("schedule", (("pp", pp), ("schedule", sched.spelled),
                                                 ("microbatches", space.microbatches[int(mi)])), layout_reason,
                                    n_par * len(space.zero) * n_sb)
                         continue
@@ -373,7 +373,7 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
                                 if excluded and rejected is not None:
                                     rejected.append((GLOBAL_BATCH_RULE, (("pp", pp),),
                                                      global_batch_reason(space.global_batch), excluded))
-                            yield Block(space, pp, layout.kind, rc, sched_label(sched),
+                            yield Block(space, pp, layout.kind, rc, sched.spelled,
                                         {**{k: v[p_sl] for k, v in par.items()}, "base": bases[p_sl]},
                                         np.arange(len(space.zero))[z_sl], valid[m_sl],
                                         np.arange(len(space.s))[s_sl], np.arange(len(space.b))[b_sl],
@@ -457,10 +457,6 @@ def _regions(rep, space) -> list[tuple[slice, slice, object]]:
         return [(sp, slice(0, nb), rep.replace(s=space.s[sp.start])) for sp in s_parts]
     b_parts = [slice(0, 1), slice(1, nb)] if space.b[0] == 1 and nb > 1 else [slice(0, nb)]
     return [(sp, bp, rep.replace(b=space.b[bp.start], s=space.s[sp.start])) for sp in s_parts for bp in b_parts]
-
-
-def sched_label(s: Schedule) -> str:
-    return s.spelled
 
 
 def _states(space, counts, par) -> np.ndarray:

@@ -29,7 +29,6 @@ from symmem.errors import SymmemError
 from symmem.parallel.schedule import Schedule
 from symmem.scenario import Scenario
 from symmem.sweep.evaluate import CHUNK, COMPONENTS, Block, iter_blocks
-from symmem.sweep.evaluate import sched_label as schedule_name
 from symmem.sweep.rules import RULES, check_world, global_batch_reason, make_parallel, pipeline_layout
 
 AXES = ("tp", "cp", "pp", "ep", "etp", "recompute", "schedule", "zero", "microbatches", "s", "b")
@@ -118,7 +117,7 @@ class Space:
         """The axis values of configuration number `ordinal` (M shown as given: None means PP)."""
         idx = np.unravel_index(ordinal, self.shape)
         out = {a: getattr(self, a)[int(i)] for a, i in zip(AXES, idx, strict=True)}
-        out["schedule"] = schedule_name(out["schedule"])
+        out["schedule"] = out["schedule"].spelled
         return out
 
 
@@ -345,7 +344,7 @@ def reference_records(space: Space, ordinals=None) -> tuple[dict[int, dict], dic
         event = " ".join(x for x in (pk.event.phase, pk.event.part, pk.event.op) if x)
         records[ordinal] = {
             "ordinal": ordinal, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp, "dp": dp, "edp": par.expert_dp,
-            "layout": layout.kind, "recompute": rc, "schedule": schedule_name(sched), "zero": z,
+            "layout": layout.kind, "recompute": rc, "schedule": sched.spelled, "zero": z,
             "microbatches": scn.m, "s": s, "b": b, "stage": top.stage.index,
             **dict(zip(COMPONENTS, comps, strict=True)),
             "binding": COMPONENTS[comps.index(max(comps))], "event": event, "peak_allocated": top.peak_allocated,

@@ -11,7 +11,8 @@ torchtitan/distributed/fsdp.py:54-74) and `MixedPrecisionPolicy(bf16, fp32)`, wr
 `torch.distributed.pipelining.PipelineStage` and runs two steps of `Schedule1F1B` or `ScheduleGPipe` with
 torchtitan's `cross_entropy_loss`, AdamW after each; with `Interleaved1F1B` each rank keeps two stages (torchtitan's
 default), rank r stages r and r + PP of torchtitan's split into 2·PP, each an FSDP root of its own, under
-`ScheduleInterleaved1F1B` (or `ScheduleInterleavedZeroBubble`, measured, not yet modelled). Each rank returns:
+`ScheduleInterleaved1F1B` or `ScheduleInterleavedZeroBubble`; under `ScheduleZBVZeroBubble` and `ScheduleDualPipeV`
+rank r keeps stages r and 2·PP - 1 - r (torchtitan's "v" style). Each rank returns:
 
 * `stage_params`: the elements of its stages' parameters (global sizes), and `chunk_params` of each stage;
 * `during_backward`: after each micro-batch's backward of a stage but its last
@@ -38,6 +39,7 @@ from symmem.validate.fsdp2 import runner as R
 
 SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 MULTI = ("Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")  # two stages per rank
+V_STYLE = ("ZBVZeroBubble", "DualPipeV")  # those whose rank r runs stages r and 2·PP - 1 - r
 CHUNKS = 2  # stages per rank of a multi-stage schedule: torchtitan's default (pipeline_parallel.py:262)
 
 
@@ -87,7 +89,7 @@ def _step(rank: int, job) -> dict:
     pp_rank = pp_mesh.get_local_rank()
     v = CHUNKS if schedule in MULTI else 1
     fqns = _generate_llm_fqn_per_model_part(pp * v, st.n_layers)
-    if schedule in ("ZBVZeroBubble", "DualPipeV"):  # torchtitan's "v" style: rank r runs stages r and 2 PP - 1 - r
+    if schedule in V_STYLE:  # torchtitan's "v" style: rank r runs stages r and 2 PP - 1 - r
         ids = [pp_rank, 2 * pp - 1 - pp_rank]
     else:
         ids = [pp_rank + k * pp for k in range(v)]  # torchtitan's "loop" style (pipeline_parallel.py:541-568)

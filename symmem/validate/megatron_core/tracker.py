@@ -21,8 +21,8 @@ import weakref
 def torchao_inner(t) -> list | None:
     """The inner tensors of one of torchao's wrapper subclasses (Float8TrainingTensor,
     WeightWithDynamicFloat8CastTensor), which own no storage: what `__tensor_flatten__` names; None for any other
-    tensor. (DTensors and functional
-    collectives' outputs are their callers' to unwrap: `fsdp2.runner._local`, `_plain`.)"""
+    tensor. (DTensors and functional collectives' outputs are their callers' to unwrap: `fsdp2.runner._local`,
+    `_plain`.)"""
     if not type(t).__module__.startswith("torchao."):
         return None
     return [getattr(t, name) for name in type(t).__tensor_flatten__(t)[0]]
