@@ -16,7 +16,7 @@ from symmem import _json
 from symmem._config_checks import check_config
 from symmem._files import read_named_or_path
 from symmem.errors import SymmemError
-from symmem.family import all_presets, family_of_type, ignored, read_sizes
+from symmem.family import all_presets, family_of_config, ignored, read_sizes
 from symmem.model_config import (
     MAX_SIZE,
     ModelConfig,
@@ -38,7 +38,10 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
         raise SymmemError(f"{name}: top level is {type(raw).__name__}: a config.json must hold a JSON object")
     if "model_type" not in raw:
         raise SymmemError(f"{name}: missing key 'model_type': it selects the model family")
-    cfg = family_of_type(raw["model_type"], name).parse(raw, name)
+    fam, model_type, note = family_of_config(raw, name)
+    cfg = fam.parse(raw if note is None else {**raw, "model_type": model_type}, name)
+    if note is not None:
+        cfg = dataclasses.replace(cfg, notes=(*cfg.notes, note))
     for key in CONTEXT_KEYS:
         if raw.get(key) is not None:
             return dataclasses.replace(cfg, max_positions=positive_int(key, raw[key], name))

@@ -45,6 +45,9 @@ class Family:
     layer_kind_order: tuple[str, ...] = ()
     #: Hugging Face dataflows (symmem.blocks.hf...): None where the family has none
     hf_dataflow: bool = False
+    #: transformers class names (a config's `architectures`) -> the model_type they are: how a config whose
+    #: model_type transformers does not know (Kimi-K2's kimi_k2, a DeepseekV3ForCausalLM) is read
+    architectures: Mapping[str, str] = {}
 
     def __reduce_ex__(self, protocol):
         """A registered family pickles (and copies) as its name: the copy is the registry's own instance, the one
@@ -103,6 +106,11 @@ class Family:
         None: the Hugging Face dataflow is torchtitan's (Llama 3: the same ops, `symmem.rules.torchtitan`)."""
         return None
 
+    def framework_gap(self, model: ModelConfig, framework: str) -> str | None:
+        """What of this model `framework` ("megatron": Megatron-Core's GPTModel) cannot build, in a few words; None
+        where it builds it. A profile modelling that framework refuses the model with it."""
+        return None
+
     def formula_aliases(self, model: ModelConfig) -> dict[sympy.Symbol, sympy.Symbol]:
         """Symbols a person's formula may use for another one in this model (replaced before comparing)."""
         return {}
@@ -125,12 +133,14 @@ def _discover() -> dict[str, Family]:
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{families.__name__}.{info.name}")
-        fam = getattr(module, "FAMILY", None)
-        if not isinstance(fam, Family):
-            raise SymmemError(f"symmem.families.{info.name}: defines no FAMILY (a symmem.family.Family)")
-        if fam.name in found:
-            raise SymmemError(f"model family {fam.name!r} is defined twice")
-        found[fam.name] = fam
+        # a module declares one family (FAMILY) or several (FAMILIES: e.g. one per model type of a series)
+        fams = getattr(module, "FAMILIES", None) or (getattr(module, "FAMILY", None),)
+        for fam in fams:
+            if not isinstance(fam, Family):
+                raise SymmemError(f"symmem.families.{info.name}: defines no FAMILY or FAMILIES (symmem.family.Family)")
+            if fam.name in found:
+                raise SymmemError(f"model family {fam.name!r} is defined twice")
+            found[fam.name] = fam
     return found
 
 
@@ -160,6 +170,24 @@ def family_of_type(model_type: object, source: str) -> Family:
             return fam
     known = sorted(mt for fam in registry().values() for mt in fam.model_types)
     raise SymmemError(f"{source}: model_type = {model_type!r}: symmem models {', '.join(known)}")
+
+
+def family_of_config(raw: Mapping, source: str) -> tuple[Family, str, str | None]:
+    """The family of a config, the model_type it is read as, and a note when that is not its own `model_type`:
+    a model_type no family claims whose `architectures` names a class a family models (kimi_k2, whose
+    architectures says DeepseekV3ForCausalLM, is read as deepseek_v3, as transformers' Auto classes would run it
+    through trust_remote_code)."""
+    mt = raw["model_type"]
+    if any(mt in fam.model_types for fam in registry().values()):
+        return family_of_type(mt, source), mt, None
+    names = raw.get("architectures")
+    for cls in names if isinstance(names, list) else ():
+        for fam in registry().values():
+            if isinstance(cls, str) and cls in fam.architectures:
+                as_type = fam.architectures[cls]
+                return fam, as_type, (f"model_type = {mt!r:.60} is not one symmem models; its architectures names "
+                                      f"{cls}: read as model_type {as_type!r}")
+    return family_of_type(mt, source), mt, None
 
 
 def all_presets() -> dict[str, Family]:

@@ -39,6 +39,8 @@ class ModelConfig:
     # the context length the model was built for (HF `max_position_embeddings`, GPT-2's `n_positions`); None when
     # the config does not say. It sizes nothing: a scenario derived from the model alone takes s from it.
     max_positions: int | None = None
+    # what the reading of the config says to the user (a model_type read as another): shown, not part of the model
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "family_name", self.family.name)  # frozen: set once, here

@@ -206,7 +206,16 @@ def ddp_weights(scn, parts, values) -> tuple[list[int], list[int]]:
     return [w for ws in dense for w in ws], expert
 
 
+def megatron_check(scn) -> None:
+    """Refuse, in one line, a model Megatron-Core's GPTModel cannot build (the family says what is missing)."""
+    gap = scn.model.family.framework_gap(scn.model, "megatron")
+    if gap is not None:
+        raise SymmemError(f"profile {scn.profile.name}: {scn.model.name}: Megatron-Core 0.16.1's GPTModel has no "
+                          f"{gap}; use --profile paper or torch-eager")
+
+
 def _megatron_buffers(scn, stage, parts, values) -> list[Buffer]:
+    megatron_check(scn)
     axes = scn.parallel.axis_sizes()
     out: list[Buffer] = []
     p = scn.precision

@@ -35,8 +35,14 @@ def test_every_op_kind_has_a_rule(base, prof, flow):
 
 @pytest.mark.parametrize("name", presets())
 def test_memory_megatron_te_runs_for_every_preset(capsys, name):
+    # every preset Megatron-Core's GPTModel builds; the others (Gemma 2/3's soft-capping and sandwich norms, OLMo 2's
+    # post-norms) are refused in one line naming what Megatron lacks (issue 44)
     code = main(["memory", "--model", name, "--profile", "megatron-te", "--json"])
     out, err = capsys.readouterr()
+    gap = load_model(name).family.framework_gap(load_model(name), "megatron")
+    if gap is not None:
+        assert code == 2 and err.count("\n") == 1 and gap in err and "--profile paper" in err, err
+        return
     assert code == 0, err
     stages = json.loads(out)["stages"]
     assert stages and all(isinstance(st["peak_allocated"], int) and st["peak_allocated"] > 0 for st in stages)

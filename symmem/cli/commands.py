@@ -52,7 +52,7 @@ def _params_run(args) -> int:
                 by_group[g] += int(e.subs(subs))
     result = {"model": model.name, "total": totals.total, "activated": totals.activated, "mtp": totals.mtp,
               "total_with_mtp": totals.total + totals.mtp, "by_group": by_group, "per_part": per_part,
-              "per_block": per_block, "ignored_config_keys": list(model.ignored_keys),
+              "per_block": per_block, "ignored_config_keys": list(model.ignored_keys), "notes": list(model.notes),
               "conventions": {
                   "total": "embedding + all decoder layers + final norm + output head; no MTP; parameters only "
                            "(buffers such as e_score_correction_bias excluded)",
@@ -66,6 +66,8 @@ def _params_run(args) -> int:
           f"MTP modules {totals.mtp:,} more")
     if model.ignored_keys:
         print(f"  config keys not used by the engine: {', '.join(model.ignored_keys)}")
+    for note in model.notes:
+        print(f"  note: {note}")
     print("  by group: " + ", ".join(f"{g} {n:,}" for g, n in by_group.items()))
     for name, d in per_part.items():
         line = f"  {name:<14} {d['count']:>3} x {d['per_copy']:>16,} = {d['total']:>18,}"

@@ -34,7 +34,7 @@ def _resid_axis(kind: str) -> str:
 class DeepSeek(Family):
     name = "deepseek"
     model_types = ("deepseek_v2", "deepseek_v3")
-    presets = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
+    presets = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "kimi-k2")
     config_keys = {
         "h": "hidden_size", "d_cq": "q_lora_rank", "d_c": "kv_lora_rank", "n_h": "num_attention_heads",
         "d_h": "qk_nope_head_dim", "d_v": "v_head_dim", "d_hr": "qk_rope_head_dim",
@@ -46,6 +46,7 @@ class DeepSeek(Family):
         "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers", "num_key_value_heads",
         "scoring_func", "tie_word_embeddings", "n_group", "topk_group", "topk_method", "norm_topk_prob",
     )
+    architectures = {"DeepseekV3ForCausalLM": "deepseek_v3", "DeepseekV2ForCausalLM": "deepseek_v2"}
     routed_experts = ("N", "N_r")
     divisibility = (("tp", "n_h"), ("tp", "h_F"), ("tp", "V"), ("ep", "N"), ("etp", "h_E"))
     conventions = ("paper", "megatron")

@@ -22,7 +22,7 @@ from symmem.model_config import ModelConfig, boolean, positive_int, require
 class Llama(Family):
     name = "llama"
     model_types = ("llama",)
-    presets = ("llama-3-8b", "llama-3-70b", "llama-3.1-405b")
+    presets = ("llama-3-8b", "llama-3-70b", "llama-3.1-405b", "llama-3.1-8b")
     config_keys = {
         "h": "hidden_size", "n_h": "num_attention_heads", "n_kv": "num_key_value_heads", "d_h": "head_dim",
         "h_F": "intermediate_size", "V": "vocab_size", "L": "num_hidden_layers",

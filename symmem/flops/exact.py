@@ -60,6 +60,7 @@ ELEMENTWISE: dict[str, ElementCost] = {
     "max": ElementCost(1, 0, "in", "one compare per input element (counted as one); the gradient is scattered"),
     "index_add": ElementCost(1, 0, "in", "one add per added element; the gradient is gathered"),
     "cross_entropy": ElementCost(5, 2, "in", "a softmax over the logits (5); dx = softmax - one-hot, scaled (2)"),
+    "tanh": ElementCost(1, 3, "out", "tanh(x), one op (soft-capping); dx = g·(1 - y^2): square, subtract, multiply"),
 }
 # no arithmetic (copies, gathers, casts, layout, integer selection), so no FLOPs
 MOVES = frozenset({"argtopk", "cast", "combine", "concat", "contiguous", "dispatch", "embedding", "expand", "gather",

@@ -75,6 +75,8 @@ RULES = RuleSet(
         # DeepSeek-V3.2 / V4 (symmem.blocks.indexer, v4_attention, mhc, hash_moe):
         "no_grad": nothing,  # no autograd node (the lightning indexer: transformers runs it under no_grad)
         "select": inputs(1, why="selected indices"),  # a sparse-attention kernel keeps its int32 key indices
+        "tanh": outputs(0),  # tanh's backward needs its output (Gemma 2's soft-capping)
+        "scale": nothing,  # multiplying by a constant (Gemma's sqrt(h) embedding scale, soft-capping's 1/cap)
         "sigmoid": outputs(0),  # sigmoid's backward needs its output (mHC's pre and post gates)
         "div": inputs(0, 1),  # numerator and denominator (each Sinkhorn normalization)
         "affine": inputs(0),  # x * scale + bias with a learned scale: the scale's gradient needs x (mHC)

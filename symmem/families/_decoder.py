@@ -1,0 +1,263 @@
+"""Decoder-only families declared, not programmed: `Decoder` is a family whose layers compose the features of an
+`Arch` (`symmem.blocks.features`), read from the config keys transformers 5.24 reads, with its config classes'
+defaults. A family module declares one `Decoder` per model type (its `FAMILIES`): which config key gives each size,
+the defaults transformers' config class applies when a key is absent, which features are fixed and which a config
+key switches, and which layers carry MoE blocks.
+
+Nothing here names a model: the families do (`symmem.families.qwen`, `.mistral`, `.gemma`, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from symmem.blocks import decoder
+from symmem.blocks._dims import B, H, seq
+from symmem.blocks.embedding import embedding, token_ids
+from symmem.blocks.features import Arch
+from symmem.errors import SymmemError
+from symmem.family import Family
+from symmem.graph import DataflowBuilder
+from symmem.model_config import ModelConfig, boolean, non_negative_int, positive_int
+
+#: a default that is another key's value (transformers: num_key_value_heads = num_attention_heads when absent)
+HEADS = "=num_attention_heads"
+#: head_dim absent (or null): hidden_size // num_attention_heads
+PER_HEAD = "=hidden_size/num_attention_heads"
+
+#: transformers' ACT2FN names (activations.py) of each gated activation: "silu"/"swish" are nn.SiLU;
+#: "gelu_pytorch_tanh" is F.gelu(approximate="tanh") and "gelu" F.gelu, one op each (not "gelu_new", a composition)
+ACT_NAMES = {"silu": ("silu", "swish"), "gelu_tanh": ("gelu_pytorch_tanh", "gelu")}
+
+DENSE_SIZES = {"h": "hidden_size", "n_h": "num_attention_heads", "n_kv": "num_key_value_heads", "d_h": "head_dim",
+               "h_F": "intermediate_size", "V": "vocab_size", "L": "num_hidden_layers"}
+
+
+def _number(key: str, value: object, source: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SymmemError(f"{source}: {key} = {value!r:.60}: must be a number")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """An `Arch` feature a config key turns on: a boolean key (`when = "true"`), a key that is on when set to
+    anything but null (`"set"`: Gemma 2's attn_logit_softcapping), or a positive number (`"positive"`). `on`: the
+    feature's value when on (True, or e.g. "head" for GLM-4.5's use_qk_norm); off, the feature keeps the family's
+    `arch` value."""
+
+    feature: str
+    key: str
+    when: str = "true"
+    on: object = True
+
+    def is_on(self, raw: Mapping, default: object, source: str) -> bool:
+        value = raw.get(self.key, default)
+        if self.when == "true":
+            return boolean(self.key, value, source)
+        if self.when == "set":
+            return value is not None
+        return value is not None and _number(self.key, value, source) > 0
+
+
+# --------------------------------------------------------------------------------------------- which layers are MoE
+def all_dense(raw: Mapping, get: Callable[[str], object], n_layers: int, source: str) -> tuple[str, ...]:
+    return ("dense",) * n_layers
+
+
+def all_moe(raw, get, n_layers, source) -> tuple[str, ...]:
+    return ("moe",) * n_layers
+
+
+def sparse_step(raw, get, n_layers, source) -> tuple[str, ...]:
+    """Qwen2-MoE / Qwen3-MoE (modeling_qwen3_moe.py:310-311): MoE iff the layer is not in mlp_only_layers,
+    num_experts > 0 and (layer + 1) % decoder_sparse_step == 0."""
+    step = positive_int("decoder_sparse_step", get("decoder_sparse_step"), source)
+    only = _layer_list("mlp_only_layers", get("mlp_only_layers"), n_layers, source)
+    return tuple("moe" if i not in only and (i + 1) % step == 0 else "dense" for i in range(n_layers))
+
+
+def first_k_dense(raw, get, n_layers, source) -> tuple[str, ...]:
+    """GLM-4.5 (modeling_glm4_moe.py:402): MoE iff layer >= first_k_dense_replace."""
+    k = non_negative_int("first_k_dense_replace", get("first_k_dense_replace"), source)
+    return tuple("moe" if i >= k else "dense" for i in range(n_layers))
+
+
+def moe_layers_or_step(raw, get, n_layers, source) -> tuple[str, ...]:
+    """Llama 4 (configuration_llama4.py:175-183): moe_layers if given, else every interleave_moe_layer_step-th
+    layer from interleave_moe_layer_step - 1."""
+    given = get("moe_layers")
+    if given is None:
+        step = positive_int("interleave_moe_layer_step", get("interleave_moe_layer_step"), source)
+        moe = set(range(step - 1, n_layers, step))
+    else:
+        moe = _layer_list("moe_layers", given, n_layers, source)
+    return tuple("moe" if i in moe else "dense" for i in range(n_layers))
+
+
+def _layer_list(key: str, value: object, n_layers: int, source: str) -> set[int]:
+    if not isinstance(value, list) or len(value) > 1_000_000:
+        raise SymmemError(f"{source}: {key} = {value!r:.60}: must be a list of layer indices")
+    for i in value:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers:
+            raise SymmemError(f"{source}: {key} has {i!r:.40}: must be a layer index in [0, {n_layers})")
+    return set(value)
+
+
+@dataclass(eq=False)
+class Decoder(Family):
+    """A decoder-only family declared by its config keys and features (see the module's docstring)."""
+
+    name: str = ""
+    model_types: tuple[str, ...] = ()
+    presets: tuple[str, ...] = ()
+    #: symbol -> config key (DENSE_SIZES, and for MoE models N, N_r, h_E and N_s or h_S)
+    sizes: Mapping[str, str] = field(default_factory=lambda: dict(DENSE_SIZES))
+    #: config key -> transformers' default when the key is absent (HEADS, PER_HEAD: another key's value)
+    defaults: Mapping[str, object] = field(default_factory=dict)
+    #: the features every model of the type has
+    arch: Arch = Arch()
+    #: the features a config key switches
+    switches: tuple[Switch, ...] = ()
+    #: which layers are MoE blocks (all_dense, all_moe, sparse_step, first_k_dense, moe_layers_or_step)
+    layer_rule: Callable = all_dense
+    #: other keys read (checked where they matter, never silently trusted): windows, layer types, routing options
+    reads: tuple[str, ...] = ()
+    #: what the family is, for `symmem families` and the docs
+    doc: str = ""
+    #: `architectures` class names read as this family when the model_type is one transformers does not know
+    architectures: Mapping[str, str] = field(default_factory=dict)
+    tie_default: bool = False
+    #: the key naming the gated MLP's activation (None: fixed by the architecture, gpt-oss's clamped SwiGLU), and
+    #: its default; the value must be one the dataflow's activation is (ACT_NAMES)
+    act_key: str | None = "hidden_act"
+    act_default: str = "silu"
+    megatron: bool = True  # whether Megatron-Core's GPT model builds it (the `megatron` TP convention)
+
+    def __post_init__(self) -> None:
+        moe = "N" in self.sizes
+        self.config_keys = dict(self.sizes)
+        self.routed_experts = ("N", "N_r") if moe else None
+        self.layer_kind_order = ("dense", "moe") if moe else ("dense",)
+        self.conventions = ("paper", "megatron") if moe and self.megatron else ("paper",)
+        div = [("tp", "n_h"), ("tp", "n_kv"), ("tp", "V")]
+        div += [("tp", "h_F")] if "h_F" in self.sizes else []
+        div += [("ep", "N"), ("etp", "h_E")] if moe else []
+        self.divisibility = tuple(div)
+        self.optional_keys = ()
+        keys = {"tie_word_embeddings", "attention_dropout", *self.reads, *(s.key for s in self.switches)}
+        keys |= {self.act_key} if self.act_key else set()
+        self.structural_keys = tuple(sorted(keys - set(self.sizes.values())))
+
+    # ----------------------------------------------------------------------------------------------- schema
+    def _get(self, raw: Mapping) -> Callable[[str], object]:
+        def get(key: str) -> object:
+            if key in raw:
+                return raw[key]
+            return self.defaults.get(key)
+
+        return get
+
+    def parse(self, raw: Mapping, source: str) -> ModelConfig:
+        from symmem.family import ignored
+
+        get = self._get(raw)
+        values: dict[str, int] = {}
+        for sym_name in ("h", "n_h"):
+            key = self.sizes[sym_name]
+            if get(key) is None:
+                raise SymmemError(f"{source}: missing key {key!r}: {self.name} configs need it")
+            values[sym_name] = positive_int(key, get(key), source)
+        for sym_name, key in self.sizes.items():
+            if sym_name in values:
+                continue
+            value = raw.get(key)
+            if value is None:  # absent or null: transformers' default
+                value = self.defaults.get(key)
+                if value == HEADS:
+                    value = values["n_h"]
+                elif value == PER_HEAD:
+                    if values["h"] % values["n_h"]:
+                        raise SymmemError(f"{source}: hidden_size = {values['h']}: must be a multiple of "
+                                          f"num_attention_heads = {values['n_h']} when {key} is not given")
+                    value = values["h"] // values["n_h"]
+            if value is None:
+                raise SymmemError(f"{source}: missing key {key!r}: {self.name} configs need it")
+            values[sym_name] = positive_int(key, value, source)
+        if values["n_h"] % values["n_kv"]:
+            raise SymmemError(f"{source}: {self.sizes['n_kv']} = {values['n_kv']}: must divide "
+                              f"num_attention_heads = {values['n_h']}")
+        if "N" in values and values["N_r"] > values["N"]:
+            raise SymmemError(f"{source}: {self.sizes['N_r']} = {values['N_r']}: more than {self.sizes['N']} = "
+                              f"{values['N']}")
+        flags = {s.feature: s.on if s.is_on(raw, self.defaults.get(s.key), source) else getattr(self.arch, s.feature)
+                 for s in self.switches}
+        arch = dataclasses.replace(self.arch, **flags)
+        if self.act_key is not None:
+            act = raw.get(self.act_key, self.act_default)
+            if act not in ACT_NAMES[arch.act]:
+                raise SymmemError(f"{source}: {self.act_key} = {act!r:.60}: the {self.name} dataflow's MLP is gated by "
+                                  f"{arch.act}; must be one of {', '.join(map(repr, ACT_NAMES[arch.act]))}")
+        dropout = _number("attention_dropout", get("attention_dropout") or 0.0, source)
+        if not 0 <= dropout < 1:
+            raise SymmemError(f"{source}: attention_dropout = {dropout!r}: must be a number in [0, 1)")
+        kinds = self.layer_rule(raw, get, values["L"], source)
+        if "moe" in kinds and "N" not in values:
+            raise SymmemError(f"{source}: {self.name}: MoE layers without routed experts")
+        used = {k for s, k in self.sizes.items() if s in values}
+        if "dense" not in kinds:  # no dense layer: its width is not a size of this model (Mixtral)
+            values.pop("h_F", None)
+            used.discard(self.sizes.get("h_F"))
+        tie = boolean("tie_word_embeddings", get("tie_word_embeddings") if "tie_word_embeddings" in raw
+                      else self.tie_default, source)
+        options = (("arch", arch), ("kinds", kinds), ("attention_dropout", dropout > 0))
+        return ModelConfig(name=source, family=self, model_type=str(raw["model_type"]), values=tuple(values.items()),
+                           tie_word_embeddings=tie, ignored_keys=tuple(k for k in ignored(raw, self) if k not in used),
+                           options=options)
+
+    def layer_kinds(self, model: ModelConfig) -> tuple[str, ...]:
+        return model.option("kinds")
+
+    def framework_gap(self, model: ModelConfig, framework: str) -> str | None:
+        """What Megatron-Core 0.16.1's GPTModel lacks (megatron/core/transformer/transformer_config.py: it has
+        qk_layernorm per head, qk_l2_norm, add_qkv_bias, softmax_type 'learnable' sinks, gated GELU, the clamped
+        GLU, shared-expert gates, sigmoid routers with expert bias, moe_layer_freq lists; it has no logit
+        soft-capping, no norms after attention and MLP, no q/k norm over the whole projection, no embedding
+        scale)."""
+        if framework != "megatron":
+            return None
+        arch: Arch = model.option("arch")
+        gaps = [what for on, what in (
+            (arch.attn_softcap or arch.final_softcap, "logit soft-capping (attn/final_logit_softcapping)"),
+            (arch.post_norms, "norms after attention and MLP (post_attention/post_feedforward_layernorm)"),
+            (arch.qk_norm in ("proj", "hidden"), "q/k norm over the whole projection (its qk_layernorm is per head)"),
+            (arch.embed_scale, "scaling of the embedding by sqrt(hidden_size)")) if on]
+        return "; ".join(gaps) or None
+
+    # ----------------------------------------------------------------------------------------------- dataflows
+    def residual_dims(self, model: ModelConfig, kind: str):
+        return (B, seq("sp_moe" if kind == "moe" else "sp"), H)
+
+    def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
+                    impl: object | None) -> str:
+        if impl is not None:
+            raise SymmemError(f"dataflow = 'hf': model family {self.name!r} has no Hugging Face dataflow yet; use "
+                              "dataflow = 'paper' (--dataflow paper)")
+        arch: Arch = model.option("arch")
+        axis = "sp_moe" if kind == "moe" else "sp"
+        y = decoder.attention(fb, x, arch=arch, resid_axis=axis, dropout=bool(model.option("attention_dropout")))
+        if kind == "moe":
+            return decoder.moe(fb, y, arch=arch, convention=convention)
+        return decoder.dense_mlp(fb, y, arch=arch, resid_axis=axis)
+
+    def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
+        x = embedding(fb, token_ids(fb))
+        return decoder.scaled_embedding(fb, x) if model.option("arch").embed_scale else x
+
+    def build_head(self, fb: DataflowBuilder, model: ModelConfig) -> str:
+        fb.block = "head"
+        x = fb.input("final.x", (B, seq("sp_moe" if model.layer_kinds()[-1] == "moe" else "sp"), H))
+        shared = "embed_tokens.weight" if model.tie_word_embeddings else None
+        return decoder.head(fb, x, arch=model.option("arch"), shared_with=shared)
