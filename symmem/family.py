@@ -45,6 +45,8 @@ class Family:
     layer_kind_order: tuple[str, ...] = ()
     #: Hugging Face dataflows (symmem.blocks.hf...): None where the family has none
     hf_dataflow: bool = False
+    #: whether its Hugging Face dataflow models biases and attention dropout (the declared decoders' do)
+    hf_biases_and_dropout: bool = False
     #: transformers class names (a config's `architectures`) -> the model_type they are: how a config whose
     #: model_type transformers does not know (Kimi-K2's kimi_k2, a DeepseekV3ForCausalLM) is read
     architectures: Mapping[str, str] = {}
@@ -174,20 +176,31 @@ def family_of_type(model_type: object, source: str) -> Family:
 
 def family_of_config(raw: Mapping, source: str) -> tuple[Family, str, str | None]:
     """The family of a config, the model_type it is read as, and a note when that is not its own `model_type`:
-    a model_type no family claims whose `architectures` names a class a family models (kimi_k2, whose
+    a model_type no family claims and transformers does not know (`transformers_model_types`) whose
+    `architectures` names a class a family models (kimi_k2, whose
     architectures says DeepseekV3ForCausalLM, is read as deepseek_v3, as transformers' Auto classes would run it
     through trust_remote_code)."""
     mt = raw["model_type"]
-    if any(mt in fam.model_types for fam in registry().values()):
+    if any(mt in fam.model_types for fam in registry().values()) or mt in transformers_model_types():
         return family_of_type(mt, source), mt, None
     names = raw.get("architectures")
     for cls in names if isinstance(names, list) else ():
         for fam in registry().values():
             if isinstance(cls, str) and cls in fam.architectures:
                 as_type = fam.architectures[cls]
-                return fam, as_type, (f"model_type = {mt!r:.60} is not one symmem models; its architectures names "
+                return fam, as_type, (f"model_type = {mt!r:.60} is not a model type of transformers 5.24; its architectures names "
                                       f"{cls}: read as model_type {as_type!r}")
     return family_of_type(mt, source), mt, None
+
+
+@lru_cache(maxsize=1)
+def transformers_model_types() -> frozenset[str]:
+    """The model types transformers 5.24.0 knows (its CONFIG_MAPPING_NAMES, shipped as data: symmem needs no
+    transformers to read a config)."""
+    from importlib import resources
+
+    text = resources.files("symmem.data").joinpath("transformers_model_types.txt").read_text()
+    return frozenset(line for line in text.splitlines() if line and not line.startswith("#"))
 
 
 def all_presets() -> dict[str, Family]:

@@ -17,6 +17,7 @@ from symmem.blocks import decoder
 from symmem.blocks._dims import B, H, seq
 from symmem.blocks.embedding import embedding, token_ids
 from symmem.blocks.features import Arch
+from symmem.blocks.hf import decoder as hf_decoder
 from symmem.errors import SymmemError
 from symmem.family import Family
 from symmem.graph import DataflowBuilder
@@ -134,7 +135,13 @@ class Decoder(Family):
     #: its default; the value must be one the dataflow's activation is (ACT_NAMES)
     act_key: str | None = "hidden_act"
     act_default: str = "silu"
+    #: transformers' default partial_rotary_factor (GLM: 0.5): sizes the rotary tables the HF dataflow keeps
+    rotary_default: float = 1.0
+    #: transformers' default norm_topk_prob (an MoE router's renormalisation of its top-k weights)
+    norm_topk_default: bool = False
     megatron: bool = True  # whether Megatron-Core's GPT model builds it (the `megatron` TP convention)
+    hf_dataflow: bool = True
+    hf_biases_and_dropout: bool = True
 
     def __post_init__(self) -> None:
         moe = "N" in self.sizes
@@ -212,10 +219,27 @@ class Decoder(Family):
             used.discard(self.sizes.get("h_F"))
         tie = boolean("tie_word_embeddings", get("tie_word_embeddings") if "tie_word_embeddings" in raw
                       else self.tie_default, source)
-        options = (("arch", arch), ("kinds", kinds), ("attention_dropout", dropout > 0))
+        options = (("arch", arch), ("kinds", kinds), ("attention_dropout", dropout > 0),
+                   ("rotary_dim", self._rotary_dim(raw, values["d_h"], source)),
+                   ("norm_topk_prob", boolean("norm_topk_prob", raw.get("norm_topk_prob", self.norm_topk_default),
+                                              source)))
         return ModelConfig(name=source, family=self, model_type=str(raw["model_type"]), values=tuple(values.items()),
                            tie_word_embeddings=tie, ignored_keys=tuple(k for k in ignored(raw, self) if k not in used),
                            options=options)
+
+    def _rotary_dim(self, raw: Mapping, head_dim: int, source: str) -> int | None:
+        """The rotary tables' width where not head_dim: 2 ceil(int(head_dim f) / 2) for partial_rotary_factor f
+        (top level, or in rope_parameters / rope_scaling as transformers 5.24 moves it; GLM's inv_freq has
+        ceil(int(head_dim f) / 2) entries, repeated twice); None for f = 1."""
+        f = raw.get("partial_rotary_factor")
+        for nest in ("rope_parameters", "rope_scaling"):
+            if f is None and isinstance(raw.get(nest), dict):
+                f = raw[nest].get("partial_rotary_factor")
+        f = self.rotary_default if f is None else _number("partial_rotary_factor", f, source)
+        if not 0 < f <= 1:
+            raise SymmemError(f"{source}: partial_rotary_factor = {f!r}: must be in (0, 1]")
+        dim = int(head_dim * f)
+        return None if dim == head_dim else 2 * ((dim + 1) // 2)
 
     def layer_kinds(self, model: ModelConfig) -> tuple[str, ...]:
         return model.option("kinds")
@@ -242,15 +266,24 @@ class Decoder(Family):
 
     def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
                     impl: object | None) -> str:
-        if impl is not None:
-            raise SymmemError(f"dataflow = 'hf': model family {self.name!r} has no Hugging Face dataflow yet; use "
-                              "dataflow = 'paper' (--dataflow paper)")
+        if impl is not None:  # Hugging Face's modules (torch-eager); the TP convention does not apply
+            return hf_decoder.layer(fb, x, kind, model=model, impl=impl)
         arch: Arch = model.option("arch")
         axis = "sp_moe" if kind == "moe" else "sp"
         y = decoder.attention(fb, x, arch=arch, resid_axis=axis, dropout=bool(model.option("attention_dropout")))
         if kind == "moe":
             return decoder.moe(fb, y, arch=arch, convention=convention)
         return decoder.dense_mlp(fb, y, arch=arch, resid_axis=axis)
+
+    def build_shared(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None) -> str | None:
+        # the model computes cos and sin once per forward; every layer's RoPE keeps them
+        return hf_decoder.rope_tables(fb, model) if impl is not None else None
+
+    def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
+                unit_seq: bool) -> object:
+        if router is not None:
+            raise SymmemError(f"hf_router = {router!r}: {self.name}'s router is its config's; leave it unset")
+        return hf_decoder.DecoderImpl(attn, experts, unit_batch=unit_batch, unit_seq=unit_seq)
 
     def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
         x = embedding(fb, token_ids(fb))

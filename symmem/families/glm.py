@@ -12,7 +12,7 @@ GLM = Decoder(
     defaults={"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
               "intermediate_size": 13696, "vocab_size": 151552, "num_hidden_layers": 40, "attention_bias": True},
     arch=Arch(fused_gate_up=True), switches=(Switch("qkv_bias", "attention_bias"),),
-    reads=("partial_rotary_factor",), doc="GLM-4: q/k/v biases, fused gate_up_proj")
+    reads=("partial_rotary_factor",), rotary_default=0.5, doc="GLM-4: q/k/v biases, fused gate_up_proj")
 
 GLM4_MOE = Decoder(
     name="glm4_moe", model_types=("glm4_moe",), presets=("glm-4.5-air",),
@@ -24,7 +24,7 @@ GLM4_MOE = Decoder(
               "first_k_dense_replace": 1, "use_qk_norm": False, "attention_bias": False},
     arch=Arch(router="sigmoid_bias", shared="experts"),
     switches=(Switch("qkv_bias", "attention_bias"), Switch("qk_norm", "use_qk_norm", on="head")),
-    layer_rule=first_k_dense,
+    layer_rule=first_k_dense, rotary_default=0.5, norm_topk_default=True,
     reads=("first_k_dense_replace", "norm_topk_prob", "n_group", "topk_group", "routed_scaling_factor",
            "partial_rotary_factor", "num_nextn_predict_layers"),
     doc="GLM-4.5: sigmoid-routed experts with shared experts after dense first layers")

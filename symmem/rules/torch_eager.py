@@ -34,6 +34,19 @@ def _rmsnorm(op: Op, flow: Dataflow) -> list[Saved]:
             Saved(Tensor(f"{y.name}.normed", y.dims), f"normalized input (model dtype) of rmsnorm {op.name}")]
 
 
+def _rmsnorm_offset(op: Op, flow: Dataflow) -> list[Saved]:
+    """Gemma's RMSNorm: normalises x.float(), then scales by (1.0 + weight.float()) and returns .type_as(x): it keeps
+    the FP32 input and rsqrt as HF's RMSNorm does, its normalised input in FP32 (the model dtype's copy comes only
+    after the scaling), and the (1 + weight) it makes on every call, FP32 of the weight's size (measured)."""
+    x, y = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    rows = y.dims[:-1] + (Dim(1),)
+    return [Saved(Tensor(f"{y.name}.input_fp32", x.dims, FP32, cast_of=x.name), f"FP32 input of rmsnorm {op.name}"),
+            Saved(Tensor(f"{y.name}.rsqrt", rows, FP32), f"FP32 rsqrt of rmsnorm {op.name}"),
+            Saved(Tensor(f"{y.name}.normed_fp32", y.dims, FP32), f"FP32 normalized input of rmsnorm {op.name}"),
+            Saved(Tensor(f"{y.name}.one_plus_weight", op.weights[0].dims, FP32),
+                  f"FP32 (1 + weight) of rmsnorm {op.name}")]
+
+
 def _layernorm(op: Op, flow: Dataflow) -> list[Saved]:
     """F.layer_norm (NativeLayerNormBackward0): the input, and the per-row mean and rstd of shape (..., 1); its
     weight and bias are parameters. On the CPU (torch 2.13, measured) mean and rstd have the input's dtype; on CUDA
@@ -86,6 +99,7 @@ RULES = RuleSet(
         "linear": inputs(0),  # MmBackward0 / AddmmBackward0: the input (and the weight, a parameter)
         "grouped_mm": inputs(0, 1),  # GroupedMmBackward0: the input and the int32 offsets
         "rmsnorm": _rmsnorm,
+        "rmsnorm_offset": _rmsnorm_offset,
         "matmul": inputs(0, 1),  # BmmBackward0: both operands (as flattened: views or copies)
         "softmax": outputs(0),  # SoftmaxBackward0 / SafeSoftmaxBackward0: the output
         "sigmoid": outputs(0),  # SigmoidBackward0: the output

@@ -224,10 +224,21 @@ def _tiny_v4(overrides: dict) -> dict:
     return cfg
 
 
+def _decoder_types() -> set[str]:
+    """The model types of the declared decoder families (symmem.families._decoder): built through transformers'
+    Auto classes, measured like Llama."""
+    from symmem.families._decoder import Decoder
+    from symmem.family import registry
+
+    return {mt for fam in registry().values() if isinstance(fam, Decoder) for mt in fam.model_types}
+
+
 def _family_of(config: dict) -> str:
     mt = config.get("model_type")
     if mt == "llama":
         return "llama"
+    if mt in _decoder_types():
+        return mt
     if mt == "deepseek_v32":
         return "deepseek-v3.2"
     if mt == "deepseek_v4":
@@ -237,7 +248,7 @@ def _family_of(config: dict) -> str:
     if mt == "deepseek_v2":
         return "deepseek-v2" if config.get("q_lora_rank") is not None else "deepseek-v2-lite"
     raise SymmemError(f"config.model_type = {mt!r}: must be 'deepseek_v4', 'deepseek_v32', 'deepseek_v3', "
-                      "'deepseek_v2' or 'llama'")
+                      f"'deepseek_v2', 'llama' or a declared decoder ({', '.join(sorted(_decoder_types()))})")
 
 
 def _build_model(config: dict, dtype: str, attn: str, experts: str):
@@ -257,6 +268,16 @@ def _build_model(config: dict, dtype: str, attn: str, experts: str):
         from transformers import LlamaConfig, LlamaForCausalLM
 
         model = LlamaForCausalLM._from_config(LlamaConfig(**kwargs), dtype=torch_dtype, attn_implementation=attn)
+        if model.config._attn_implementation != attn:
+            raise SymmemError(f"attn = {attn!r}: transformers chose {model.config._attn_implementation!r}")
+        model.train()
+        return model
+    if family in _decoder_types():  # a declared decoder family: transformers' own class for the model type
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        hf_config = AutoConfig.for_model(config["model_type"], **kwargs)
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype, attn_implementation=attn,
+                                                 experts_implementation=experts)
         if model.config._attn_implementation != attn:
             raise SymmemError(f"attn = {attn!r}: transformers chose {model.config._attn_implementation!r}")
         model.train()
@@ -387,7 +408,8 @@ def measure_layer(
     if convert is not None:
         convert(model)
     target = model.model.layers[layer]
-    layer_kind = "moe" if hasattr(target.mlp, "experts") else "dense"
+    ffn = getattr(target, "mlp", None) or getattr(target, "feed_forward", None)  # Llama 4: feed_forward
+    layer_kind = "moe" if hasattr(ffn, "experts") else "dense"
 
     itemsize = 4 if dtype == "fp32" else 2
     if layer_kind == "moe" and experts == "grouped_mm" and (model.config.hidden_size * itemsize) % 16:

@@ -77,13 +77,14 @@ def scenario_for(raw: dict, b: int, s: int, dtype: str, attn: str, experts: str,
 
     if dtype not in ACT_DTYPES:
         raise SymmemError(f"--dtype = {dtype!r}: must be one of {', '.join(ACT_DTYPES)}")
-    for key, default in (("attention_bias", False), ("mlp_bias", False)):
-        if raw.get(key, default):
-            raise SymmemError(f"{name}: {key} = {raw[key]!r}: the hf dataflow models layers without biases")
-    if raw.get("attention_dropout") or 0:
-        raise SymmemError(f"{name}: attention_dropout = {raw['attention_dropout']!r}: the hf dataflow models "
-                          "attention_dropout = 0 (HF's DeepSeek configs)")
     model = from_dict(raw, name)
+    if not model.family.hf_biases_and_dropout:  # DeepSeek's and Llama's hf dataflows: neither
+        for key, default in (("attention_bias", False), ("mlp_bias", False)):
+            if raw.get(key, default):
+                raise SymmemError(f"{name}: {key} = {raw[key]!r}: the hf dataflow models layers without biases")
+        if raw.get("attention_dropout") or 0:
+            raise SymmemError(f"{name}: attention_dropout = {raw['attention_dropout']!r}: the hf dataflow models "
+                              "attention_dropout = 0 (HF's DeepSeek configs)")
     return Scenario(name="measure", model=model, parallel=Parallel(), mtp=False, b=b, s=s, rules_name="torch-eager",
                     act_bytes=ACT_DTYPES[dtype], dataflow="hf", attn_impl=attn, experts_impl=experts,
                     precision=recipe(precision))

@@ -49,3 +49,15 @@ def test_tiny_odd_config_total_equals_transformers(model_type):
 def test_kimi_k2_is_exact_at_the_issue_s_figure():
     # issue 44: relabelled deepseek_v3, Kimi-K2 has 1,026,408,209,408 parameters
     assert model_totals(load_model("kimi-k2")).total == 1_026_408_209_408
+
+
+def test_shipped_model_type_list_is_transformers_own():
+    # symmem/data/transformers_model_types.txt: the model types a config may name without being read by its
+    # architectures instead (kimi_k2 is not among them)
+    pytest.importorskip("transformers")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from symmem.family import transformers_model_types
+
+    assert transformers_model_types() == frozenset(CONFIG_MAPPING_NAMES)
+    assert "kimi_k2" not in transformers_model_types()

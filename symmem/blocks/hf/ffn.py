@@ -12,7 +12,7 @@ from symmem.blocks._dims import S_FULL, S_MOE, S_SP, B, H, seq
 from symmem.blocks.hf._ops import cast, linear, rmsnorm, views
 from symmem.blocks.hf.impl import HFImpl
 from symmem.blocks.symbols import N, N_r, N_s, h_E, h_F
-from symmem.graph import BOOL, FP32, INT32, INT64, D, DataflowBuilder, Dim, Weight
+from symmem.graph import BOOL, FP32, INT32, INT64, D, DataflowBuilder, Dim, DType, Weight
 from symmem.symbols import E_tok
 
 ROUTING = ("routing",)
@@ -96,29 +96,34 @@ def _expert_dims():
     return experts, (experts, D(E_tok)), D(h_E, "etp")
 
 
-def experts_grouped_mm(fb: DataflowBuilder, xn: str, weights: str, idx: str) -> str:
-    """transformers.integrations.moe.grouped_mm_experts_forward: sort the token-slots by expert, two grouped_mm."""
+def experts_grouped_mm(fb: DataflowBuilder, xn: str, weights: str, idx: str, weight_dtype: DType = FP32) -> str:
+    """transformers.integrations.moe.grouped_mm_experts_forward: sort the token-slots by expert, two grouped_mm.
+    `weight_dtype`: the routing weights' (FP32 from DeepSeek's and Mixtral's routers, the model dtype from
+    Qwen's and OLMoE's, which cast them back): the weighting's product has the wider of it and the model's."""
     experts, slots, width = _expert_dims()
     ids, perm = fb.op("no_grad", "experts.sort", [idx], [("experts.sorted_ids", slots, INT64),
                                                          ("experts.perm", slots, INT64)])
     (tok,) = fb.op("no_grad", "experts.token_of_slot", [perm], [("experts.token_idx", slots, INT64)])  # perm // k
     (xs,) = fb.op("index", "experts.gather_tokens", [xn, tok], [("experts.x", slots + (H,))])
-    (ws,) = fb.op("index", "experts.gather_weights", [weights, perm], [("experts.weights", slots + (D(1),), FP32)])
+    (ws,) = fb.op("index", "experts.gather_weights", [weights, perm], [("experts.weights", slots + (D(1),),
+                                                                         weight_dtype)])
     (offs,) = fb.op("no_grad", "experts.offsets", [ids], [("experts.offsets", (experts,), INT32)])
     (gu,) = fb.op("grouped_mm", "experts.gate_up", [xs, offs], [("experts.gate_up", slots + (D(2 * h_E, "etp"),))],
                   [_weight("mlp.experts.gate_up_proj", (experts, D(2 * h_E, "etp"), H))])
     out = _swiglu_tail(fb, gu, slots, width)
     (dn,) = fb.op("grouped_mm", "experts.down", [out, offs], [("experts.down", slots + (H,))],
                   [_weight("mlp.experts.down_proj", (experts, H, width))])
-    (wo,) = fb.op("mul", "experts.weigh", [dn, ws], [("experts.weighted", slots + (H,), FP32)])  # promoted to FP32
+    # promoted to FP32 by FP32 weights
+    (wo,) = fb.op("mul", "experts.weigh", [dn, ws], [("experts.weighted", slots + (H,), weight_dtype)])
     (inv,) = fb.op("no_grad", "experts.inv_perm", [perm], [("experts.inv_perm", slots, INT64)])
-    (wu,) = fb.op("index", "experts.unsort", [wo, inv], [("experts.unsorted", slots + (H,), FP32)])
-    (y32,) = fb.op("sum", "experts.sum_topk", [wu], [("moe.routed_out_fp32", (B, S_MOE, H), FP32)])
+    (wu,) = fb.op("index", "experts.unsort", [wo, inv], [("experts.unsorted", slots + (H,), weight_dtype)])
+    (y32,) = fb.op("sum", "experts.sum_topk", [wu], [("moe.routed_out_fp32", (B, S_MOE, H), weight_dtype)])
     return cast(fb, "experts.out_cast", y32, "moe.routed_out", (B, S_MOE, H))
 
 
-def experts_eager(fb: DataflowBuilder, xn: str, weights: str, idx: str) -> str:
-    """DeepseekV3Experts.forward: a loop over the experts hit, each on its own tokens, summed by index_add_."""
+def experts_eager(fb: DataflowBuilder, xn: str, weights: str, idx: str, weight_dtype: DType = FP32) -> str:
+    """DeepseekV3Experts.forward: a loop over the experts hit, each on its own tokens, summed by index_add_ (the
+    same code in Qwen3-MoE, OLMoE, Mixtral, GLM-4.5). `weight_dtype`: as `experts_grouped_mm`'s."""
     experts, slots, width = _expert_dims()
     # torch.where(expert_mask[e]) returns (top_k_pos, token_idx): two views of one int64 storage.
     (where,) = fb.op("no_grad", "experts.where", [idx], [("experts.where", (D(2),) + slots, INT64)])
@@ -130,8 +135,10 @@ def experts_eager(fb: DataflowBuilder, xn: str, weights: str, idx: str) -> str:
     out = _swiglu_tail(fb, gu, slots, width)
     (dn,) = fb.op("linear", "experts.down", [out], [("experts.down", slots + (H,))],
                   [_weight("mlp.experts.down_proj", (experts, H, width))])
-    (ws,) = fb.op("index", "experts.gather_weights", [weights, tok, pos], [("experts.weights", slots + (D(1),), FP32)])
-    (wo,) = fb.op("mul", "experts.weigh", [dn, ws], [("experts.weighted", slots + (H,), FP32)])  # promoted to FP32
+    (ws,) = fb.op("index", "experts.gather_weights", [weights, tok, pos], [("experts.weights", slots + (D(1),),
+                                                                              weight_dtype)])
+    # promoted to FP32 by FP32 weights
+    (wo,) = fb.op("mul", "experts.weigh", [dn, ws], [("experts.weighted", slots + (H,), weight_dtype)])
     wd = cast(fb, "experts.weighted_cast", wo, "experts.weighted_dt", slots + (H,))
     (y,) = fb.op("index_add", "experts.index_add", [tok, wd], [("moe.routed_out", (B, S_MOE, H))])
     return y

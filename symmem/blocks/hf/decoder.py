@@ -1,0 +1,275 @@
+"""Hugging Face's eager modules (transformers 5.24.0) of the declared decoder families (`symmem.families._decoder`)
+as dataflows: Llama's layer (`symmem.blocks.hf.llama`) with the features an `Arch` names, for the torch-eager rule
+set. What each feature adds to what autograd keeps, as measured on the CPU (`symmem measure --framework
+transformers`, tests/validate/test_open_families_exact.py):
+
+* biases: none (AddmmBackward0 keeps the same input as MmBackward0);
+* q/k RMSNorm (Qwen3, Gemma 3, GLM-4.5 per head; OLMo 2 over the projection): an RMSNorm's FP32 input, FP32
+  rsqrt and normalised output, as every HF RMSNorm;
+* Gemma's RMSNorm scales by (1 + weight): it keeps its normalised input in FP32 (not the model dtype) and the FP32
+  (1 + weight) of size h it makes on every call (op kind `rmsnorm_offset`);
+* soft-capping (Gemma 2): the tanh's output, s x s per head (TanhBackward0; the divisions and multiplications by
+  the cap keep nothing);
+* a sliding window is a mask in eager attention: the same s x s scores (and sdpa's CPU flash kernel takes no
+  mask here: transformers passes it only where it is needed, and sdpa then runs; see `attention`);
+* norms after attention and MLP (Gemma 2/3's sandwich, OLMo 2): an RMSNorm each, of the block's output;
+* fused qkv_proj and gate_up_proj (Phi-3, GLM-4): q, k, v, gate and up are views of one output; the gate's SiLU
+  and the product keep views of it (as the experts' chunked gate_up);
+* GELU-tanh: GeluBackward0 keeps its input (as SiLU);
+* attention dropout (Seed-OSS's default 0.1): the bool mask and the dropped probabilities;
+* MoE by softmax top-k (Qwen-MoE, OLMoE, Mixtral): FP32 softmax output, int64 top-k indices, the renormalisation's
+  numerator and denominator (norm_topk_prob; Mixtral always), cast back to the model dtype by Qwen and OLMoE and
+  left in FP32 by Mixtral (so the experts' weighting is promoted to FP32 there); GLM-4.5's router and experts are
+  DeepSeek-V3's (`symmem.blocks.hf.ffn`); Qwen2-MoE's shared expert is weighted by sigmoid(shared_expert_gate(x)),
+  which keeps the sigmoid's output and the shared expert's output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from symmem.blocks._dims import S_FULL, S_MOE, S_SP, B, H, seq
+from symmem.blocks.features import Arch, h_S
+from symmem.blocks.gqa import n_kv
+from symmem.blocks.hf import ffn
+from symmem.blocks.hf._ops import cast, linear, rmsnorm, views
+from symmem.blocks.hf.llama import SDPA_GQA_MAX_HEAD_DIM
+from symmem.blocks.symbols import N, N_r, d_h, h_F, n_h
+from symmem.config import ModelConfig
+from symmem.errors import SymmemError
+from symmem.graph import ACT, FP32, INT64, D, DataflowBuilder, Dim, Weight
+from symmem.implementations import ATTN_IMPLS, EXPERTS_IMPLS
+
+PREP = ("attention_prep",)
+CORE = ("core_attention",)
+ROUTING = ("routing",)
+
+
+@dataclass(frozen=True)
+class DecoderImpl:
+    """Which implementation a declared decoder's HF dataflow follows: attention and experts implementations,
+    whether b = 1 / s = 1 (where a reshape or .contiguous() is no copy)."""
+
+    attn: str = "eager"
+    experts: str = "eager"
+    unit_batch: bool = False
+    unit_seq: bool = False
+
+    def __post_init__(self) -> None:
+        for field, value, known in (("attn_impl", self.attn, ATTN_IMPLS), ("experts_impl", self.experts,
+                                                                           EXPERTS_IMPLS)):
+            if value not in known:
+                raise SymmemError(f"{field} = {value!r}: unknown; known: {', '.join(known)}")
+
+
+def _norm(fb: DataflowBuilder, arch: Arch, name: str, x: str, out: str, dims: tuple[Dim, ...],
+          weight: Dim | None = None) -> str:
+    """An RMSNorm module: HF's (weight · normalised), or Gemma's ((1 + weight) · normalised, in FP32)."""
+    kind = "rmsnorm_offset" if arch.embed_scale else "rmsnorm"  # Gemma's RMSNorm goes with its scaled embedding
+    (y,) = fb.op(kind, name, [x], [(out, dims)], [Weight(f"{name}.weight", (weight or dims[-1],))])
+    return y
+
+
+def _repeats_kv(model: ModelConfig, impl: DecoderImpl) -> bool:
+    """Whether the attention receives key and value repeated to n_h heads (`symmem.blocks.hf.llama`)."""
+    if model.value("n_kv") == model.value("n_h"):
+        return False
+    if impl.attn == "eager":
+        return True
+    return model.value("d_h") > SDPA_GQA_MAX_HEAD_DIM and not impl.unit_seq
+
+
+def layer(fb: DataflowBuilder, x: str, kind: str, *, model: ModelConfig, impl: DecoderImpl) -> str:
+    arch: Arch = model.option("arch")
+    missing = [what for on, what in ((arch.sinks, "attention sinks"), (arch.qk_norm == "l2", "the weightless L2 q/k norm"),
+                                     (arch.clamped_swiglu, "the clamped SwiGLU"),
+                                     (arch.router == "sigmoid_top1", "Llama 4's top-1 sigmoid router")) if on]
+    if missing:
+        raise SymmemError(f"{model.name}: the hf dataflow (torch-eager) of {model.family.name} is not written yet "
+                          f"({', '.join(missing)}); use --dataflow paper")
+    axis = "sp_moe" if kind == "moe" else "sp"
+    y = attention(fb, x, model=model, impl=impl, arch=arch, resid_axis=axis)
+    return moe(fb, y, model=model, impl=impl, arch=arch) if kind == "moe" else dense_mlp(fb, y, arch=arch)
+
+
+def attention(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: DecoderImpl, arch: Arch,
+              resid_axis: str) -> str:
+    """The attention block: its norms, projections, q/k norms, RoPE, eager or sdpa core, output, residual."""
+    fb.block = "attn"
+    heads, kv_heads, S, hd = D(n_h, "tp"), D(n_kv, "tp"), S_FULL, D(d_h)
+    (x,) = fb.op("region", "attn_enter", [x_in], [("attn.x", (B, S_SP, H))])
+    xn = _norm(fb, arch, "input_layernorm", x, "attn.x_norm", (B, S_SP, H)) if arch.pre_norms else x
+    whole = arch.qk_norm in ("proj", "hidden")  # the q/k norm runs over the flat projection (b, s, n d)
+    q_dims = (B, S, D(n_h * d_h, "tp")) if whole else (B, S, heads, hd)
+    k_dims = (B, S, D(n_kv * d_h, "tp")) if whole else (B, S, kv_heads, hd)
+    if arch.fused_qkv:  # Phi-3: one qkv_proj, sliced into q, k, v (views)
+        qkv = linear(fb, "self_attn.qkv_proj", xn, ("attn.qkv", (B, S, D(n_h + 2 * n_kv, "tp"), hd)),
+                     (H, D(n_h + 2 * n_kv, "tp"), hd))
+        q, k, v = views(fb, "split", "qkv_split", qkv, [("attn.q", q_dims), ("attn.k", k_dims),
+                                                        ("attn.v", (B, S, kv_heads, hd))])
+    else:
+        bias = arch.qkv_bias
+        q = _linear(fb, "self_attn.q_proj", xn, ("attn.q", q_dims), (H, heads, hd), D(n_h * d_h, "tp") if bias
+                    else None)
+        k = _linear(fb, "self_attn.k_proj", xn, ("attn.k", k_dims), (H, kv_heads, hd), D(n_kv * d_h, "tp") if bias
+                    else None)
+        v = _linear(fb, "self_attn.v_proj", xn, ("attn.v", (B, S, kv_heads, hd)), (H, kv_heads, hd),
+                    D(n_kv * d_h, "tp") if bias else None)
+    if arch.qk_norm:
+        if arch.qk_norm == "l2":
+            raise SymmemError(f"{model.name}: the hf dataflow has no weightless L2 q/k norm (Llama 4) yet")
+        widths = {"hidden": (H, D(model.value("h") * model.value("n_kv") // model.value("n_h")))}.get(
+            arch.qk_norm, (None, None))
+        q = _norm(fb, arch, "self_attn.q_norm", q, "attn.q_normed", q_dims, widths[0])
+        k = _norm(fb, arch, "self_attn.k_norm", k, "attn.k_normed", k_dims, widths[1])
+    # apply_rotary_pos_emb (whole or partial): new q and k; its multiplications keep only the shared cos and sin.
+    # A NoPE layer (SmolLM3) hands the transposed projections on instead: matmul copies them just the same.
+    query, key = fb.op("rope", "rope", [q, k], [("attn.query", (B, heads, S, hd)), ("attn.key", (B, kv_heads, S, hd))],
+                       tags=PREP)
+    value = v
+    ctx_dims = (B, heads, S, hd)
+    repeats = _repeats_kv(model, impl)
+    mqa_view = repeats and model.value("n_kv") == 1
+    if repeats:  # repeat_kv: expand + reshape, a copy to n_h heads (a stride-0 view at one kv head)
+        key, value = (_repeat(fb, t, f"attn.{t.rsplit('.', 1)[1]}_heads", ctx_dims, mqa_view) for t in (key, value))
+    if impl.attn == "sdpa":
+        # flash-attention-for-CPU keeps q, k, v (as passed), its output and an FP32 logsumexp (b, n_h, s)
+        ctx, _lse = fb.op("sdpa_flash", "sdpa", [query, key, value],
+                          [("attn.ctx", ctx_dims), ("attn.logsumexp", (B, heads, S), FP32)], tags=CORE)
+        output_view = True
+    else:
+        scores = (B, heads, S, S)
+        if mqa_view:  # matmul's flattening of (b, n_h) over a stride-0 head dimension: a copy unless b = 1
+            key, value = (_repeat(fb, t, f"{t}_flat", ctx_dims, impl.unit_batch, "flatten") for t in (key, value))
+        (sc,) = fb.op("matmul", "qk", [query, key], [("attn.scores", scores)], tags=CORE)
+        if arch.attn_softcap:  # Gemma 2: scores / cap, tanh, * cap
+            (sc,) = fb.op("scale", "softcap.div", [sc], [("attn.scores_div", scores)], tags=CORE)
+            (sc,) = fb.op("tanh", "softcap.tanh", [sc], [("attn.scores_tanh", scores)], tags=CORE)
+            (sc,) = fb.op("scale", "softcap.mul", [sc], [("attn.scores_capped", scores)], tags=CORE)
+        (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", scores, FP32)], tags=CORE)  # dtype=float32
+        probs = cast(fb, "attn_probs_cast", p, "attn.probs_dt", scores, tags=CORE)  # .to(query.dtype)
+        if model.option("attention_dropout"):  # dropout(p > 0, training=True): a bool mask and a new tensor
+            (probs,) = fb.op("dropout", "attn_dropout", [probs], [("attn.probs_dropped", scores)], tags=CORE)
+        (ctx,) = fb.op("matmul", "pv", [probs, value], [("attn.ctx", ctx_dims)], tags=CORE)
+        output_view = impl.unit_seq
+    (ctx_c,) = fb.op("contiguous", "attn_output", [ctx], [("attn.context", (B, S, heads, hd))])
+    if output_view:
+        fb.alias(ctx_c, view_of=ctx)
+    o = _linear(fb, "self_attn.o_proj", ctx_c, ("attn.out", (B, S_SP, H)), (heads, hd, H), H if arch.o_bias else None)
+    if arch.post_norms:  # Gemma 2/3, OLMo 2: post_attention_layernorm of the attention's output
+        o = _norm(fb, arch, "post_attention_layernorm", o, "attn.out_norm", (B, S_SP, H))
+    (oe,) = fb.op("region", "attn_exit", [o], [("attn.out_resid", (B, seq(resid_axis), H))])
+    (y,) = fb.op("add", "attn_residual", [x_in, oe], [("attn.y", (B, seq(resid_axis), H))])
+    return y
+
+
+def _linear(fb: DataflowBuilder, name: str, x: str, out: tuple, weight_dims: tuple[Dim, ...],
+            bias: Dim | None) -> str:
+    ws = [Weight(f"{name}.weight", weight_dims)] + ([Weight(f"{name}.bias", (bias,))] if bias is not None else [])
+    (y,) = fb.op("linear", name, [x], [out], ws)
+    return y
+
+
+def _repeat(fb: DataflowBuilder, src: str, out: str, dims, view: bool, what: str = "repeat_kv") -> str:
+    (o,) = fb.op("reshape", f"{what}.{src.split('.', 1)[1]}", [src], [(out, dims)], tags=CORE)
+    return fb.alias(o, view_of=src) if view else o
+
+
+def gated(fb: DataflowBuilder, name: str, x: str, *, arch: Arch, rows: tuple[Dim, ...], width: Dim,
+          group: str = "dense") -> str:
+    """HF's gated MLP `name`: down(act(gate(x)) * up(x)); Phi-3's and GLM-4's fused gate_up_proj chunked (views);
+    biases where mlp_bias."""
+    b = width if arch.mlp_bias else None
+    inner = rows + (width,)
+    act = "silu" if arch.act == "silu" else "gelu"
+    if arch.fused_gate_up:  # up_states = gate_up_proj(x); gate, up = chunk(2); up * act(gate)
+        gu = _linear(fb, f"{name}.gate_up_proj", x, (f"{name}.gate_up", rows + (D(2 * width.size, *width.axes),)),
+                     (H, D(2 * width.size, *width.axes)), None)
+        g, u = views(fb, "split", f"{name}.chunk", gu, [(f"{name}.gate", inner), (f"{name}.up", inner)])
+    else:
+        g = _linear(fb, f"{name}.gate_proj", x, (f"{name}.gate", inner), (H, width), b)
+        u = _linear(fb, f"{name}.up_proj", x, (f"{name}.up", inner), (H, width), b)
+    (a,) = fb.op(act, f"{name}.act_fn", [g], [(f"{name}.act", inner)])
+    (p,) = fb.op("mul", f"{name}.mul", [a, u], [(f"{name}.prod", inner)])
+    return _linear(fb, f"{name}.down_proj", p, (f"{name}.out", rows + (H,)), (width, H), H if arch.mlp_bias else None)
+
+
+def _enter(fb: DataflowBuilder, x_in: str, arch: Arch, block: str, rows: tuple[Dim, ...]) -> str:
+    fb.block = block
+    (x,) = fb.op("region", f"{block}_enter", [x_in], [(f"{block}.x", rows)])
+    return _norm(fb, arch, arch.mlp_norm, x, f"{block}.x_norm", rows) if arch.pre_norms else x
+
+
+def _exit(fb: DataflowBuilder, x_in: str, out: str, arch: Arch, block: str, rows, resid) -> str:
+    if arch.post_norms:
+        out = _norm(fb, arch, "post_feedforward_layernorm", out, f"{block}.out_norm", rows)
+    (oe,) = fb.op("region", f"{block}_exit", [out], [(f"{block}.out_resid", resid)])
+    (y,) = fb.op("add", f"{block}_residual", [x_in, oe], [(f"{block}.y", resid)])
+    return y
+
+
+def dense_mlp(fb: DataflowBuilder, x_in: str, *, arch: Arch) -> str:
+    xn = _enter(fb, x_in, arch, "mlp", (B, S_SP, H))
+    out = gated(fb, arch.ffn_name, xn, arch=arch, rows=(B, S_FULL), width=D(h_F, "tp"))
+    return _exit(fb, x_in, out, arch, "mlp", (B, S_SP, H), (B, seq("sp"), H))
+
+
+def moe(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: DecoderImpl, arch: Arch) -> str:
+    """The MoE block: GLM-4.5's is DeepSeek-V3's (`ffn.moe`); the softmax-routed ones (Qwen-MoE, OLMoE, Mixtral)
+    are written here."""
+    if arch.router == "sigmoid_bias":  # Glm4MoeMoE: DeepseekV3MoE's router, experts and shared experts
+        router = "v3-norm" if model.option("norm_topk_prob", True) else "v3"
+        return ffn.moe(fb, x_in, impl=ffn.HFImpl(impl.attn, impl.experts, router, unit_batch=impl.unit_batch,
+                                                 unit_seq=impl.unit_seq))
+    if arch.router not in ("softmax_topk", "topk_softmax") or arch.router_bias or arch.expert_bias \
+            or arch.clamped_swiglu or arch.shared not in ("", "own_gated"):
+        raise SymmemError(f"{model.name}: the hf dataflow of {model.family.name}'s MoE block is not written yet; use "
+                          "--dataflow paper")
+    rows = (B, S_MOE, H)
+    xn = _enter(fb, x_in, arch, "moe", rows)
+    mixtral = arch.router == "topk_softmax"  # Mixtral always renormalises and keeps its weights in FP32
+    weights, idx = softmax_router(fb, xn, arch=arch, norm=mixtral or bool(model.option("norm_topk_prob")),
+                                  cast_back=not mixtral)
+    experts = ffn.experts_grouped_mm if impl.experts == "grouped_mm" else ffn.experts_eager
+    y = experts(fb, xn, weights, idx, weight_dtype=FP32 if mixtral else ACT)
+    if arch.shared == "own_gated":  # Qwen2-MoE: sigmoid(shared_expert_gate(x)) * shared_expert(x)
+        ys = gated(fb, f"{arch.ffn_name}.shared_expert", xn, arch=arch, rows=(B, S_MOE), width=D(h_S),
+                   group="shared_expert")
+        g = _linear(fb, f"{arch.ffn_name}.shared_expert_gate", xn, ("moe.shared_gate", (B, S_MOE, D(1))), (H, D(1)),
+                    None)
+        (sg,) = fb.op("sigmoid", "shared_gate.sigmoid", [g], [("moe.shared_gate_sigmoid", (B, S_MOE, D(1)))])
+        (ys,) = fb.op("mul", "shared_gate.mul", [sg, ys], [("moe.shared_gated", rows)])
+        (y,) = fb.op("add", "moe_sum", [y, ys], [("moe.out", rows)])
+    return _exit(fb, x_in, y, arch, "moe", rows, rows)
+
+
+def softmax_router(fb: DataflowBuilder, xn: str, *, arch: Arch, norm: bool, cast_back: bool) -> tuple[str, str]:
+    """Qwen3MoeTopKRouter / MixtralTopKRouter / OlmoeTopKRouter: logits in the model dtype, an FP32 softmax, the
+    top-k, the renormalisation (in place: it keeps the values and their sum), cast back or not."""
+    r = (B, S_MOE)
+    logits = linear(fb, f"{arch.ffn_name}.{arch.router_name}", xn, ("moe.router_logits", r + (D(N),)), (D(N), H),
+                    "router", ROUTING)
+    (probs,) = fb.op("softmax", "gate.softmax", [logits], [("moe.router_probs", r + (D(N),), FP32)], tags=ROUTING)
+    w, idx = fb.op("topk", "gate.topk", [probs], [("moe.topk_values", r + (D(N_r),), FP32),
+                                                 ("moe.topk_indices", r + (D(N_r),), INT64)],
+                   tags=ROUTING + ("routing_decision",))
+    if norm:
+        (den,) = fb.op("sum", "gate.denominator", [w], [("moe.topk_sum", r + (D(1),), FP32)], tags=ROUTING)
+        (w,) = fb.op("div", "gate.normalize", [w, den], [("moe.topk_normalized", r + (D(N_r),), FP32)],
+                     tags=ROUTING)
+    if cast_back:  # router_top_value.to(router_logits.dtype)
+        w = cast(fb, "gate.cast", w, "moe.topk_weights", r + (D(N_r),), tags=ROUTING)
+    return w, idx
+
+
+def rope_tables(fb: DataflowBuilder, model: ModelConfig) -> str:
+    """The rotary embedding's cos and sin, (1, s, rotary width) each in the model dtype, computed once per forward
+    and kept by every layer's RoPE (the width: head_dim, or 2 ceil(int(head_dim partial_rotary_factor) / 2))."""
+    fb.block = "rope"
+    width = model.option("rotary_dim")
+    dim = D(d_h) if width is None else D(width)
+    pos = fb.input("rope.position_ids", (D(1), S_FULL), INT64)
+    names = fb.op("rotary_emb", "rotary_emb", [pos], [("rope.cos", (D(1), S_FULL, dim)),
+                                                      ("rope.sin", (D(1), S_FULL, dim))])
+    return names[0]
+
