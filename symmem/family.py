@@ -47,6 +47,8 @@ class Family:
     hf_dataflow: bool = False
     #: whether its Hugging Face dataflow models biases and attention dropout (the declared decoders' do)
     hf_biases_and_dropout: bool = False
+    #: whether `hf_impl` takes the sequence length `s` (a sliding window's mask exists from s = window on)
+    hf_impl_takes_seq: bool = False
     #: transformers class names (a config's `architectures`) -> the model_type they are: how a config whose
     #: model_type transformers does not know (Kimi-K2's kimi_k2, a DeepseekV3ForCausalLM) is read
     architectures: Mapping[str, str] = {}

@@ -249,8 +249,9 @@ class Scenario:
             if own is not None:
                 return own
         attn = prof.attn_impl if prof is not None and prof.attn_impl else self.attn_impl
+        extra = {"s": self.s} if self.model.family.hf_impl_takes_seq else {}
         return self.model.family.hf_impl(self.model, attn, self.experts_impl, self.hf_router,
-                                          unit_batch=self.b == 1, unit_seq=self.s == 1)
+                                          unit_batch=self.b == 1, unit_seq=self.s == 1, **extra)
 
     @property
     def routing_label(self) -> str:

@@ -36,6 +36,7 @@ NORM_PLACES = ("pre", "sandwich", "post")
 ACTIVATIONS = ("silu", "gelu_tanh")
 ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_bias", "sigmoid_top1")
 SHARED = ("", "experts", "own", "own_gated", "expert_width")
+NORMS = ("llama", "fp32_weight", "gemma")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ class Arch:
     attn_softcap: bool = False
     # norms: where they stand, and whether they have a weight (OLMo's LayerNorm has none)
     norms: str = "pre"  # one of NORM_PLACES
+    # one of NORMS: how an RMSNorm applies its weight: to the normalised input cast back to the model dtype
+    # (Llama), before that cast, in FP32 (OLMo 2, gpt-oss), or as (1 + weight) in FP32 (Gemma)
+    norm: str = "llama"
+    # RoPE: whether apply_rotary_pos_emb concatenates the rotated and passed parts (Phi-3, GLM: a new contiguous
+    # tensor, laid out (b, n, s, d)), and whether it repeat-interleaves half of cos and sin on every call (GLM-4)
+    rope_concat: bool = False
+    rope_interleave: bool = False
+    rope_fp32: bool = False  # the rotary tables stay FP32 in a BF16 model (OLMo 2's rotary embedding)
+    residual_dropout: bool = False  # dropout of attention's and the MLP's outputs (Seed-OSS's residual_dropout)
     # MLP and experts
     act: str = "silu"  # one of ACTIVATIONS
     fused_gate_up: bool = False
@@ -72,7 +82,7 @@ class Arch:
     def __post_init__(self) -> None:
         for name, value, known in (("qk_norm", self.qk_norm, QK_NORMS), ("norms", self.norms, NORM_PLACES),
                                    ("act", self.act, ACTIVATIONS), ("router", self.router, ROUTERS),
-                                   ("shared", self.shared, SHARED)):
+                                   ("shared", self.shared, SHARED), ("norm", self.norm, NORMS)):
             if value not in known:
                 raise ValueError(f"Arch.{name} = {value!r}: one of {known}")
 

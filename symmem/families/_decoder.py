@@ -21,7 +21,7 @@ from symmem.blocks.hf import decoder as hf_decoder
 from symmem.errors import SymmemError
 from symmem.family import Family
 from symmem.graph import DataflowBuilder
-from symmem.model_config import ModelConfig, boolean, non_negative_int, positive_int
+from symmem.model_config import ModelConfig, boolean, check_layer_types, non_negative_int, positive_int
 
 #: a default that is another key's value (transformers: num_key_value_heads = num_attention_heads when absent)
 HEADS = "=num_attention_heads"
@@ -98,6 +98,74 @@ def moe_layers_or_step(raw, get, n_layers, source) -> tuple[str, ...]:
     return tuple("moe" if i in moe else "dense" for i in range(n_layers))
 
 
+# ------------------------------------------------------------------------ which layers attend through a window
+# Each returns (window, sliding layers): the window size transformers' config leaves (None: no window) and, per
+# layer, whether it is a sliding layer; a config's own `layer_types` overrides the rule (as transformers' does).
+def no_window(raw, get, n_layers, source) -> tuple[int | None, tuple[bool, ...]]:
+    return None, (False,) * n_layers
+
+
+def window_everywhere(raw, get, n_layers, source):
+    """Mistral, Mixtral, Phi-3, Ministral: every layer slides when sliding_window is set."""
+    w = _window(get("sliding_window"), source)
+    return w, (w is not None,) * n_layers
+
+
+def qwen_window(raw, get, n_layers, source):
+    """Qwen2/Qwen3 (configuration_qwen2.py:83-93): sliding_window only with use_sliding_window; layers from
+    max_window_layers on slide."""
+    w = _window(get("sliding_window"), source) if _flag(get, "use_sliding_window", source) else None
+    first = non_negative_int("max_window_layers", get("max_window_layers"), source)
+    return w, tuple(w is not None and i >= first for i in range(n_layers))
+
+
+def qwen_moe_window(raw, get, n_layers, source):
+    """Qwen3-MoE (configuration_qwen3_moe.py:110): every layer slides with use_sliding_window."""
+    w = _window(get("sliding_window"), source) if _flag(get, "use_sliding_window", source) else None
+    return w, (w is not None,) * n_layers
+
+
+def qwen2_moe_window(raw, get, n_layers, source):
+    """Qwen2-MoE (configuration_qwen2_moe.py:114-117): odd-numbered layers below max_window_layers slide."""
+    w = _window(get("sliding_window"), source) if _flag(get, "use_sliding_window", source) else None
+    last = non_negative_int("max_window_layers", get("max_window_layers"), source)
+    return w, tuple(w is not None and bool((i + 1) % 2) and i < last for i in range(n_layers))
+
+
+def alternate_window(raw, get, n_layers, source):
+    """Gemma 2, gpt-oss: layers 0, 2, 4, ... slide ((i + 1) % 2)."""
+    w = _window(get("sliding_window"), source)
+    return w, tuple(w is not None and bool((i + 1) % 2) for i in range(n_layers))
+
+
+def pattern_window(raw, get, n_layers, source):
+    """Gemma 3 (configuration_gemma3.py:108-110): all but every sliding_window_pattern-th layer slide."""
+    w = _window(get("sliding_window"), source)
+    pattern = positive_int("sliding_window_pattern", get("sliding_window_pattern"), source)
+    return w, tuple(w is not None and bool((i + 1) % pattern) for i in range(n_layers))
+
+
+def nope_window(raw, get, n_layers, source):
+    """SmolLM3 (configuration_smollm3.py:100-113): with use_sliding_window, the NoPE layers slide."""
+    w = _window(get("sliding_window"), source) if _flag(get, "use_sliding_window", source) else None
+    rope = get("no_rope_layers")
+    if rope is None:
+        every = positive_int("no_rope_layer_interval", get("no_rope_layer_interval"), source)
+        rope = [int((i + 1) % every != 0) for i in range(n_layers)]
+    if not isinstance(rope, list) or len(rope) != n_layers:
+        raise SymmemError(f"{source}: no_rope_layers = {rope!r:.60}: must list 0 or 1 for each of the {n_layers} "
+                          "layers")
+    return w, tuple(w is not None and not r for r in rope)
+
+
+def _window(value: object, source: str) -> int | None:
+    return None if value is None else positive_int("sliding_window", value, source)
+
+
+def _flag(get, key: str, source: str) -> bool:
+    return boolean(key, get(key), source)
+
+
 def _layer_list(key: str, value: object, n_layers: int, source: str) -> set[int]:
     if not isinstance(value, list) or len(value) > 1_000_000:
         raise SymmemError(f"{source}: {key} = {value!r:.60}: must be a list of layer indices")
@@ -124,6 +192,8 @@ class Decoder(Family):
     switches: tuple[Switch, ...] = ()
     #: which layers are MoE blocks (all_dense, all_moe, sparse_step, first_k_dense, moe_layers_or_step)
     layer_rule: Callable = all_dense
+    #: which layers attend through a sliding window, and its size (no_window, window_everywhere, qwen_window, ...)
+    window_rule: Callable = no_window
     #: other keys read (checked where they matter, never silently trusted): windows, layer types, routing options
     reads: tuple[str, ...] = ()
     #: what the family is, for `symmem families` and the docs
@@ -142,12 +212,17 @@ class Decoder(Family):
     megatron: bool = True  # whether Megatron-Core's GPT model builds it (the `megatron` TP convention)
     hf_dataflow: bool = True
     hf_biases_and_dropout: bool = True
+    sdpa: bool = True  # whether transformers runs it with sdpa attention (Gemma 2: eager only)
+    hf_impl_takes_seq: bool = True
 
     def __post_init__(self) -> None:
         moe = "N" in self.sizes
         self.config_keys = dict(self.sizes)
         self.routed_experts = ("N", "N_r") if moe else None
-        self.layer_kind_order = ("dense", "moe") if moe else ("dense",)
+        base = ("dense", "moe") if moe else ("dense",)
+        # a sliding layer is a kind of its own: its sdpa keeps a mask where the window bites (symmem.blocks.hf.decoder)
+        self.layer_kind_order = tuple(k for b in base for k in ((b, f"{b}_sliding") if self.window_rule is not no_window
+                                                                   else (b,)))
         self.conventions = ("paper", "megatron") if moe and self.megatron else ("paper",)
         div = [("tp", "n_h"), ("tp", "n_kv"), ("tp", "V")]
         div += [("tp", "h_F")] if "h_F" in self.sizes else []
@@ -211,15 +286,26 @@ class Decoder(Family):
         if not 0 <= dropout < 1:
             raise SymmemError(f"{source}: attention_dropout = {dropout!r}: must be a number in [0, 1)")
         kinds = self.layer_rule(raw, get, values["L"], source)
-        if "moe" in kinds and "N" not in values:
+        window, sliding = self.window_rule(raw, get, values["L"], source)
+        if raw.get("layer_types") is not None:  # transformers uses a config's own layer_types as given
+            types = raw["layer_types"]
+            check_layer_types(types, "layer_types", ("full_attention", "sliding_attention", "chunked_attention"),
+                              values["L"], source)
+            sliding = tuple(t == "sliding_attention" for t in types)
+            if any(sliding) and window is None:
+                window = _window(get("sliding_window"), source)
+                if window is None:
+                    raise SymmemError(f"{source}: layer_types has sliding_attention layers: sliding_window must be set")
+        kinds = tuple(f"{k}_sliding" if slide else k for k, slide in zip(kinds, sliding, strict=True))
+        if any(k.startswith("moe") for k in kinds) and "N" not in values:
             raise SymmemError(f"{source}: {self.name}: MoE layers without routed experts")
         used = {k for s, k in self.sizes.items() if s in values}
-        if "dense" not in kinds:  # no dense layer: its width is not a size of this model (Mixtral)
+        if not any(k.startswith("dense") for k in kinds):  # no dense layer: h_F is not a size of it (Mixtral)
             values.pop("h_F", None)
             used.discard(self.sizes.get("h_F"))
         tie = boolean("tie_word_embeddings", get("tie_word_embeddings") if "tie_word_embeddings" in raw
                       else self.tie_default, source)
-        options = (("arch", arch), ("kinds", kinds), ("attention_dropout", dropout > 0),
+        options = (("arch", arch), ("kinds", kinds), ("window", window), ("attention_dropout", dropout > 0),
                    ("rotary_dim", self._rotary_dim(raw, values["d_h"], source)),
                    ("norm_topk_prob", boolean("norm_topk_prob", raw.get("norm_topk_prob", self.norm_topk_default),
                                               source)))
@@ -262,28 +348,37 @@ class Decoder(Family):
 
     # ----------------------------------------------------------------------------------------------- dataflows
     def residual_dims(self, model: ModelConfig, kind: str):
-        return (B, seq("sp_moe" if kind == "moe" else "sp"), H)
+        return (B, seq("sp_moe" if kind.startswith("moe") else "sp"), H)
 
     def build_layer(self, fb: DataflowBuilder, x: str, kind: str, model: ModelConfig, convention: str,
                     impl: object | None) -> str:
         if impl is not None:  # Hugging Face's modules (torch-eager); the TP convention does not apply
             return hf_decoder.layer(fb, x, kind, model=model, impl=impl)
         arch: Arch = model.option("arch")
-        axis = "sp_moe" if kind == "moe" else "sp"
+        axis = "sp_moe" if kind.startswith("moe") else "sp"
         y = decoder.attention(fb, x, arch=arch, resid_axis=axis, dropout=bool(model.option("attention_dropout")))
-        if kind == "moe":
+        if kind.startswith("moe"):
             return decoder.moe(fb, y, arch=arch, convention=convention)
         return decoder.dense_mlp(fb, y, arch=arch, resid_axis=axis)
 
     def build_shared(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None) -> str | None:
-        # the model computes cos and sin once per forward; every layer's RoPE keeps them
-        return hf_decoder.rope_tables(fb, model) if impl is not None else None
+        # the model computes cos and sin once per forward; every layer's RoPE keeps them (GLM-4's keeps copies of
+        # its own instead: symmem.blocks.hf.decoder)
+        if impl is None or model.option("arch").rope_interleave:
+            return None
+        return hf_decoder.rope_tables(fb, model)
 
     def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
-                unit_seq: bool) -> object:
+                unit_seq: bool, s: int | None = None) -> object:
         if router is not None:
             raise SymmemError(f"hf_router = {router!r}: {self.name}'s router is its config's; leave it unset")
-        return hf_decoder.DecoderImpl(attn, experts, unit_batch=unit_batch, unit_seq=unit_seq)
+        if attn == "sdpa" and not self.sdpa:
+            raise SymmemError(f"attn_impl = 'sdpa': transformers 5.24 runs {self.name} with eager attention only "
+                              "(its _supports_sdpa is False); use --attn-impl eager")
+        window = model.option("window")
+        # transformers' masking_utils skips the sliding mask, for sdpa's is_causal, only while s < window
+        masked = window is not None and (s is None or s >= window)
+        return hf_decoder.DecoderImpl(attn, experts, unit_batch=unit_batch, unit_seq=unit_seq, window_mask=masked)
 
     def build_embedding(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None = None) -> str:
         x = embedding(fb, token_ids(fb))
@@ -291,6 +386,6 @@ class Decoder(Family):
 
     def build_head(self, fb: DataflowBuilder, model: ModelConfig) -> str:
         fb.block = "head"
-        x = fb.input("final.x", (B, seq("sp_moe" if model.layer_kinds()[-1] == "moe" else "sp"), H))
+        x = fb.input("final.x", (B, seq("sp_moe" if model.layer_kinds()[-1].startswith("moe") else "sp"), H))
         shared = "embed_tokens.weight" if model.tie_word_embeddings else None
         return decoder.head(fb, x, arch=model.option("arch"), shared_with=shared)

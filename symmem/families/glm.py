@@ -11,7 +11,7 @@ GLM = Decoder(
     name="glm", model_types=("glm",),
     defaults={"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
               "intermediate_size": 13696, "vocab_size": 151552, "num_hidden_layers": 40, "attention_bias": True},
-    arch=Arch(fused_gate_up=True), switches=(Switch("qkv_bias", "attention_bias"),),
+    arch=Arch(fused_gate_up=True, rope_concat=True, rope_interleave=True), switches=(Switch("qkv_bias", "attention_bias"),),
     reads=("partial_rotary_factor",), rotary_default=0.5, doc="GLM-4: q/k/v biases, fused gate_up_proj")
 
 GLM4_MOE = Decoder(
@@ -22,7 +22,7 @@ GLM4_MOE = Decoder(
               "intermediate_size": 10944, "vocab_size": 151552, "num_hidden_layers": 46, "n_routed_experts": 128,
               "num_experts_per_tok": 8, "moe_intermediate_size": 1408, "n_shared_experts": 1,
               "first_k_dense_replace": 1, "use_qk_norm": False, "attention_bias": False},
-    arch=Arch(router="sigmoid_bias", shared="experts"),
+    arch=Arch(router="sigmoid_bias", shared="experts", rope_concat=True),
     switches=(Switch("qkv_bias", "attention_bias"), Switch("qk_norm", "use_qk_norm", on="head")),
     layer_rule=first_k_dense, rotary_default=0.5, norm_topk_default=True,
     reads=("first_k_dense_replace", "norm_topk_prob", "n_group", "topk_group", "routed_scaling_factor",

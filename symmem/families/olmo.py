@@ -14,7 +14,7 @@ OLMO2 = Decoder(
     name="olmo2", model_types=("olmo2",), presets=("olmo-2-7b",),
     defaults={"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": HEADS, "head_dim": PER_HEAD,
               "intermediate_size": 11008, "vocab_size": 50304, "num_hidden_layers": 32, "attention_bias": False},
-    arch=Arch(qk_norm="proj", norms="post"), switches=BIAS, megatron=False,
+    arch=Arch(qk_norm="proj", norms="post", norm="fp32_weight", rope_fp32=True), switches=BIAS, megatron=False,
     doc="OLMo 2: norms after attention and MLP, q/k norm over the whole projection")
 
 OLMOE = Decoder(

@@ -47,6 +47,31 @@ def _rmsnorm_offset(op: Op, flow: Dataflow) -> list[Saved]:
                   f"FP32 (1 + weight) of rmsnorm {op.name}")]
 
 
+def _rmsnorm_fp32_weight(op: Op, flow: Dataflow) -> list[Saved]:
+    """OLMo 2's and gpt-oss's RMSNorm: (weight · normalised).to(dtype): the weight multiplies in FP32, so the
+    normalised input it keeps is FP32 (Llama's, multiplied after the cast, is in the model dtype)."""
+    x, y = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    rows = y.dims[:-1] + (Dim(1),)
+    return [Saved(Tensor(f"{y.name}.input_fp32", x.dims, FP32, cast_of=x.name), f"FP32 input of rmsnorm {op.name}"),
+            Saved(Tensor(f"{y.name}.rsqrt", rows, FP32), f"FP32 rsqrt of rmsnorm {op.name}"),
+            Saved(Tensor(f"{y.name}.normed_fp32", y.dims, FP32), f"FP32 normalized input of rmsnorm {op.name}")]
+
+
+def _sdpa_flash(op: Op, flow: Dataflow) -> list[Saved]:
+    """ScaledDotProductFlashAttentionForCpuBackward0: q, k, v as passed (and the attention mask, when given one:
+    a sliding layer's), its output and FP32 logsumexp."""
+    return [*(Saved(flow.tensors[t], f"input of sdpa {op.name}") for t in op.inputs),
+            *outputs(0, 1)(op, flow)]
+
+
+def _dropout_noise(op: Op, flow: Dataflow) -> list[Saved]:
+    """F.dropout(p > 0) on the CPU (ATen's _dropout_impl, aten/src/ATen/native/Dropout.cpp: input * noise, the
+    noise a Bernoulli tensor in the input's dtype scaled by 1/(1 - p)): MulBackward0 keeps the noise (measured on
+    Seed-OSS's attention). CUDA's fused native_dropout keeps a bool mask instead (`dropout`)."""
+    out = flow.tensors[op.outputs[0]]
+    return [Saved(Tensor(f"{out.name}.noise", out.dims, out.dtype), f"dropout noise of {op.name}")]
+
+
 def _layernorm(op: Op, flow: Dataflow) -> list[Saved]:
     """F.layer_norm (NativeLayerNormBackward0): the input, and the per-row mean and rstd of shape (..., 1); its
     weight and bias are parameters. On the CPU (torch 2.13, measured) mean and rstd have the input's dtype; on CUDA
@@ -100,6 +125,8 @@ RULES = RuleSet(
         "grouped_mm": inputs(0, 1),  # GroupedMmBackward0: the input and the int32 offsets
         "rmsnorm": _rmsnorm,
         "rmsnorm_offset": _rmsnorm_offset,
+        "rmsnorm_fp32_weight": _rmsnorm_fp32_weight,
+        "dropout_noise": _dropout_noise,
         "matmul": inputs(0, 1),  # BmmBackward0: both operands (as flattened: views or copies)
         "softmax": outputs(0),  # SoftmaxBackward0 / SafeSoftmaxBackward0: the output
         "sigmoid": outputs(0),  # SigmoidBackward0: the output
@@ -140,7 +167,7 @@ RULES = RuleSet(
         "affine": inputs(0),  # only indices leave it: its node and what it saved die at once
         # ScaledDotProductFlashAttentionForCpuBackward0: q, k, v (as passed: Llama's k, v at n_kv heads with
         # enable_gqa), output, FP32 logsumexp
-        "sdpa_flash": combine(inputs(0, 1, 2), outputs(0, 1)),
+        "sdpa_flash": _sdpa_flash,
         "rotary_emb": _all_outputs,  # the tables: kept by every layer's RoPE, counted once per stage
         "embedding": inputs(0),  # EmbeddingBackward0: the int64 token ids
         "cross_entropy": _cross_entropy,

@@ -14,7 +14,7 @@ TINY: dict[str, dict] = {
     "qwen2": {},
     "qwen2_moe": {"num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 20,
                   "shared_expert_intermediate_size": 28, "decoder_sparse_step": 2, "mlp_only_layers": [3]},
-    "qwen3": {"attention_bias": True},
+    "qwen3": {"attention_bias": True, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1},
     "qwen3_moe": {"num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 20, "decoder_sparse_step": 1,
                   "mlp_only_layers": [0, 3], "norm_topk_prob": True},
     "mistral": {"sliding_window": 8},
@@ -23,10 +23,10 @@ TINY: dict[str, dict] = {
     "gemma": {"attention_bias": True},
     "gemma2": {"sliding_window": 8, "query_pre_attn_scalar": 10},
     "gemma3_text": {"sliding_window": 8, "query_pre_attn_scalar": 10, "attn_logit_softcapping": 20.0,
-                    "final_logit_softcapping": 15.0},
+                    "final_logit_softcapping": 15.0, "sliding_window_pattern": 3},
     "phi3": {},
     "olmo2": {"attention_bias": True},
-    "olmoe": {"num_experts": 6, "num_experts_per_tok": 2},
+    "olmoe": {"num_experts": 6, "num_experts_per_tok": 2, "head_dim": 8},  # its q/k norms are sized h
     "glm": {},
     "glm4_moe": {"n_routed_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 20, "n_shared_experts": 2,
                  "first_k_dense_replace": 2, "use_qk_norm": True, "attention_bias": True},
@@ -35,7 +35,7 @@ TINY: dict[str, dict] = {
                     "interleave_moe_layer_step": 2},
     "granite": {"attention_bias": True, "mlp_bias": True},
     "smollm3": {"mlp_bias": True},
-    "seed_oss": {"attention_out_bias": True, "mlp_bias": True},
+    "seed_oss": {"attention_out_bias": True, "mlp_bias": True},  # attention_dropout: its default 0.1
 }
 
 

@@ -54,6 +54,8 @@ class DecoderImpl:
     experts: str = "eager"
     unit_batch: bool = False
     unit_seq: bool = False
+    # whether a sliding layer's attention gets a mask (transformers makes one from s = sliding_window on)
+    window_mask: bool = False
 
     def __post_init__(self) -> None:
         for field, value, known in (("attn_impl", self.attn, ATTN_IMPLS), ("experts_impl", self.experts,
@@ -64,8 +66,9 @@ class DecoderImpl:
 
 def _norm(fb: DataflowBuilder, arch: Arch, name: str, x: str, out: str, dims: tuple[Dim, ...],
           weight: Dim | None = None) -> str:
-    """An RMSNorm module: HF's (weight · normalised), or Gemma's ((1 + weight) · normalised, in FP32)."""
-    kind = "rmsnorm_offset" if arch.embed_scale else "rmsnorm"  # Gemma's RMSNorm goes with its scaled embedding
+    """An RMSNorm module: Llama's (weight · normalised cast back), OLMo 2's (weight · normalised, then cast back),
+    Gemma's ((1 + weight) · normalised, in FP32)."""
+    kind = {"llama": "rmsnorm", "fp32_weight": "rmsnorm_fp32_weight", "gemma": "rmsnorm_offset"}[arch.norm]
     (y,) = fb.op(kind, name, [x], [(out, dims)], [Weight(f"{name}.weight", (weight or dims[-1],))])
     return y
 
@@ -87,14 +90,19 @@ def layer(fb: DataflowBuilder, x: str, kind: str, *, model: ModelConfig, impl: D
     if missing:
         raise SymmemError(f"{model.name}: the hf dataflow (torch-eager) of {model.family.name} is not written yet "
                           f"({', '.join(missing)}); use --dataflow paper")
-    axis = "sp_moe" if kind == "moe" else "sp"
-    y = attention(fb, x, model=model, impl=impl, arch=arch, resid_axis=axis)
-    return moe(fb, y, model=model, impl=impl, arch=arch) if kind == "moe" else dense_mlp(fb, y, arch=arch)
+    axis = "sp_moe" if kind.startswith("moe") else "sp"
+    y = attention(fb, x, model=model, impl=impl, arch=arch, resid_axis=axis,
+                  masked=kind.endswith("_sliding") and impl.window_mask)
+    return moe(fb, y, model=model, impl=impl, arch=arch) if kind.startswith("moe") else dense_mlp(fb, y, arch=arch)
 
 
 def attention(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: DecoderImpl, arch: Arch,
-              resid_axis: str) -> str:
-    """The attention block: its norms, projections, q/k norms, RoPE, eager or sdpa core, output, residual."""
+              resid_axis: str, masked: bool = False) -> str:
+    """The attention block: its norms, projections, q/k norms, RoPE, eager or sdpa core, output, residual.
+    `masked`: a sliding layer whose window bites at this s: transformers hands sdpa an explicit mask, which the CPU
+    flash kernel keeps ((b, 1, s, s) in the model dtype, made per call), and with a mask repeats k and v to n_h
+    heads (integrations/sdpa_attention.py use_gqa_in_sdpa: no GQA with a mask); eager attention masks its s x s
+    scores whatever the window."""
     fb.block = "attn"
     heads, kv_heads, S, hd = D(n_h, "tp"), D(n_kv, "tp"), S_FULL, D(d_h)
     (x,) = fb.op("region", "attn_enter", [x_in], [("attn.x", (B, S_SP, H))])
@@ -123,20 +131,37 @@ def attention(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: Decod
         q = _norm(fb, arch, "self_attn.q_norm", q, "attn.q_normed", q_dims, widths[0])
         k = _norm(fb, arch, "self_attn.k_norm", k, "attn.k_normed", k_dims, widths[1])
     # apply_rotary_pos_emb (whole or partial): new q and k; its multiplications keep only the shared cos and sin.
-    # A NoPE layer (SmolLM3) hands the transposed projections on instead: matmul copies them just the same.
-    query, key = fb.op("rope", "rope", [q, k], [("attn.query", (B, heads, S, hd)), ("attn.key", (B, kv_heads, S, hd))],
-                       tags=PREP)
+    # A NoPE layer (SmolLM3) hands the transposed projections on instead: matmul copies them just the same. GLM-4
+    # repeat-interleaves half of cos and sin on each call: those copies are what its multiplications keep.
+    if arch.rope_interleave:
+        width = D(model.option("rotary_dim") or d_h)
+        query, _cos, _sin, key = fb.op("rope_tables_mul", "rope", [q, k], [
+            ("attn.query", (B, heads, S, hd)), ("attn.rope_cos", (D(1), D(1), S, width)),
+            ("attn.rope_sin", (D(1), D(1), S, width)), ("attn.key", (B, kv_heads, S, hd))], tags=PREP)
+    else:
+        query, key = fb.op("rope", "rope", [q, k], [("attn.query", (B, heads, S, hd)),
+                                                   ("attn.key", (B, kv_heads, S, hd))], tags=PREP)
     value = v
     ctx_dims = (B, heads, S, hd)
-    repeats = _repeats_kv(model, impl)
+    repeats = _repeats_kv(model, impl) or (masked and model.value("n_kv") != model.value("n_h"))
     mqa_view = repeats and model.value("n_kv") == 1
     if repeats:  # repeat_kv: expand + reshape, a copy to n_h heads (a stride-0 view at one kv head)
         key, value = (_repeat(fb, t, f"attn.{t.rsplit('.', 1)[1]}_heads", ctx_dims, mqa_view) for t in (key, value))
+    if impl.attn == "sdpa" and model.option("attention_dropout"):
+        raise SymmemError(f"{model.name}: attention_dropout > 0 with sdpa: torch runs its math backend, not modelled; "
+                          "use --attn-impl eager")
     if impl.attn == "sdpa":
-        # flash-attention-for-CPU keeps q, k, v (as passed), its output and an FP32 logsumexp (b, n_h, s)
-        ctx, _lse = fb.op("sdpa_flash", "sdpa", [query, key, value],
+        # flash-attention-for-CPU keeps q, k, v (as passed), its output and an FP32 logsumexp (b, n_h, s), and a
+        # mask when given one; its output is laid out as the query is: (b, s, n_h, d) after Llama's elementwise
+        # RoPE on the transposed projection (the attention output's .contiguous() is then no copy), (b, n_h, s, d)
+        # after a RoPE that concatenates (Phi-3, GLM: a copy)
+        ins = [query, key, value]
+        if masked:
+            (mask,) = fb.op("no_grad", "sliding_mask", [x_in], [("attn.sdpa_mask", (B, D(1), S, S))], tags=CORE)
+            ins.append(mask)
+        ctx, _lse = fb.op("sdpa_flash", "sdpa", ins,
                           [("attn.ctx", ctx_dims), ("attn.logsumexp", (B, heads, S), FP32)], tags=CORE)
-        output_view = True
+        output_view = not arch.rope_concat or impl.unit_seq
     else:
         scores = (B, heads, S, S)
         if mqa_view:  # matmul's flattening of (b, n_h) over a stride-0 head dimension: a copy unless b = 1
@@ -148,14 +173,16 @@ def attention(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: Decod
             (sc,) = fb.op("scale", "softcap.mul", [sc], [("attn.scores_capped", scores)], tags=CORE)
         (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", scores, FP32)], tags=CORE)  # dtype=float32
         probs = cast(fb, "attn_probs_cast", p, "attn.probs_dt", scores, tags=CORE)  # .to(query.dtype)
-        if model.option("attention_dropout"):  # dropout(p > 0, training=True): a bool mask and a new tensor
-            (probs,) = fb.op("dropout", "attn_dropout", [probs], [("attn.probs_dropped", scores)], tags=CORE)
+        if model.option("attention_dropout"):  # F.dropout(p > 0, training=True): on the CPU, input * noise
+            (probs,) = fb.op("dropout_noise", "attn_dropout", [probs], [("attn.probs_dropped", scores)], tags=CORE)
         (ctx,) = fb.op("matmul", "pv", [probs, value], [("attn.ctx", ctx_dims)], tags=CORE)
         output_view = impl.unit_seq
     (ctx_c,) = fb.op("contiguous", "attn_output", [ctx], [("attn.context", (B, S, heads, hd))])
     if output_view:
         fb.alias(ctx_c, view_of=ctx)
     o = _linear(fb, "self_attn.o_proj", ctx_c, ("attn.out", (B, S_SP, H)), (heads, hd, H), H if arch.o_bias else None)
+    if arch.residual_dropout:  # Seed-OSS: dropout(attn_output, p=residual_dropout)
+        (o,) = fb.op("dropout_noise", "attn_residual_dropout", [o], [("attn.out_dropped", (B, S_SP, H))])
     if arch.post_norms:  # Gemma 2/3, OLMo 2: post_attention_layernorm of the attention's output
         o = _norm(fb, arch, "post_attention_layernorm", o, "attn.out_norm", (B, S_SP, H))
     (oe,) = fb.op("region", "attn_exit", [o], [("attn.out_resid", (B, seq(resid_axis), H))])
@@ -211,6 +238,8 @@ def _exit(fb: DataflowBuilder, x_in: str, out: str, arch: Arch, block: str, rows
 def dense_mlp(fb: DataflowBuilder, x_in: str, *, arch: Arch) -> str:
     xn = _enter(fb, x_in, arch, "mlp", (B, S_SP, H))
     out = gated(fb, arch.ffn_name, xn, arch=arch, rows=(B, S_FULL), width=D(h_F, "tp"))
+    if arch.residual_dropout:  # Seed-OSS: dropout(down_proj, p=residual_dropout)
+        (out,) = fb.op("dropout_noise", "mlp_residual_dropout", [out], [("mlp.out_dropped", (B, S_SP, H))])
     return _exit(fb, x_in, out, arch, "mlp", (B, S_SP, H), (B, seq("sp"), H))
 
 
@@ -268,8 +297,9 @@ def rope_tables(fb: DataflowBuilder, model: ModelConfig) -> str:
     fb.block = "rope"
     width = model.option("rotary_dim")
     dim = D(d_h) if width is None else D(width)
+    dtype = FP32 if model.option("arch").rope_fp32 else ACT
     pos = fb.input("rope.position_ids", (D(1), S_FULL), INT64)
-    names = fb.op("rotary_emb", "rotary_emb", [pos], [("rope.cos", (D(1), S_FULL, dim)),
-                                                      ("rope.sin", (D(1), S_FULL, dim))])
+    names = fb.op("rotary_emb", "rotary_emb", [pos], [("rope.cos", (D(1), S_FULL, dim), dtype),
+                                                      ("rope.sin", (D(1), S_FULL, dim), dtype)])
     return names[0]
 
