@@ -14,7 +14,7 @@ from functools import cache
 
 from symmem import _json
 from symmem._config_checks import check_config
-from symmem._files import read_named_or_path
+from symmem._files import read_named_or_path, read_text_file
 from symmem.errors import SymmemError
 from symmem.family import all_presets, family_of_config, ignored, read_sizes
 from symmem.model_config import (
@@ -52,7 +52,8 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions")  # HF's names for the 
 
 
 def load_model(name_or_path: str, overrides: Mapping | None = None) -> ModelConfig:
-    """A preset name (`deepseek-v3`, `llama-3-8b`, ...) or the path of an HF config.json; `overrides` replace
+    """A preset name (`deepseek-v3`, `llama-3-8b`, ...), the path of an HF config.json, or a Hugging Face Hub
+    repository `ORG/NAME` (its config.json through huggingface_hub's cache: `symmem._hub`); `overrides` replace
     config keys (e.g. `{"num_hidden_layers": 12}` for a truncated model)."""
     if not overrides and name_or_path in all_presets():
         return _preset(name_or_path)  # a shipped preset never changes: read and checked once per process
@@ -65,8 +66,14 @@ def _preset(name: str) -> ModelConfig:
 
 
 def _load(name_or_path: str, overrides: Mapping | None) -> ModelConfig:
-    text, source = read_named_or_path("model", name_or_path, "symmem.presets", ".json", tuple(all_presets()),
-                                      "unknown preset; known presets")
+    from symmem import _hub
+
+    if name_or_path not in all_presets() and _hub.is_repo_id(name_or_path):  # ORG/NAME: the Hub's config.json
+        path, source = _hub.config_json(name_or_path)
+        text = read_text_file(path, "model")
+    else:
+        text, source = read_named_or_path("model", name_or_path, "symmem.presets", ".json", tuple(all_presets()),
+                                          "unknown preset; known presets")
     raw = _json.loads(text, f"model = {name_or_path!r}")
     if overrides:
         if not isinstance(raw, dict):
