@@ -190,8 +190,8 @@ def family_of_config(raw: Mapping, source: str) -> tuple[Family, str, str | None
         for fam in registry().values():
             if isinstance(cls, str) and cls in fam.architectures:
                 as_type = fam.architectures[cls]
-                return fam, as_type, (f"model_type = {mt!r:.60} is not a model type of transformers 5.24; its architectures names "
-                                      f"{cls}: read as model_type {as_type!r}")
+                return fam, as_type, (f"model_type = {mt!r:.60} is not a model type of transformers 5.24; its "
+                                      f"architectures names {cls}: read as model_type {as_type!r}")
     return family_of_type(mt, source), mt, None
 
 

@@ -18,7 +18,8 @@ GEMMA = Decoder(
     name="gemma", model_types=("gemma",),
     defaults={"hidden_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
               "intermediate_size": 24576, "vocab_size": 256000, "num_hidden_layers": 28, "attention_bias": False},
-    arch=Arch(act="gelu_tanh", embed_scale=True, norm="gemma"), switches=BIAS, tie_default=True, act_default="gelu_pytorch_tanh",
+    arch=Arch(act="gelu_tanh", embed_scale=True, norm="gemma"), switches=BIAS, tie_default=True,
+    act_default="gelu_pytorch_tanh",
     reads=("hidden_activation",), doc="Gemma: GELU-tanh MLP, scaled embedding, tied head")
 
 GEMMA2 = Decoder(

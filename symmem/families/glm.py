@@ -11,7 +11,8 @@ GLM = Decoder(
     name="glm", model_types=("glm",),
     defaults={"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
               "intermediate_size": 13696, "vocab_size": 151552, "num_hidden_layers": 40, "attention_bias": True},
-    arch=Arch(fused_gate_up=True, rope_concat=True, rope_interleave=True), switches=(Switch("qkv_bias", "attention_bias"),),
+    arch=Arch(fused_gate_up=True, rope_concat=True, rope_interleave=True),
+    switches=(Switch("qkv_bias", "attention_bias"),),
     reads=("partial_rotary_factor",), rotary_default=0.5, doc="GLM-4: q/k/v biases, fused gate_up_proj")
 
 GLM4_MOE = Decoder(

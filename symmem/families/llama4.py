@@ -6,7 +6,7 @@ attention_chunk_size) change no parameter.
 """
 
 from symmem.blocks.features import Arch
-from symmem.families._decoder import PER_HEAD, Decoder, Switch, moe_layers_or_step
+from symmem.families._decoder import Decoder, Switch, moe_layers_or_step
 
 FAMILY = Decoder(
     name="llama4_text", model_types=("llama4_text",), presets=("llama-4-scout",),

@@ -20,7 +20,8 @@ MIXTRAL = Decoder(
     name="mixtral", model_types=("mixtral",), presets=("mixtral-8x7b",),
     sizes={**DENSE_SIZES, "N": "num_local_experts", "N_r": "num_experts_per_tok", "h_E": "intermediate_size"},
     defaults={**DEFAULTS, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None},
-    arch=Arch(router="topk_softmax"), layer_rule=all_moe, window_rule=window_everywhere, reads=WINDOW + ("router_jitter_noise",),
+    arch=Arch(router="topk_softmax"), layer_rule=all_moe, window_rule=window_everywhere,
+    reads=WINDOW + ("router_jitter_noise",),
     doc="Mixtral: every MLP a top-2 mixture of experts")
 
 FAMILIES = (MISTRAL, MINISTRAL, MIXTRAL)

@@ -54,6 +54,7 @@ QWEN3_MOE = Decoder(
               "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1,
               "mlp_only_layers": [], "attention_bias": False, **WINDOW_DEFAULTS},
     arch=Arch(qk_norm="head"), switches=(Switch("qkv_bias", "attention_bias"), Switch("o_bias", "attention_bias")),
-    layer_rule=sparse_step, window_rule=qwen_moe_window, reads=WINDOW + SPARSE, doc="Qwen3-MoE: Qwen3's attention, softmax top-k experts")
+    layer_rule=sparse_step, window_rule=qwen_moe_window, reads=WINDOW + SPARSE,
+    doc="Qwen3-MoE: Qwen3's attention, softmax top-k experts")
 
 FAMILIES = (QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE)

@@ -12,6 +12,7 @@ Model states (`states`):
   embedding [V/t, h] (`models/common/embeddings/language_model_embedding.py:56`), the learned positions [P, h]
   (`:67`, GPT only), per layer `input_layernorm` (`transformer/transformer_layer.py:287`), `linear_proj`
   [h, n_h d/t] before `linear_qkv` [(n_h + 2 n_g) d/t, h] (`transformer/attention.py:349`, `:1267`),
+  Qwen3's `q_layernorm` and `k_layernorm` [d] after it (`transformer/attention.py`, qk_layernorm),
   `pre_mlp_layernorm` (`transformer_layer.py:334`), `linear_fc1` [2f/t, h] for a gated unit
   (`transformer/mlp.py:108`, `:121`), `linear_fc2` [h, f/t] (`mlp.py:141`); biases after their weight when
   `add_bias_linear`; the MoE layer's router [E, h], made FP32 and cast to the run's dtype
@@ -42,14 +43,14 @@ from dataclasses import dataclass
 
 from symmem.errors import SymmemError
 
-SUPPORTED = ("llama", "gpt2", "qwen2_moe")
+SUPPORTED = ("llama", "gpt2", "qwen2_moe", "qwen3", "mixtral")
 
 
 @dataclass(frozen=True)
 class Dims:
     """The sizes Megatron's modules are built from, read from an HF config."""
 
-    kind: str  # llama | gpt2 | qwen2_moe
+    kind: str  # one of SUPPORTED
     h: int
     layers: int
     heads: int
@@ -65,6 +66,7 @@ class Dims:
     topk: int = 0
     moe_ffn: int = 0
     shared_ffn: int = 0
+    qk_norm: bool = False  # Qwen3: q_layernorm and k_layernorm per head (TransformerConfig.qk_layernorm)
 
     @classmethod
     def from_hf(cls, raw: dict, name: str = "config") -> Dims:
@@ -78,13 +80,14 @@ class Dims:
                            raw.get("n_inner") or 4 * h, raw["vocab_size"], raw["n_positions"], False, True,
                            bool(raw.get("tie_word_embeddings", True)))
             h, heads = raw["hidden_size"], raw["num_attention_heads"]
-            moe = kind == "qwen2_moe"
+            moe, mixtral = kind == "qwen2_moe", kind == "mixtral"
+            experts = raw["num_experts"] if moe else raw["num_local_experts"] if mixtral else 0
             return cls(kind, h, raw["num_hidden_layers"], heads, raw.get("num_key_value_heads", heads),
                        raw.get("head_dim") or h // heads, raw["intermediate_size"], raw["vocab_size"], 0, True,
                        False, bool(raw.get("tie_word_embeddings", False)),
-                       raw["num_experts"] if moe else 0, raw["num_experts_per_tok"] if moe else 0,
-                       raw["moe_intermediate_size"] if moe else 0,
-                       (raw.get("shared_expert_intermediate_size") or 0) if moe else 0)
+                       experts, raw["num_experts_per_tok"] if experts else 0,
+                       raw["moe_intermediate_size"] if moe else raw["intermediate_size"] if mixtral else 0,
+                       (raw.get("shared_expert_intermediate_size") or 0) if moe else 0, kind == "qwen3")
         except KeyError as exc:
             raise SymmemError(f"{name}: missing key {exc.args[0]!r} for model_type {kind}") from None
 
@@ -143,6 +146,9 @@ def weights(d: Dims, tp: int, pp: int, pp_rank: int, ep: int = 1, vpp: int = 1, 
         if d.bias:
             out.append(Weight(f"{p}.self_attention.linear_proj.bias", d.h, False))
         linear(f"{p}.self_attention.linear_qkv", (d.heads + 2 * d.groups) * d.head_dim // tp, d.h)
+        if d.qk_norm:  # transformer/attention.py: q_layernorm, k_layernorm over the head size (torch norms: FP32)
+            out.append(Weight(f"{p}.self_attention.q_layernorm.weight", d.head_dim, True))
+            out.append(Weight(f"{p}.self_attention.k_layernorm.weight", d.head_dim, True))
         norm(f"{p}.pre_mlp_layernorm")
         if d.experts:
             out.append(Weight(f"{p}.mlp.router.weight", d.experts * d.h, False))
@@ -269,6 +275,10 @@ def layer_saved(d: Dims, tp: int, b: int, s: int, bf16: bool, recompute: str = "
                         (f"{name} output (linear input)", rows * d.h * e)])
 
     norm("input_layernorm")
+    if d.qk_norm and recompute != "selective":
+        out.extend(_qk_norm_saved(rows, n, g, hd, e))
+    elif d.qk_norm:
+        raise SymmemError("Qwen3's q/k layernorm under selective recomputation is not modelled")
     rope = d.kind != "gpt2"
     if rope:
         out.append(("RoPE cos and sin for q and k", 4 * s * hd * e))
@@ -281,8 +291,9 @@ def layer_saved(d: Dims, tp: int, b: int, s: int, bf16: bool, recompute: str = "
     else:
         if rope:
             out.extend([("q after RoPE", rows * n * hd * e), ("k (repeated to n heads when g < n)", rows * n * hd * e)])
-            out.append(("v repeated to n heads" if g < n else "linear_qkv output (v)",
-                        rows * n * hd * e if g < n else rows * (n + 2 * g) * hd * e))
+            if g < n or not (d.qk_norm and e == 4):  # else: linear_qkv's output, counted with k_layernorm
+                out.append(("v repeated to n heads" if g < n else "linear_qkv output (v)",
+                            rows * n * hd * e if g < n else rows * (n + 2 * g) * hd * e))
         else:
             out.append(("linear_qkv output (q, k, v views)", rows * (n + 2 * g) * hd * e))
         out.append(("causal mask [s, s] (bool)", s * s))
@@ -300,6 +311,25 @@ def layer_saved(d: Dims, tp: int, b: int, s: int, bf16: bool, recompute: str = "
         out.extend([("biased linear_fc1 output (gelu input)", rows * f * e), ("gelu output (linear_fc2 input)",
                                                                             rows * f * e)])
     return out
+
+
+def _qk_norm_saved(rows: int, n: int, g: int, hd: int, e: int) -> list[tuple[str, int]]:
+    """Qwen3's q_layernorm and k_layernorm (torch RMSNorm over the head size, `transformer/attention.py`
+    get_query_key_value_tensors then `q_layernorm`/`k_layernorm`): each keeps its FP32 input, FP32 rstd per head
+    row and FP32 normalised input (the norm's output feeds the unfused RoPE, whose products keep only cos and sin).
+    The query is split from linear_qkv's [s, b, g, (n/g + 2) d] output and reshaped to n heads: a copy when it
+    merges two strided dimensions (g > 1 and n > g), a view when n = g or g = 1 (TP 2 of 2 groups: measured); the
+    key is a view. In FP32 runs the FP32 input is the tensor itself, so a view keeps the
+    whole linear_qkv output alive (counted once, and not again as v's when g = n); in BF16 runs it is an FP32 copy
+    of the head's size."""
+    qkv = rows * (n + 2 * g) * hd * e
+    if e == 4:  # the FP32 inputs are the tensors: the query copy (n > g) and the linear_qkv output (k's view)
+        inputs = [("q_layernorm input (a copy of the query)", rows * n * hd * 4)] if n > g > 1 else []
+        inputs.append(("linear_qkv output (k_layernorm's input, a view)", qkv))
+    else:
+        inputs = [("q_layernorm FP32 input", rows * n * hd * 4), ("k_layernorm FP32 input", rows * g * hd * 4)]
+    return [*inputs, ("q_layernorm FP32 rstd", rows * n * 4), ("q_layernorm FP32 normalised input", rows * n * hd * 4),
+            ("k_layernorm FP32 rstd", rows * g * 4), ("k_layernorm FP32 normalised input", rows * g * hd * 4)]
 
 
 def _moe_saved(d: Dims, tokens: int, e: int) -> list[tuple[str, int]]:

@@ -279,7 +279,8 @@ def peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int,
                      "measured)")
     if not events:
         notes.append("peak: the forward and backward are not modelled for this configuration (PP > 1, full "
-                     "recomputation, GPT, tied embeddings or MoE); the prediction is the optimizer step's")
+                     "recomputation, GPT, Qwen3's q/k norms, tied embeddings or MoE); the prediction is the "
+                     "optimizer step's")
     if step is None:
         return None, notes
     return max([step, *events]), notes

@@ -153,8 +153,8 @@ RULES = RuleSet(
         # a tensor times a learned parameter (RMSNorm's FP32 weight, mHC's `scale`): MulBackward0 keeps the tensor
         # (mul.Tensor: other needs self for its gradient) and the parameter (a weight, not counted here)
         "param_mul": inputs(0),
-        "softplus": inputs(0),
-        "tanh": outputs(0),  # TanhBackward0 keeps its result (derivatives.yaml tanh: result): Gemma 2's soft-capping  # SoftplusBackward0 keeps self (derivatives.yaml softplus: self, beta, threshold)
+        "softplus": inputs(0),  # SoftplusBackward0 keeps self (derivatives.yaml softplus: self, beta, threshold)
+        "tanh": outputs(0),  # TanhBackward0 keeps its result (derivatives.yaml tanh: result): Gemma 2's soft-capping
         "sqrt": outputs(0),  # SqrtBackward0 keeps its result (derivatives.yaml sqrt: result)
         "clamp": inputs(0),  # ClampBackward1 keeps self (clamp: self, min, max; the mask is recomputed)
         # max(dim, keepdim).values: MaxBackward0 keeps the int64 indices (derivatives.yaml max.dim: indices)

@@ -25,6 +25,14 @@ WIDE_VOCAB = {"model_type": "llama", "hidden_size": 96, "intermediate_size": 192
 NARROW_VOCAB = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 8,
                 "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 64, "max_position_embeddings": 128,
                 "tie_word_embeddings": False}
+# issue 44: Qwen3 (q/k layernorm per head, GQA groups of 2: the query a copy, the key a view) and Mixtral (MoE in
+# every layer, no shared expert)
+QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 128,
+         "max_position_embeddings": 64, "tie_word_embeddings": False}
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 32, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+           "vocab_size": 128, "max_position_embeddings": 64, "tie_word_embeddings": False}
 MOE = {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
        "shared_expert_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2, "num_attention_heads": 4,
        "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 64,
@@ -159,6 +167,11 @@ MATRIX = {
     "moe-ep1": (MOE, []),
     "moe-b2-s16": (MOE, ["-b", "2", "-s", "16"]),
     "moe-dp2-bf16": (MOE, ["--dp", "2", "--dtype", "bf16"]),
+    "qwen3-tp1": (QWEN3, []),
+    "qwen3-tp2": (QWEN3, ["--tp", "2"]),  # one key/value group per rank: the query stays a view
+    "qwen3-bf16": (QWEN3, ["--dtype", "bf16"]),
+    "mixtral-ep1": (MIXTRAL, []),
+    "mixtral-b2-s16": (MIXTRAL, ["-b", "2", "-s", "16"]),
     "head-tp1-b4-m2": (WIDE_VOCAB, ["-b", "4", "--microbatches", "2"]),
     "head-tp2-selective-b4": (WIDE_VOCAB, ["--tp", "2", "--recompute", "selective", "-b", "4"]),
     "loss-tp2-bf16-b4": (WIDE_VOCAB, ["--tp", "2", "--dtype", "bf16", "-b", "4"]),

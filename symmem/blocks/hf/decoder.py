@@ -32,8 +32,8 @@ from symmem.blocks._dims import S_FULL, S_MOE, S_SP, B, H, seq
 from symmem.blocks.features import Arch, h_S
 from symmem.blocks.gqa import n_kv
 from symmem.blocks.hf import ffn
-from symmem.blocks.hf._ops import cast, linear, rmsnorm, views
-from symmem.blocks.hf.llama import SDPA_GQA_MAX_HEAD_DIM
+from symmem.blocks.hf._ops import cast, linear, views
+from symmem.blocks.hf.llama import repeat_heads, repeats_kv
 from symmem.blocks.symbols import N, N_r, d_h, h_F, n_h
 from symmem.config import ModelConfig
 from symmem.errors import SymmemError
@@ -73,18 +73,10 @@ def _norm(fb: DataflowBuilder, arch: Arch, name: str, x: str, out: str, dims: tu
     return y
 
 
-def _repeats_kv(model: ModelConfig, impl: DecoderImpl) -> bool:
-    """Whether the attention receives key and value repeated to n_h heads (`symmem.blocks.hf.llama`)."""
-    if model.value("n_kv") == model.value("n_h"):
-        return False
-    if impl.attn == "eager":
-        return True
-    return model.value("d_h") > SDPA_GQA_MAX_HEAD_DIM and not impl.unit_seq
-
-
 def layer(fb: DataflowBuilder, x: str, kind: str, *, model: ModelConfig, impl: DecoderImpl) -> str:
     arch: Arch = model.option("arch")
-    missing = [what for on, what in ((arch.sinks, "attention sinks"), (arch.qk_norm == "l2", "the weightless L2 q/k norm"),
+    missing = [what for on, what in ((arch.sinks, "attention sinks"),
+                                     (arch.qk_norm == "l2", "the weightless L2 q/k norm"),
                                      (arch.clamped_swiglu, "the clamped SwiGLU"),
                                      (arch.router == "sigmoid_top1", "Llama 4's top-1 sigmoid router")) if on]
     if missing:
@@ -143,10 +135,11 @@ def attention(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: Decod
                                                    ("attn.key", (B, kv_heads, S, hd))], tags=PREP)
     value = v
     ctx_dims = (B, heads, S, hd)
-    repeats = _repeats_kv(model, impl) or (masked and model.value("n_kv") != model.value("n_h"))
+    repeats = repeats_kv(model, impl) or (masked and model.value("n_kv") != model.value("n_h"))
     mqa_view = repeats and model.value("n_kv") == 1
     if repeats:  # repeat_kv: expand + reshape, a copy to n_h heads (a stride-0 view at one kv head)
-        key, value = (_repeat(fb, t, f"attn.{t.rsplit('.', 1)[1]}_heads", ctx_dims, mqa_view) for t in (key, value))
+        key, value = (repeat_heads(fb, t, f"attn.{t.rsplit('.', 1)[1]}_heads", ctx_dims, mqa_view)
+                      for t in (key, value))
     if impl.attn == "sdpa" and model.option("attention_dropout"):
         raise SymmemError(f"{model.name}: attention_dropout > 0 with sdpa: torch runs its math backend, not modelled; "
                           "use --attn-impl eager")
@@ -165,7 +158,7 @@ def attention(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: Decod
     else:
         scores = (B, heads, S, S)
         if mqa_view:  # matmul's flattening of (b, n_h) over a stride-0 head dimension: a copy unless b = 1
-            key, value = (_repeat(fb, t, f"{t}_flat", ctx_dims, impl.unit_batch, "flatten") for t in (key, value))
+            key, value = (repeat_heads(fb, t, f"{t}_flat", ctx_dims, impl.unit_batch, "flatten") for t in (key, value))
         (sc,) = fb.op("matmul", "qk", [query, key], [("attn.scores", scores)], tags=CORE)
         if arch.attn_softcap:  # Gemma 2: scores / cap, tanh, * cap
             (sc,) = fb.op("scale", "softcap.div", [sc], [("attn.scores_div", scores)], tags=CORE)
@@ -195,11 +188,6 @@ def _linear(fb: DataflowBuilder, name: str, x: str, out: tuple, weight_dims: tup
     ws = [Weight(f"{name}.weight", weight_dims)] + ([Weight(f"{name}.bias", (bias,))] if bias is not None else [])
     (y,) = fb.op("linear", name, [x], [out], ws)
     return y
-
-
-def _repeat(fb: DataflowBuilder, src: str, out: str, dims, view: bool, what: str = "repeat_kv") -> str:
-    (o,) = fb.op("reshape", f"{what}.{src.split('.', 1)[1]}", [src], [(out, dims)], tags=CORE)
-    return fb.alias(o, view_of=src) if view else o
 
 
 def gated(fb: DataflowBuilder, name: str, x: str, *, arch: Arch, rows: tuple[Dim, ...], width: Dim,

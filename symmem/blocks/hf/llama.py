@@ -52,8 +52,9 @@ class LlamaImpl:
             raise SymmemError(f"attn_impl = {self.attn!r}: unknown; known: {', '.join(ATTN_IMPLS)}")
 
 
-def _repeats_kv(model: ModelConfig, impl: LlamaImpl) -> bool:
-    """Whether the attention receives key and value repeated to n_h heads (a copy each)."""
+def repeats_kv(model: ModelConfig, impl) -> bool:
+    """Whether the attention receives key and value repeated to n_h heads (a copy each); `impl`: its attention
+    implementation (`attn`) and whether s = 1 (`unit_seq`)."""
     if model.value("n_kv") == model.value("n_h"):
         return False  # repeat_kv(x, 1) returns x; sdpa needs no GQA
     if impl.attn == "eager":
@@ -61,7 +62,8 @@ def _repeats_kv(model: ModelConfig, impl: LlamaImpl) -> bool:
     return model.value("d_h") > SDPA_GQA_MAX_HEAD_DIM and not impl.unit_seq
 
 
-def _repeat(fb: DataflowBuilder, src: str, out: str, dims, view: bool, what: str = "repeat_kv") -> str:
+def repeat_heads(fb: DataflowBuilder, src: str, out: str, dims, view: bool, what: str = "repeat_kv") -> str:
+    """repeat_kv's expand + reshape (`what`: or matmul's flattening): a copy to n_h heads, or a view."""
     (o,) = fb.op("reshape", f"{what}.{src.split('.', 1)[1]}", [src], [(out, dims)], tags=CORE)
     return fb.alias(o, view_of=src) if view else o
 
@@ -89,10 +91,11 @@ def attention(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: Llama
     ctx_dims = (B, heads, S, hd)
     # With one key/value head (multi-query), repeat_kv's reshape merges a size-1 dimension with the expanded one:
     # a view with stride 0 over the heads, no copy.
-    mqa_view = _repeats_kv(model, impl) and model.value("n_kv") == 1
-    if _repeats_kv(model, impl):
+    mqa_view = repeats_kv(model, impl) and model.value("n_kv") == 1
+    if repeats_kv(model, impl):
         # repeat_kv: hidden_states[:, :, None].expand(...).reshape(b, n_h, s, d): a copy to n_h heads
-        key, value = (_repeat(fb, t, f"attn.{t.rsplit('.', 1)[1]}_heads", ctx_dims, mqa_view) for t in (key, value))
+        key, value = (repeat_heads(fb, t, f"attn.{t.rsplit('.', 1)[1]}_heads", ctx_dims, mqa_view)
+                      for t in (key, value))
     if impl.attn == "sdpa":
         # flash-attention-for-CPU keeps q, k, v (as passed), its output and an FP32 logsumexp (b, n_h, s)
         ctx, _lse = fb.op("sdpa_flash", "sdpa", [query, key, value],
@@ -103,7 +106,7 @@ def attention(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: Llama
         # matmul(query, key_states.transpose(2, 3)) flattens (b, n_h): BmmBackward0 keeps both operands (copies,
         # or views of tensors nothing else keeps: the same bytes)
         if mqa_view:  # matmul's flattening of (b, n_h) over a stride-0 head dimension: a copy unless b = 1
-            key, value = (_repeat(fb, t, f"{t}_flat", ctx_dims, impl.unit_batch, "flatten") for t in (key, value))
+            key, value = (repeat_heads(fb, t, f"{t}_flat", ctx_dims, impl.unit_batch, "flatten") for t in (key, value))
         (sc,) = fb.op("matmul", "qk", [query, key], [("attn.scores", scores)], tags=CORE)
         (p,) = fb.op("softmax", "attn_softmax", [sc], [("attn.probs", scores, FP32)], tags=CORE)  # dtype=float32
         probs = cast(fb, "attn_probs_cast", p, "attn.probs_dt", scores, tags=CORE)  # .to(query.dtype)

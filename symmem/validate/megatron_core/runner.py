@@ -27,7 +27,7 @@ from symmem.validate.megatron_core import MISSING
 
 @dataclass(frozen=True)
 class Settings:
-    raw: dict  # HF config (llama, gpt2, qwen2_moe)
+    raw: dict  # HF config (llama, gpt2, qwen2_moe, qwen3, mixtral)
     tp: int = 1
     pp: int = 1
     dp: int = 1
@@ -89,10 +89,16 @@ def transformer_config(st: Settings):
                ffn_hidden_size=raw["intermediate_size"], normalization="RMSNorm",
                layernorm_epsilon=raw.get("rms_norm_eps", 1e-6), add_bias_linear=False, activation_func=F.silu,
                gated_linear_unit=True, bias_activation_fusion=False, kv_channels=raw.get("head_dim"))
-    if kind == "qwen2_moe":
-        cfg.update(num_moe_experts=raw["num_experts"], moe_router_topk=raw["num_experts_per_tok"],
-                   moe_ffn_hidden_size=raw["moe_intermediate_size"], moe_token_dispatcher_type="alltoall",
-                   moe_shared_expert_intermediate_size=raw.get("shared_expert_intermediate_size") or None,
+    if kind == "qwen3":  # Qwen3: RMSNorm on q and k per head (Megatron's qk_layernorm)
+        cfg.update(qk_layernorm=True)
+    if kind in ("qwen2_moe", "mixtral"):
+        mixtral = kind == "mixtral"  # Mixtral: every layer 8 experts of intermediate_size, no shared expert
+        cfg.update(num_moe_experts=raw["num_local_experts" if mixtral else "num_experts"],
+                   moe_router_topk=raw["num_experts_per_tok"],
+                   moe_ffn_hidden_size=raw["intermediate_size" if mixtral else "moe_intermediate_size"],
+                   moe_token_dispatcher_type="alltoall",
+                   moe_shared_expert_intermediate_size=None if mixtral else
+                   (raw.get("shared_expert_intermediate_size") or None),
                    moe_router_load_balancing_type="none", moe_grouped_gemm=False, moe_aux_loss_coeff=0.0)
     return TransformerConfig(**{k: v for k, v in cfg.items() if v is not None}, **common)
 
@@ -125,9 +131,9 @@ def _iteration(rank: int, st: Settings) -> dict:
     torch.manual_seed(st.seed)
     config = transformer_config(st)
     gpt2 = st.raw.get("model_type") == "gpt2"
-    moe = st.raw.get("model_type") == "qwen2_moe"
+    moe = st.raw.get("model_type") in ("qwen2_moe", "mixtral")
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts if moe else None, moe_grouped_gemm=False,
-                                    normalization=config.normalization)
+                                    qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     vocab = st.raw["vocab_size"]
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                                                use_distributed_optimizer=st.distributed_optimizer)
