@@ -370,6 +370,10 @@ class Decoder(Family):
 
     def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
                 unit_seq: bool, s: int | None = None) -> object:
+        missing = hf_decoder.not_written(model)
+        if missing:
+            raise SymmemError(f"dataflow = 'hf': the Hugging Face dataflow (torch-eager) of {self.name} is not written "
+                              f"yet ({', '.join(missing)}); use dataflow = 'paper' (--dataflow paper)")
         if router is not None:
             raise SymmemError(f"hf_router = {router!r}: {self.name}'s router is its config's; leave it unset")
         if attn == "sdpa" and not self.sdpa:

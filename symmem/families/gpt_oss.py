@@ -16,5 +16,5 @@ FAMILY = Decoder(
     arch=Arch(sinks=True, router="topk_softmax", router_name="router", router_bias=True, expert_bias=True,
               clamped_swiglu=True, norm="fp32_weight"), window_rule=alternate_window,
     switches=(Switch("qkv_bias", "attention_bias"), Switch("o_bias", "attention_bias")), layer_rule=all_moe,
-    reads=("sliding_window", "layer_types", "swiglu_limit", "hidden_act"), act_key=None,
+    reads=("sliding_window", "layer_types", "swiglu_limit", "hidden_act"), act_key=None, hf_dataflow=False,
     doc="gpt-oss: attention sinks, biases, clamped SwiGLU experts")

@@ -20,6 +20,6 @@ FAMILY = Decoder(
     arch=Arch(router="sigmoid_top1", router_name="router", shared="expert_width", ffn_name="feed_forward"),
     switches=(Switch("qkv_bias", "attention_bias"), Switch("o_bias", "attention_bias"),
               Switch("qk_norm", "use_qk_norm", on="l2")),
-    layer_rule=moe_layers_or_step,
+    layer_rule=moe_layers_or_step, hf_dataflow=False,
     reads=("interleave_moe_layer_step", "moe_layers", "use_qk_norm", "no_rope_layers", "attention_chunk_size"),
     doc="Llama 4 (text): interleaved MoE with a shared expert, NoPE and chunked layers")
