@@ -98,6 +98,11 @@ class Family:
         """Tensors all layers of a stage share (the rotary tables of a Hugging Face model), or None."""
         return None
 
+    def uses_shared(self, model: ModelConfig, kind: str) -> bool:
+        """Whether a layer of `kind` keeps the shared tensors (`build_shared`): a stage of layers that all do not
+        (NoPE layers, which rotate nothing) keeps none."""
+        return True
+
     # ---------------------------------------------------------------------------------------- options
     def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
                 unit_seq: bool) -> object:

@@ -132,7 +132,7 @@ def stage_parts(model: ModelConfig, stage: Stage, convention: str, impl: object 
     parts: list[Part] = []
     if stage.embedding:
         parts.append(Part("embedding", "embedding", embedding_flow(model, impl), 1))
-    if impl is not None and (stage.layers or stage.mtp):
+    if impl is not None and (any(model.family.uses_shared(model, kinds[i]) for i in stage.layers) or stage.mtp):
         shared = shared_flow(model, impl)
         if shared is not None:
             parts.append(Part(shared.name, "shared", shared, 1))

@@ -62,6 +62,9 @@ class Arch:
     rope_concat: bool = False
     rope_interleave: bool = False
     rope_fp32: bool = False  # the rotary tables stay FP32 in a BF16 model (OLMo 2's rotary embedding)
+    rope_half_tables: bool = False  # cos and sin of head_dim / 2 (gpt-oss rotates the two halves: no repeat)
+    rope_complex: bool = False  # one complex64 table freqs_cis of head_dim / 2 (Llama 4's complex RoPE)
+    softmax_fp32: bool = True  # eager attention's softmax(dtype=float32) then .to(dtype); Llama 4's runs in the dtype
     residual_dropout: bool = False  # dropout of attention's and the MLP's outputs (Seed-OSS's residual_dropout)
     # MLP and experts
     act: str = "silu"  # one of ACTIVATIONS

@@ -145,9 +145,9 @@ def pattern_window(raw, get, n_layers, source):
     return w, tuple(w is not None and bool((i + 1) % pattern) for i in range(n_layers))
 
 
-def nope_window(raw, get, n_layers, source):
-    """SmolLM3 (configuration_smollm3.py:100-113): with use_sliding_window, the NoPE layers slide."""
-    w = _window(get("sliding_window"), source) if _flag(get, "use_sliding_window", source) else None
+def smollm3_nope(raw, get, n_layers, source) -> tuple[bool, ...]:
+    """SmolLM3's NoPE layers: no_rope_layers[i] == 0, by default every no_rope_layer_interval-th
+    (configuration_smollm3.py:100-103)."""
     rope = get("no_rope_layers")
     if rope is None:
         every = positive_int("no_rope_layer_interval", get("no_rope_layer_interval"), source)
@@ -155,7 +155,35 @@ def nope_window(raw, get, n_layers, source):
     if not isinstance(rope, list) or len(rope) != n_layers:
         raise SymmemError(f"{source}: no_rope_layers = {rope!r:.60}: must list 0 or 1 for each of the {n_layers} "
                           "layers")
-    return w, tuple(w is not None and not r for r in rope)
+    return tuple(not r for r in rope)
+
+
+def nope_window(raw, get, n_layers, source):
+    """SmolLM3 (configuration_smollm3.py:100-113): with use_sliding_window, the NoPE layers slide."""
+    w = _window(get("sliding_window"), source) if _flag(get, "use_sliding_window", source) else None
+    return w, tuple(w is not None and nope for nope in smollm3_nope(raw, get, n_layers, source))
+
+
+def chunked_window(raw, get, n_layers, source):
+    """Llama 4 (configuration_llama4.py:169-191): the RoPE layers attend in chunks of attention_chunk_size (a
+    window as far as the mask goes: transformers builds one from s = chunk on), the NoPE layers globally."""
+    w = None if get("attention_chunk_size") is None else positive_int("attention_chunk_size",
+                                                                        get("attention_chunk_size"), source)
+    return w, tuple(w is not None and not nope for nope in llama4_nope(raw, get, n_layers, source))
+
+
+def llama4_nope(raw, get, n_layers, source) -> tuple[bool, ...]:
+    """Llama 4's NoPE layers: no_rope_layers[i] == 0, or, when no_rope_layers is absent or empty (Scout's config
+    has []), every no_rope_layer_interval-th layer (configuration_llama4.py:169-172)."""
+    rope = get("no_rope_layers")
+    if not rope:
+        every = positive_int("no_rope_layer_interval", get("no_rope_layer_interval"), source)
+        rope = [int((i + 1) % every != 0) for i in range(n_layers)]
+    if not isinstance(rope, list) or len(rope) != n_layers or any(r not in (0, 1) or isinstance(r, bool)
+                                                                  for r in rope):
+        raise SymmemError(f"{source}: no_rope_layers = {rope!r:.60}: must list 0 or 1 for each of the {n_layers} "
+                          "layers")
+    return tuple(not r for r in rope)
 
 
 def _window(value: object, source: str) -> int | None:
@@ -194,6 +222,9 @@ class Decoder(Family):
     layer_rule: Callable = all_dense
     #: which layers attend through a sliding window, and its size (no_window, window_everywhere, qwen_window, ...)
     window_rule: Callable = no_window
+    #: which layers are NoPE layers (no RoPE: they keep no rotary table; Llama 4's: no q/k norm either, and
+    #: temperature-scaled queries); None: every layer rotates
+    nope_rule: Callable | None = None
     #: other keys read (checked where they matter, never silently trusted): windows, layer types, routing options
     reads: tuple[str, ...] = ()
     #: what the family is, for `symmem families` and the docs
@@ -221,8 +252,9 @@ class Decoder(Family):
         self.routed_experts = ("N", "N_r") if moe else None
         base = ("dense", "moe") if moe else ("dense",)
         # a sliding layer is a kind of its own: its sdpa keeps a mask where the window bites (symmem.blocks.hf.decoder)
-        self.layer_kind_order = tuple(k for b in base for k in ((b, f"{b}_sliding") if self.window_rule is not no_window
-                                                                   else (b,)))
+        slides = ("", "_sliding") if self.window_rule is not no_window else ("",)
+        nopes = ("", "_nope") if self.nope_rule is not None else ("",)
+        self.layer_kind_order = tuple(f"{b}{w}{n}" for b in base for n in nopes for w in slides)
         self.conventions = ("paper", "megatron") if moe and self.megatron else ("paper",)
         div = [("tp", "n_h"), ("tp", "n_kv"), ("tp", "V")]
         div += [("tp", "h_F")] if "h_F" in self.sizes else []
@@ -291,12 +323,15 @@ class Decoder(Family):
             types = raw["layer_types"]
             check_layer_types(types, "layer_types", ("full_attention", "sliding_attention", "chunked_attention"),
                               values["L"], source)
-            sliding = tuple(t == "sliding_attention" for t in types)
+            sliding = tuple(t in ("sliding_attention", "chunked_attention") for t in types)
             if any(sliding) and window is None:
                 window = _window(get("sliding_window"), source)
                 if window is None:
                     raise SymmemError(f"{source}: layer_types has sliding_attention layers: sliding_window must be set")
         kinds = tuple(f"{k}_sliding" if slide else k for k, slide in zip(kinds, sliding, strict=True))
+        if self.nope_rule is not None:
+            nope = self.nope_rule(raw, get, values["L"], source)
+            kinds = tuple(f"{k}_nope" if n else k for k, n in zip(kinds, nope, strict=True))
         if any(k.startswith("moe") for k in kinds) and "N" not in values:
             raise SymmemError(f"{source}: {self.name}: MoE layers without routed experts")
         used = {k for s, k in self.sizes.items() if s in values}
@@ -306,6 +341,8 @@ class Decoder(Family):
         tie = boolean("tie_word_embeddings", get("tie_word_embeddings") if "tie_word_embeddings" in raw
                       else self.tie_default, source)
         options = (("arch", arch), ("kinds", kinds), ("window", window), ("attention_dropout", dropout > 0),
+                   ("temperature_tuning", boolean("attn_temperature_tuning", get("attn_temperature_tuning") or False,
+                                                  source)),
                    ("rotary_dim", self._rotary_dim(raw, values["d_h"], source)),
                    ("norm_topk_prob", boolean("norm_topk_prob", raw.get("norm_topk_prob", self.norm_topk_default),
                                               source)))
@@ -356,7 +393,9 @@ class Decoder(Family):
             return hf_decoder.layer(fb, x, kind, model=model, impl=impl)
         arch: Arch = model.option("arch")
         axis = "sp_moe" if kind.startswith("moe") else "sp"
-        y = decoder.attention(fb, x, arch=arch, resid_axis=axis, dropout=bool(model.option("attention_dropout")))
+        nope = kind.endswith("_nope")
+        y = decoder.attention(fb, x, arch=arch, resid_axis=axis, dropout=bool(model.option("attention_dropout")),
+                              rope=not nope, qk_norm=not nope)
         if kind.startswith("moe"):
             return decoder.moe(fb, y, arch=arch, convention=convention)
         return decoder.dense_mlp(fb, y, arch=arch, resid_axis=axis)
@@ -367,6 +406,9 @@ class Decoder(Family):
         if impl is None or model.option("arch").rope_interleave:
             return None
         return hf_decoder.rope_tables(fb, model)
+
+    def uses_shared(self, model: ModelConfig, kind: str) -> bool:
+        return not kind.endswith("_nope")  # a NoPE layer rotates nothing: it keeps no rotary table
 
     def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
                 unit_seq: bool, s: int | None = None) -> object:

@@ -14,7 +14,7 @@ FAMILY = Decoder(
               "intermediate_size": 2880, "vocab_size": 201088, "num_hidden_layers": 36, "num_local_experts": 128,
               "num_experts_per_tok": 4, "attention_bias": True, "sliding_window": 128},
     arch=Arch(sinks=True, router="topk_softmax", router_name="router", router_bias=True, expert_bias=True,
-              clamped_swiglu=True, norm="fp32_weight"), window_rule=alternate_window,
+              clamped_swiglu=True, norm="fp32_weight", rope_half_tables=True), window_rule=alternate_window, sdpa=False,
     switches=(Switch("qkv_bias", "attention_bias"), Switch("o_bias", "attention_bias")), layer_rule=all_moe,
-    reads=("sliding_window", "layer_types", "swiglu_limit", "hidden_act"), act_key=None, hf_dataflow=False,
+    reads=("sliding_window", "layer_types", "swiglu_limit", "hidden_act"), act_key=None,
     doc="gpt-oss: attention sinks, biases, clamped SwiGLU experts")

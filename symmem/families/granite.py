@@ -4,7 +4,7 @@ mlp_bias), SmolLM3 (NoPE layers, tied head), Seed-OSS (q/k/v biases, attention_o
 """
 
 from symmem.blocks.features import Arch
-from symmem.families._decoder import HEADS, PER_HEAD, Decoder, Switch, nope_window
+from symmem.families._decoder import HEADS, PER_HEAD, Decoder, Switch, nope_window, smollm3_nope
 
 BIAS = (Switch("qkv_bias", "attention_bias"), Switch("o_bias", "attention_bias"), Switch("mlp_bias", "mlp_bias"))
 
@@ -21,7 +21,7 @@ SMOLLM3 = Decoder(
     defaults={"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": PER_HEAD,
               "intermediate_size": 11008, "vocab_size": 128256, "num_hidden_layers": 36, "attention_bias": False,
               "mlp_bias": False, "sliding_window": None, "use_sliding_window": False, "no_rope_layer_interval": 4},
-    window_rule=nope_window,
+    window_rule=nope_window, nope_rule=smollm3_nope,
     switches=BIAS, tie_default=True, reads=("no_rope_layers", "no_rope_layer_interval", "sliding_window",
                                             "use_sliding_window", "layer_types"),
     doc="SmolLM3: Llama's layer with NoPE layers, tied head")

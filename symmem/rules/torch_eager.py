@@ -57,6 +57,22 @@ def _rmsnorm_fp32_weight(op: Op, flow: Dataflow) -> list[Saved]:
             Saved(Tensor(f"{y.name}.normed_fp32", y.dims, FP32), f"FP32 normalized input of rmsnorm {op.name}")]
 
 
+def _l2norm(op: Op, flow: Dataflow) -> list[Saved]:
+    """Llama 4's weightless L2 norm (Llama4TextL2Norm: x.float() * rsqrt(mean(x^2) + eps), then type_as): its FP32
+    input and FP32 rsqrt per row, as an RMSNorm's without the weight's product (measured)."""
+    x, y = flow.tensors[op.inputs[0]], flow.tensors[op.outputs[0]]
+    rows = y.dims[:-1] + (Dim(1),)
+    return [Saved(Tensor(f"{y.name}.input_fp32", x.dims, FP32, cast_of=x.name), f"FP32 input of l2norm {op.name}"),
+            Saved(Tensor(f"{y.name}.rsqrt", rows, FP32), f"FP32 rsqrt of l2norm {op.name}")]
+
+
+def _temperature(op: Op, flow: Dataflow) -> list[Saved]:
+    """Llama 4's attention temperature on NoPE layers: q times FP32 scales (1, s, 1, 1) made on every call; the
+    product keeps the scales (q is not kept: the scales need no gradient)."""
+    x = flow.tensors[op.inputs[0]]
+    return [Saved(Tensor(f"{op.name}.scales", (Dim(1), x.dims[1]), FP32), f"FP32 per-position scales of {op.name}")]
+
+
 def _sdpa_flash(op: Op, flow: Dataflow) -> list[Saved]:
     """ScaledDotProductFlashAttentionForCpuBackward0: q, k, v as passed (and the attention mask, when given one:
     a sliding layer's), its output and FP32 logsumexp."""
@@ -127,6 +143,8 @@ RULES = RuleSet(
         "rmsnorm_offset": _rmsnorm_offset,
         "rmsnorm_fp32_weight": _rmsnorm_fp32_weight,
         "dropout_noise": _dropout_noise,
+        "l2norm": _l2norm,
+        "temperature": _temperature,
         "matmul": inputs(0, 1),  # BmmBackward0: both operands (as flattened: views or copies)
         "softmax": outputs(0),  # SoftmaxBackward0 / SafeSoftmaxBackward0: the output
         "sigmoid": outputs(0),  # SigmoidBackward0: the output

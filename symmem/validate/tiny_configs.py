@@ -32,7 +32,8 @@ TINY: dict[str, dict] = {
                  "first_k_dense_replace": 2, "use_qk_norm": True, "attention_bias": True},
     "gpt_oss": {"num_local_experts": 5, "num_experts_per_tok": 2, "sliding_window": 8},
     "llama4_text": {"num_local_experts": 5, "num_experts_per_tok": 1, "intermediate_size_mlp": 44,
-                    "interleave_moe_layer_step": 2},
+                    "interleave_moe_layer_step": 2, "attention_chunk_size": 8, "no_rope_layer_interval": 2,
+                    "floor_scale": 4},
     "granite": {"attention_bias": True, "mlp_bias": True},
     "smollm3": {"mlp_bias": True},
     "seed_oss": {"attention_out_bias": True, "mlp_bias": True},  # attention_dropout: its default 0.1

@@ -2,8 +2,8 @@
 against real PyTorch on the CPU, to the byte: saved bytes per layer kind (each kind a tiny odd config has: dense,
 MoE, sliding), the rotary tables shared by the layers, and the layer's parameters; fp32 and bf16, eager and sdpa
 attention, eager and grouped_mm experts; at b = 2, s = 8 (a sliding window of 8 bites: sdpa gets a mask) and at
-b = 1, s = 5 (it does not). What transformers or symmem does not run is refused in one line (Gemma 2 with sdpa,
-sdpa with attention dropout, gpt-oss's and Llama 4's layers)."""
+b = 1, s = 5 (it does not). What transformers or symmem does not run is refused in one line (Gemma 2 and gpt-oss with
+sdpa, sdpa with attention dropout, grouped_mm for gpt-oss's and Llama 4's experts)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from symmem.validate.tiny_configs import TINY, tiny
 
 pytestmark = pytest.mark.torch
 
-NOT_WRITTEN = ("gpt_oss", "llama4_text")  # their hf dataflows refuse (sinks, clamped SwiGLU, L2 norm, top-1 router)
-EAGER_ONLY = {"gemma2": "eager attention only", "seed_oss": "attention_dropout > 0 with sdpa"}
+NOT_WRITTEN: tuple[str, ...] = ()  # every declared family has its hf dataflow
+EAGER_ONLY = {"gemma2": "eager attention only", "gpt_oss": "eager attention only",
+              "seed_oss": "attention_dropout > 0 with sdpa"}
+ONE_EXPERTS_IMPL = ("gpt_oss", "llama4_text")  # eager experts only (grouped_mm refused)
 
 
 def _layers(model_type: str) -> list[int]:
@@ -54,7 +56,7 @@ def test_short_sequence_batch_one(measure, mt):
         _check(measure, mt, layer, 1, 5, "bf16", "eager" if mt in EAGER_ONLY else "sdpa")
 
 
-@pytest.mark.parametrize("mt", [mt for mt in sorted(TINY) if mt not in NOT_WRITTEN and "moe" in
+@pytest.mark.parametrize("mt", [mt for mt in sorted(TINY) if mt not in NOT_WRITTEN + ONE_EXPERTS_IMPL and "moe" in
                                 from_dict(tiny(mt), mt).family.layer_kind_order])
 def test_grouped_mm_experts(measure, mt):
     # grouped_mm on the CPU needs every stride a multiple of 16 bytes: expert widths of 24 and 40
@@ -64,10 +66,13 @@ def test_grouped_mm_experts(measure, mt):
         _check(measure, mt, moe, 2, 8, dtype, "eager", "grouped_mm", **widths)
 
 
-@pytest.mark.parametrize("mt, attn, words", [("gemma2", "sdpa", "eager attention only"),
-                                             ("seed_oss", "sdpa", "math backend"),
-                                             ("gpt_oss", "eager", "attention sinks"),
-                                             ("llama4_text", "eager", "L2 q/k norm")])
-def test_what_is_not_modelled_is_refused(mt, attn, words):
+@pytest.mark.parametrize("mt, attn, experts, words", [("gemma2", "sdpa", "eager", "eager attention only"),
+                                                      ("gpt_oss", "sdpa", "eager", "eager attention only"),
+                                                      ("seed_oss", "sdpa", "eager", "math backend"),
+                                                      ("gpt_oss", "eager", "grouped_mm", "eager experts"),
+                                                      ("llama4_text", "eager", "grouped_mm", "one implementation")])
+def test_what_is_not_modelled_is_refused(mt, attn, experts, words):
+    kinds = from_dict(tiny(mt), mt).layer_kinds()
+    layer = next(i for i, k in enumerate(kinds) if k.startswith("moe")) if experts != "eager" else 0
     with pytest.raises(SymmemError, match=words):
-        predict(tiny(mt), 0, 2, 8, "fp32", attn, "eager", name=mt)
+        predict(tiny(mt), layer, 2, 8, "fp32", attn, experts, name=mt)
