@@ -37,8 +37,10 @@ def test_moe_layers_follow_transformers_rules():
     # GLM-4.5: MoE from first_k_dense_replace on
     assert _kinds("glm4_moe", first_k_dense_replace=2, num_hidden_layers=4) == ("dense", "dense", "moe", "moe")
     # Llama 4: every interleave_moe_layer_step-th layer from step - 1, unless moe_layers lists them
-    assert _kinds("llama4_text", interleave_moe_layer_step=2, num_hidden_layers=4) == ("dense", "moe", "dense", "moe")
-    assert _kinds("llama4_text", moe_layers=[0], num_hidden_layers=3) == ("moe", "dense", "dense")
+    plain = {"attention_chunk_size": None, "no_rope_layer_interval": 100}  # no chunked and no NoPE layer
+    assert _kinds("llama4_text", interleave_moe_layer_step=2, num_hidden_layers=4, **plain) == (
+        "dense", "moe", "dense", "moe")
+    assert _kinds("llama4_text", moe_layers=[0], num_hidden_layers=3, **plain) == ("moe", "dense", "dense")
     # Mixtral: every layer
     assert set(_kinds("mixtral", sliding_window=8)) == {"moe_sliding"} and set(_kinds("mixtral")) == {"moe"}
 
@@ -51,6 +53,10 @@ def test_sliding_layers_follow_transformers_rules():
     assert _kinds("qwen2", sliding_window=8, num_hidden_layers=3) == ("dense",) * 3
     assert _kinds("qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=2, num_hidden_layers=3) == (
         "dense", "dense", "dense_sliding")
+    # Llama 4: every no_rope_layer_interval-th layer is NoPE (an empty no_rope_layers too, as Scout's), the RoPE layers
+    # attend in chunks of attention_chunk_size
+    assert _kinds("llama4_text", interleave_moe_layer_step=2, num_hidden_layers=4, no_rope_layers=[]) == (
+        "dense_sliding", "moe_nope", "dense_sliding", "moe_nope")
     # a config's own layer_types wins, as in transformers
     assert _kinds("ministral", num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"]) == (
         "dense", "dense_sliding")
