@@ -394,8 +394,9 @@ class Decoder(Family):
         arch: Arch = model.option("arch")
         axis = "sp_moe" if kind.startswith("moe") else "sp"
         nope = kind.endswith("_nope")
+        # a NoPE layer rotates nothing; Llama 4's also skips its (weightless) q/k norm, EXAONE 4's keeps its own
         y = decoder.attention(fb, x, arch=arch, resid_axis=axis, dropout=bool(model.option("attention_dropout")),
-                              rope=not nope, qk_norm=not nope)
+                              rope=not nope, qk_norm=not (nope and arch.qk_norm == "l2"))
         if kind.startswith("moe"):
             return decoder.moe(fb, y, arch=arch, convention=convention)
         return decoder.dense_mlp(fb, y, arch=arch, resid_axis=axis)
