@@ -36,6 +36,7 @@ TINY: dict[str, dict] = {
                     "floor_scale": 4},
     "granite": {"attention_bias": True, "mlp_bias": True},
     "smollm3": {"mlp_bias": True},
+    "exaone4": {"sliding_window": 8, "sliding_window_pattern": 3},
     "seed_oss": {"attention_out_bias": True, "mlp_bias": True},  # attention_dropout: its default 0.1
 }
 
