@@ -7,6 +7,7 @@ the target is left exactly as it was and nothing is left behind: no staging fold
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -59,6 +60,34 @@ def check_target(out: str | Path, field: str = "--out") -> Path:
     if resolved.exists():
         _check_removable(resolved, field, name)
     return resolved
+
+
+def _write_through(path: Path, data: bytes, field: str, name: str, fifo: bool) -> None:
+    """Write `data` into an existing character device or FIFO in place (never replacing it), in bounded time."""
+    import select
+
+    try:
+        # non-blocking open: a FIFO nobody reads fails at once (ENXIO) instead of waiting for a reader
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        if fifo and e.errno == errno.ENXIO:
+            raise _fail(field, name, "is a FIFO that nobody is reading; start its reader first") from None
+        raise _fail(field, name, _os_why(e)) from None
+    try:
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(fd, view[:1 << 16])
+            except BlockingIOError:
+                if not select.select([], [fd], [], WRITE_THROUGH_SECONDS)[1]:
+                    raise _fail(field, name, f"its reader stopped reading for {WRITE_THROUGH_SECONDS:.0f} s; "
+                                             "nothing more was written") from None
+                continue
+            except OSError as e:
+                raise _fail(field, name, _os_why(e)) from None
+            view = view[n:]
+    finally:
+        os.close(fd)
 
 
 def write_tree(out: str | Path, files: dict[str, bytes | str], field: str = "--out") -> list[Path]:
@@ -207,11 +236,42 @@ def _link_or_copy(src, dst) -> None:
         shutil.copy2(src, dst)
 
 
-def write_file(out: str | Path, data: bytes, field: str = "--out") -> Path:
-    """One file, all or nothing: written beside the target, then renamed over it (permissions by the umask)."""
+STDOUT = "-"  # an output file named "-" is standard output
+WRITE_THROUGH_SECONDS = 30.0  # how long a FIFO's reader may stop reading before the write gives up
+
+
+def write_file(out: str | Path, data: bytes, field: str = "--out") -> Path | None:
+    """One file, all or nothing: written beside the target, then renamed over it (permissions by the umask).
+
+    `-` is standard output (None is returned). A target that exists and is not a regular file is never replaced:
+    a character device (/dev/null) or a FIFO is written through (a FIFO only while a reader has it open, and
+    within WRITE_THROUGH_SECONDS of its last read); a block device, a socket or a folder is refused. A symbolic
+    link is followed to what it names."""
+    name = str(out)
+    if name == STDOUT:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return None
     path = Path(out)
-    if not str(out) or path.is_dir():
-        raise _fail(field, str(out), "must name a file")
+    if not name:
+        raise _fail(field, name, "must name a file")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise _fail(field, name, _os_why(e)) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
+            raise _fail(field, name, "must name a file (it is a folder)")
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            _write_through(path, data, field, name, fifo=stat.S_ISFIFO(st.st_mode))
+            return path
+        kind = "block device" if stat.S_ISBLK(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else \
+            "special file"
+        raise _fail(field, name, f"is a {kind}, not a regular file: symmem replaces regular files only, writes "
+                                 "through a character device or a FIFO, and writes - to standard output")
     parent = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import shlex
+import sys
 
 from symmem import _numbers as num
 from symmem.cli.args import add_scenario_args, scenario_from_args
@@ -133,8 +134,10 @@ def _run(args) -> int:
     page = render(PageInput(make, initial, choices, command, gpus))
     write_file(args.output, page.encode(), "--output")
     arrangements = len(choices["tp"]) * len(choices["pp"]) * len(choices["cp"]) * len(choices["ep"])
-    print(f"wrote {args.output} ({len(page.encode()):,} bytes): {arrangements} "
-          "arrangements; open it in a browser (no network needed)")
+    where = "standard output" if args.output == "-" else args.output
+    # with -o - the page is standard output: the summary goes to standard error
+    print(f"wrote {where} ({len(page.encode()):,} bytes): {arrangements} arrangements; open it in a browser (no "
+          "network needed)", file=sys.stderr if args.output == "-" else sys.stdout)
     return 0
 
 

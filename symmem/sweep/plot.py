@@ -7,14 +7,11 @@ Deterministic: matplotlib's Agg canvas, no pyplot state, fixed metadata (no soft
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from symmem.errors import SymmemError
-from symmem.output import umask
 from symmem.units import GB, GIB
 
 FORMATS = {"png": {"Software": None}, "pdf": {"CreationDate": None}, "svg": {"Date": None}}
@@ -89,18 +86,7 @@ def render_region(summary, fmt: str) -> bytes:
 
 def write_region(summary, path: str) -> None:
     """Render, then place atomically: nothing half-written."""
-    data = render_region(summary, plot_format(path))
-    target = Path(path)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".symmem-", dir=str(target.parent or "."))
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes it 0600; a figure is written as any file is
-        os.replace(tmp, target)
-        tmp = None
-    except OSError as e:
-        raise SymmemError(f"--plot = {path!r}: cannot write there ({e.strerror or e.__class__.__name__})") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    from symmem.output import write_file
+
+    # symmem.output.write_file: renamed over a regular file, written through a device or FIFO, never replacing one
+    write_file(path, render_region(summary, plot_format(path)), "--plot")
