@@ -416,7 +416,8 @@ def test_float8_all_gather_keeps_each_weights_scale_until_the_backward():
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--profile", "megatron-te", "--precision", "torchao-float8-tensorwise"],
+    # (torchao's recipe under megatron-te is refused on its own now: tests/test_framework_flags.py)
+    (["--profile", "megatron-te", "--precision", "te-delayed"],
      "--enable-fsdp-float8-all-gather: profile megatron-te does not run FSDP2"),
     (["--profile", "torchtitan"], "--enable-fsdp-float8-all-gather with --precision fp32: torchao gathers float8 "
                                   "weights under its tensorwise recipe only"),

@@ -236,6 +236,7 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
             from symmem.profiles import profile
 
             prof = profile(args.profile)
+            _framework_flags(prof, args)
             ch["profile_name"] = prof.name
             if prof.precision and not args.precision:
                 ch["precision"] = recipe(prof.precision)
@@ -325,3 +326,24 @@ def _world_kept(old, par: dict, changes: dict) -> int | None:
 
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=True))
+
+
+# What a framework's profile can take of --precision and --zero: torchtitan's model states are FSDP2's own (FP32
+# shards, ZeRO-3 by construction) and its low precision is torchao's Float8; Megatron's FP8/FP4 is
+# TransformerEngine's or DeepSeek's. A flag outside these would change nothing (the profile lays out its own states)
+# or describe a stack that does not exist: refused in one line, never silently ignored.
+TORCHAO = ("torchao-float8-tensorwise", "torchao-float8-rowwise", "torchao-float8-rowwise-gw-hp")
+
+
+def _framework_flags(prof, args) -> None:
+    if prof.name.startswith("torchtitan"):
+        if args.zero is not None and str(args.zero).strip() != "3":
+            raise SymmemError(f"--zero = {args.zero}: profile {prof.name} shards parameters, gradients and optimizer "
+                              "states with FSDP2 (ZeRO-3) by construction; use --zero 3 or drop it (HSDP: --hsdp-replicate)")
+        if args.precision is not None and args.precision not in ("fp32", *TORCHAO):
+            raise SymmemError(f"--precision = {args.precision!r}: profile {prof.name} keeps FSDP2's FP32 shards and "
+                              f"computes in BF16; its low precision is torchao's ({', '.join(TORCHAO)}); drop "
+                              "--precision or name one of those")
+    elif prof.name.startswith("megatron") and args.precision in TORCHAO:
+        raise SymmemError(f"--precision = {args.precision!r}: torchao's Float8 is torchtitan's (--profile torchtitan); "
+                          f"profile {prof.name} takes TransformerEngine's or DeepSeek's recipes (te-*, deepseek-v3-fp8)")

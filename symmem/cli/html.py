@@ -41,6 +41,19 @@ def _parse_list(text: str, key: str) -> list:
         return sorted(set(out))
     if key == "gpu":
         items = [x.upper() for x in items]
+    # every value is checked as its flag would check it, before anything is derived: an unknown one is refused
+    # (named with this flag), never offered on the page
+    check = {"recompute": "symmem.accounting.recompute:policy", "precision": "symmem.accounting.states:recipe"}
+    if key in check:
+        import importlib
+
+        module, name = check[key].split(":")
+        parse = getattr(importlib.import_module(module), name)
+        for x in items:
+            try:
+                parse(x)
+            except SymmemError as exc:
+                raise SymmemError(f"{flag} entry {x[:60]!r}: {str(exc).split(': ', 1)[-1]}") from None
     return list(dict.fromkeys(items))
 
 
