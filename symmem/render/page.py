@@ -265,7 +265,10 @@ def render(inp: PageInput) -> str:
     data, functions = build_data(inp)
     env = jinja2.Environment(loader=jinja2.PackageLoader("symmem.render", "templates"), autoescape=False,
                              keep_trailing_newline=True)
-    # the data is JSON inside a <script> element: "</" must not end it early
-    payload = json.dumps(data, separators=(",", ":"), sort_keys=True).replace("</", "<\\/")
+    # the data is JSON inside a <script> element: no raw <, > or & may reach the HTML parser ("</script>" would end
+    # the element, "<!--<script>" would make the parser swallow the rest of the page); JSON's \u escapes keep the
+    # same strings
+    payload = (json.dumps(data, separators=(",", ":"), sort_keys=True)
+               .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
     return env.get_template("page.html.j2").render(
         data=payload, functions=",\n".join(functions), title=f"symmem: {data['model']} ({data['profile']})")
