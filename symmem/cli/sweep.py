@@ -538,6 +538,20 @@ def run(args: argparse.Namespace) -> int:
     from symmem.sweep.replayed import with_reserved
 
     summary.ranked = with_reserved(space, summary.ranked, replay)
+    if summary.total and not summary.valid:
+        # the user's own flags (or the model) rule out every layout: an input error, as symmem memory says it,
+        # not "no configuration fits" (that is for valid layouts that do not fit in memory)
+        by_reason: dict[tuple[str, str], int] = {}
+        for r in summary.rejections:
+            by_reason[(r.rule, r.reason)] = by_reason.get((r.rule, r.reason), 0) + r.count
+        (rule, reason), n = max(by_reason.items(), key=lambda kv: kv[1])
+        error = SymmemError(f"no valid configuration: all {summary.total:,} are rejected; the most common reason "
+                            f"({n:,}): {rule}: {reason} (--rejected lists every reason)")
+        if not args.rejected:
+            raise error
+        sys.stdout.write(_text(summary, top, args.rejected))
+        print(f"symmem: error: {error}", file=sys.stderr)
+        return 2
     if args.plot:
         write_region(summary, args.plot)
     if args.json:
