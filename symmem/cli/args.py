@@ -339,11 +339,13 @@ def _framework_flags(prof, args) -> None:
     if prof.name.startswith("torchtitan"):
         if args.zero is not None and str(args.zero).strip() != "3":
             raise SymmemError(f"--zero = {args.zero}: profile {prof.name} shards parameters, gradients and optimizer "
-                              "states with FSDP2 (ZeRO-3) by construction; use --zero 3 or drop it (HSDP: --hsdp-replicate)")
+                              "states with FSDP2 (ZeRO-3) by construction; use --zero 3 or drop it (HSDP: "
+                              "--hsdp-replicate)")
         if args.precision is not None and args.precision not in ("fp32", *TORCHAO):
             raise SymmemError(f"--precision = {args.precision!r}: profile {prof.name} keeps FSDP2's FP32 shards and "
                               f"computes in BF16; its low precision is torchao's ({', '.join(TORCHAO)}); drop "
                               "--precision or name one of those")
     elif prof.name.startswith("megatron") and args.precision in TORCHAO:
-        raise SymmemError(f"--precision = {args.precision!r}: torchao's Float8 is torchtitan's (--profile torchtitan); "
-                          f"profile {prof.name} takes TransformerEngine's or DeepSeek's recipes (te-*, deepseek-v3-fp8)")
+        raise SymmemError(f"--precision = {args.precision!r}: torchao's Float8 is torchtitan's (--profile "
+                          f"torchtitan); profile {prof.name} takes TransformerEngine's or DeepSeek's recipes (te-*, "
+                          "deepseek-v3-fp8)")
