@@ -397,11 +397,20 @@ def _counts(summary) -> dict:
             "structural_cases": summary.cases}
 
 
+# what a ranked row carries beyond COLUMNS when the sweep times or replays it: the ranking key (time_s) and what
+# goes with it, and the replayed reserved bytes
+TIMED = ("time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "global_batch_size", "reserved",
+         "reserved_stage", "reserved_why")
+
+
 def _ranked(summary) -> list[dict]:
-    timed = ("time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "global_batch_size", "reserved",
-             "reserved_stage", "reserved_why")
-    return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}, **{k: r[k] for k in timed if k in r}}
+    return [{"rank": i + 1, **{k: r[k] for k in COLUMNS[1:]}, **{k: r[k] for k in TIMED if k in r}}
             for i, r in enumerate(summary.ranked)]
+
+
+def ranked_columns(rows: list[dict]) -> tuple[str, ...]:
+    """The CSV's columns: COLUMNS, then each TIMED key some row carries (a time-ranked CSV carries its key)."""
+    return COLUMNS + tuple(k for k in TIMED if any(k in r for r in rows))
 
 
 def _rejections(summary) -> list[dict]:
@@ -424,13 +433,15 @@ def _text(summary, top: int, rejected: bool) -> str:
     base = sp.base
     par = base.parallel
     sp_text = "SP on" if par.sequence_parallel else "SP off"
-    if par.sequence_parallel:
+    if par.sequence_parallel and base.model.family.routed_experts is not None:  # a dense model has no MoE block
         sp_text += ", MoE sequence-sharded" if par.moe_sp else ", MoE not sequence-sharded"
+    # MTP is said only of a model that has MTP modules (a dense Llama has none to turn on)
+    mtp = f", MTP {'on' if base.mtp else 'off'}" if base.model.n_mtp else ""
     lines = [
         f"sweep: {base.model.name} on {sp.gpus:,} GPUs of {sp.capacity:,} bytes ({fmt_gb(sp.capacity)} GB, "
         f"{fmt_gib(sp.capacity)} GiB); profile {base.profile.name}, precision {base.precision.name}, convention "
         f"{base.convention}, rules "
-        f"{base.rules.name}, routing {base.routing.kind}, {sp_text}, MTP {'on' if base.mtp else 'off'}; "
+        f"{base.rules.name}, routing {base.routing.kind}, {sp_text}{mtp}; "
         f"fragmentation {base.fragmentation[0]:.0%}-{base.fragmentation[1]:.0%}, communication buffers "
         f"{base.comm_buffers[0] / GB:.2f}-{base.comm_buffers[1] / GB:.2f} GB",
         *([f"global batch {sp.global_batch:,} sequences per iteration"
@@ -561,8 +572,9 @@ def run(args: argparse.Namespace) -> int:
             out["rejected"] = _rejections(summary)
         sys.stdout.write(json.dumps(out, indent=2, sort_keys=True) + "\n")
     elif args.csv:
+        rows = _ranked(summary)
         sys.stdout.write(_csv(_rejections(summary), REJECT_COLUMNS) if args.rejected
-                         else _csv(_ranked(summary), COLUMNS))
+                         else _csv(rows, ranked_columns(rows)))
     else:
         sys.stdout.write(_text(summary, top, args.rejected))
     return 0
