@@ -66,8 +66,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help="micro-batches of the iteration (megatron-core, default 1; fsdp2 with --pp, default 4)")
     p.add_argument("--recompute", default=None, choices=("none", "selective", "full"),
                    help="Megatron's recompute_granularity (megatron-core; default none)")
-    p.add_argument("--layer", type=int_arg(0, MAX_LAYERS), default=0,
-                   help="decoder layer index (DeepSeek: dense below first_k_dense_replace)")
+    p.add_argument("--layer", type=int_arg(0, MAX_LAYERS), default=None,
+                   help="decoder layer index (transformers and torchao-float8, default 0; DeepSeek: dense below "
+                        "first_k_dense_replace)")
     p.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(0, MAX_B), default=2)
     p.add_argument("-s", "--seq-length", dest="s", type=int_arg(0, MAX_S), default=5)
     p.add_argument("--dtype", default="fp32", choices=DTYPES, help="model and activation dtype")
@@ -119,6 +120,12 @@ _MEGATRON_FLAGS = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "chunks": 1, "microbatche
 
 
 def _run(args) -> int:
+    if args.framework in ("megatron-core", "fsdp2"):
+        if args.layer is not None:  # they measure every layer of every rank: a layer index would be ignored
+            raise SymmemError(f"--layer: only with --framework transformers or torchao-float8 ({args.framework} "
+                              "measures every layer of each rank)")
+    else:
+        args.layer = 0 if args.layer is None else args.layer
     if args.framework != "torchao-float8":
         if args.option is not None:
             raise SymmemError("--option: only with --framework torchao-float8")

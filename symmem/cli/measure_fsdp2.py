@@ -39,7 +39,10 @@ def _settings(raw: dict, args, name: str):
     if raw.get("model_type") not in ("llama", "deepseek_v3"):
         raise SymmemError(f"{name}: model_type = {raw.get('model_type')!r}: --framework fsdp2 runs torchtitan's "
                           "Llama 3 (model_type llama) and DeepSeek-V3 (deepseek_v3)")
-    if raw.get("tie_word_embeddings"):
+    tie = raw.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):  # "false" is a string, not false: say what the file holds
+        raise SymmemError(f"{name}: tie_word_embeddings = {tie!r:.40}: must be true or false")
+    if tie:
         raise SymmemError(f"{name}: tie_word_embeddings = true: torchtitan's models untie them")
     tp = args.tp
     pp = getattr(args, "pp", 1)  # (a caller's namespace without PP: none)
@@ -211,7 +214,7 @@ def run(args) -> int:
     if args.pp > 1:
         return _run_pipeline(raw, args)
     st = _settings(raw, args, args.config)
-    pred = predicted(st, raw)
+    pred = predicted(st, raw, args.config)
     runner.require()
     measured = runner.run(st)
     ranks = []

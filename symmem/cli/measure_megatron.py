@@ -28,8 +28,14 @@ NOT_ON_CPU = {
 
 
 def check(raw: dict, args, name: str):
+    from symmem._config_checks import check_config
+    from symmem.config import from_dict
     from symmem.rules.megatron_local import Dims
 
+    # what symmem memory refuses of the config, refused here too, under the user's file name (GPT-2's n_embd must be
+    # a multiple of n_head: Megatron would build kv_channels = n_embd // n_head, another model)
+    check_config(raw, name)
+    from_dict(raw, name)
     d = Dims.from_hf(raw, name)
     if args.ep != 1:
         raise SymmemError(NOT_ON_CPU["ep"].format(v=args.ep))

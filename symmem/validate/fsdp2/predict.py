@@ -7,8 +7,6 @@ symmem.blocks.torchtitan). The settings become an HF Llama (or DeepSeek-V3) conf
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 
 AC_RECOMPUTE = {"none": "none", "full": "full", "selective-op": "selective-op"}  # torchtitan's AC -> symmem's policy
 
@@ -42,22 +40,21 @@ def deepseek_v3_config(st) -> dict:
             "tie_word_embeddings": False}
 
 
-def scenario(st, raw: dict | None = None):
-    """The symmem Scenario of the run: profile torchtitan-cpu, FSDP over `world` (ZeRO-3), BF16 activations."""
-    from symmem.config import load_model
+def scenario(st, raw: dict | None = None, name: str = "config"):
+    """The symmem Scenario of the run: profile torchtitan-cpu, FSDP over `world` (ZeRO-3), BF16 activations. `name`:
+    what an error about the config calls it (the user's file, not a copy)."""
+    from symmem._config_checks import check_config
+    from symmem.config import from_dict
     from symmem.errors import SymmemError
     from symmem.parallel.sizes import Parallel
     from symmem.scenario import model_scenario
 
     if st.ac not in AC_RECOMPUTE and not st.ac.startswith("selective-layer:"):
         raise SymmemError(f"--ac = {st.ac!r}: predicted for none, full, selective-op and selective-layer:N")
-    fd, path = tempfile.mkstemp(suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(raw or (deepseek_v3_config(st) if st.family == "deepseek_v3" else hf_config(st)), f)
-        model = load_model(path)
-    finally:
-        os.unlink(path)
+    # the config as load_model reads a file (the same checks, then its family), under the user's name
+    config = raw or (deepseek_v3_config(st) if st.family == "deepseek_v3" else hf_config(st))
+    check_config(config, name)
+    model = from_dict(json.loads(json.dumps(config)), name)
     from symmem.accounting.states import recipe, zero_stage
 
     scn = model_scenario(model).replace(
@@ -107,7 +104,7 @@ def unsharded_bytes(scn, parts, params, n: int) -> dict[str, int]:
     return out
 
 
-def predicted(st, raw: dict | None = None) -> list[dict]:
+def predicted(st, raw: dict | None = None, name: str = "config") -> list[dict]:
     """Per rank: `states` (bytes, by kind), `saved` (per block, and outside the blocks), `unsharded` (per FSDP unit:
     its gathered parameters, `unsharded_bytes`), `held_per_block` (per block:
     its saved bytes and what the autograd graph holds beside them, the growth of the live bytes over the block's
@@ -119,7 +116,7 @@ def predicted(st, raw: dict | None = None) -> list[dict]:
     from symmem.model import stage_parts
     from symmem.rules.torchtitan import HELD_NOT_SAVED
 
-    scn = scenario(st, raw)
+    scn = scenario(st, raw, name)
     (stage,) = scn.stages
     vals = values(scn)
 
