@@ -120,6 +120,9 @@ _MEGATRON_FLAGS = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "chunks": 1, "microbatche
 
 
 def _run(args) -> int:
+    from symmem.validate._quiet import quiet
+
+    quiet()  # the libraries' installation messages, before they are imported (symmem/validate/_quiet.py)
     if args.framework in ("megatron-core", "fsdp2"):
         if args.layer is not None:  # they measure every layer of every rank: a layer index would be ignored
             raise SymmemError(f"--layer: only with --framework transformers or torchao-float8 ({args.framework} "

@@ -21,6 +21,9 @@ def _rank(body, rank: int, st, world: int, port: int, queue) -> None:
     try:
         import os
 
+        from symmem.validate._quiet import quiet
+
+        quiet()  # before torch, torchao and Megatron are imported in this process
         import torch
         import torch.distributed as dist
 
