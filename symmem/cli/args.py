@@ -297,6 +297,10 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                                   f"{', '.join(dtypes)}")
             ch["act_bytes"] = dtypes[args.activation_dtype]
     scn = scn.replace(**ch)
+    if getattr(args, "schedule", None) in TORCH_ZERO_BUBBLES and scn.parallel.pp == 1:
+        # a pipeline schedule on one stage would be answered as no pipeline at all: refused, naming the flag
+        raise SymmemError(f"--schedule {args.schedule}: a pipeline schedule needs pipeline stages; give --pp 2 or more "
+                          "(one GPU's share of the layers per stage)")
     if getattr(args, "fsdp_float8_all_gather", False):
         from symmem.profiles import with_fsdp_float8_all_gather
 
@@ -336,6 +340,10 @@ TORCHAO = ("torchao-float8-tensorwise", "torchao-float8-rowwise", "torchao-float
 
 
 def _framework_flags(prof, args) -> None:
+    if prof.name == "torchtitan-2412" and getattr(args, "schedule", None):
+        raise SymmemError(f"--schedule {args.schedule}: profile torchtitan-2412 (torchtitan 9dec370, the code of its "
+                          "published H100 runs) models no pipelining; torch's schedules run under --profile "
+                          "torchtitan")
     if prof.name.startswith("torchtitan"):
         if args.zero is not None and str(args.zero).strip() != "3":
             raise SymmemError(f"--zero = {args.zero}: profile {prof.name} shards parameters, gradients and optimizer "

@@ -130,7 +130,13 @@ def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...
                                                               ("--last-stage-layers", last)) if v is not None)
         raise SymmemError(f"layout first = {first}, last = {last} ({given}): more layers on the first and last "
                           f"stages than the model's {n_layers} layers")
-    if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and rest % middle_stages):
+    if middle_stages == 0 and rest != 0:  # PP 2 with both given: no stage between them takes the rest
+        given = " and ".join(f"{flag} = {v}" for flag, v in (("--first-stage-layers", first),
+                                                              ("--last-stage-layers", last)) if v is not None)
+        raise SymmemError(f"layout first = {first}, last = {last} ({given}): with PP = {pp} no stage lies between "
+                          f"them, so they must add up to the model's {n_layers} layers (they add up to "
+                          f"{n_layers - rest})")
+    if rest < 0 or (middle_stages and rest % middle_stages):
         raise SymmemError(
             f"layout first = {first}, last = {last}: the remaining {rest} layers do not spread evenly over "
             f"{middle_stages} stages")

@@ -1,0 +1,26 @@
+"""Issue 45, defect 7: messages name what the user typed and lead to something that runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from symmem.cli.main import main
+
+
+@pytest.mark.parametrize("argv, words, absent", [
+    # PP 2 with both end stages given: no middle stage, not "0 stages"
+    (["--model", "llama-3-70b", "--first-stage-layers", "30", "--last-stage-layers", "30", "--pp", "2"],
+     "with PP = 2 no stage lies between them, so they must add up to the model's 80 layers (they add up to 60)",
+     "over 0 stages"),
+    # torchtitan-2412 models no pipelining: not "use a torchtitan profile", not Megatron's zb1p
+    (["--model", "llama-3-8b", "--profile", "torchtitan-2412", "--schedule", "zbv", "--pp", "2", "--dp", "2"],
+     "profile torchtitan-2412 (torchtitan 9dec370, the code of its published H100 runs) models no pipelining",
+     "zb1p"),
+    # a zero-bubble schedule at PP 1 is refused, not answered as no pipeline
+    (["--model", "llama-3-8b", "--profile", "torchtitan", "--schedule", "dualpipev", "--dp", "2"],
+     "--schedule dualpipev: a pipeline schedule needs pipeline stages; give --pp 2 or more", "set --pp 1"),
+])
+def test_message_names_what_was_typed(capsys, argv, words, absent):
+    code = main(["memory", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and absent not in err and err.count("\n") == 1, err
