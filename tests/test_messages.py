@@ -18,7 +18,9 @@ from symmem.cli.main import main
      "zb1p"),
     # a zero-bubble schedule at PP 1 is refused, not answered as no pipeline
     (["--model", "llama-3-8b", "--profile", "torchtitan", "--schedule", "dualpipev", "--dp", "2"],
-     "--schedule dualpipev: a pipeline schedule needs pipeline stages; give --pp 2 or more", "set --pp 1"),
+     "schedule DualPipeV: a pipeline schedule needs pipeline stages; give PP 2 or more (--pp)", "set --pp 1"),
+    (["--model", "llama-3-8b", "--profile", "torchtitan", "--schedule", "zbv", "--dp", "2"],
+     "a pipeline schedule needs pipeline stages; give PP 2 or more (--pp)", "set --pp 1"),
 ])
 def test_message_names_what_was_typed(capsys, argv, words, absent):
     code = main(["memory", *argv])

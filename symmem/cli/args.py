@@ -297,10 +297,6 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                                   f"{', '.join(dtypes)}")
             ch["act_bytes"] = dtypes[args.activation_dtype]
     scn = scn.replace(**ch)
-    if getattr(args, "schedule", None) in TORCH_ZERO_BUBBLES and scn.parallel.pp == 1:
-        # a pipeline schedule on one stage would be answered as no pipeline at all: refused, naming the flag
-        raise SymmemError(f"--schedule {args.schedule}: a pipeline schedule needs pipeline stages; give --pp 2 or more "
-                          "(one GPU's share of the layers per stage)")
     if getattr(args, "fsdp_float8_all_gather", False):
         from symmem.profiles import with_fsdp_float8_all_gather
 

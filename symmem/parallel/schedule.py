@@ -80,6 +80,9 @@ class Schedule:
             raise SymmemError(f"microbatches = {m!r}: must be a positive integer up to {MAX_MICROBATCHES:,}")
         if runtime not in RUNTIMES:
             raise SymmemError(f"schedule runtime = {runtime!r}: one of {', '.join(RUNTIMES)}")
+        if self.torch_zb and pp < 2:  # one stage has no pipeline to schedule: not answered as no pipeline at all
+            raise SymmemError(f"schedule {self.label}: a pipeline schedule needs pipeline stages; give PP 2 or more "
+                              "(--pp)")
         if self.zero_bubble and runtime != "torch":
             raise SymmemError(f"schedule {self.label}: torch.distributed.pipelining's (torchtitan's), run under a "
                               "torchtitan profile (--profile torchtitan); Megatron's zero bubble is zb1p")
