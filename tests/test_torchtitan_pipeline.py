@@ -462,3 +462,62 @@ def test_measure_under_pp_refusals(tmp_path, capsys, flags, words):
     assert main(["measure", "--framework", "fsdp2", "--config", str(config), *flags]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("schedule", ["zbv", "dualpipev"])
+def test_v_shaped_walk_reaches_the_whole_steps_peak(tmp_path, schedule):
+    """Issue 45: ZBVZeroBubble and DualPipeV walk V_WALK_PP x PP + V_WALK_EXTRA micro-batches at most
+    (Schedule.walk_microbatches, for the events and for the micro-batches in flight): the peak equals the whole
+    step's for PP 2-4 and every M torch takes up to three times that, on every stage."""
+    from symmem.accounting.analysis import memory, stage_pipelined_series, values
+    from symmem.parallel.schedule import Schedule
+
+    V_WALK_PP, V_WALK_EXTRA = Schedule.V_WALK_PP, Schedule.V_WALK_EXTRA
+    from symmem.accounting.timeline import stage_peak
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**TINY, "num_hidden_layers": 8}))
+    checked = walked = 0
+    for pp in (2, 3, 4):
+        bound = V_WALK_PP * pp + V_WALK_EXTRA
+        for m in range(2 * pp if schedule == "dualpipev" else 1, 3 * bound + 1):
+            scn = scenario_from_args(build_parser().parse_args([
+                "memory", "--model", str(config), "--profile", "torchtitan-cpu", "--pp", str(pp), "-b", "1",
+                "-s", "32", "--microbatches", str(m), "--schedule", schedule]))
+            for st in memory(scn):
+                whole = stage_peak(stage_pipelined_series(scn, st.stage), st.peak.static, values(scn), st.in_flight)
+                assert whole.peak_allocated == st.peak_allocated, (pp, m, st.stage.index)
+                checked += 1
+                walked += m > bound
+    assert checked > 150 and walked > 80
+
+
+@pytest.mark.parametrize("spelled", ["zbv", "dualpipev", "interleaved:2", "interleaved:3", "interleaved-zb:2"])
+def test_in_flight_walk_equals_the_whole_orders(spelled):
+    """Schedule.in_flight walks torch's order for `walk_microbatches` micro-batches: the most chunk forwards held
+    equal the whole order's, for PP 2-4 and every M torch takes up to three times the walk's bound."""
+    from fractions import Fraction
+
+    from symmem.errors import SymmemError
+    from symmem.parallel.schedule import Schedule
+
+    name, _, v = spelled.partition(":")
+    sched = Schedule.named(name, int(v) if v else None)
+    frees = ("W", "A") if sched.zero_bubble else ("B",)
+    checked = 0
+    for pp in (2, 3, 4):
+        for m in range(1, 3 * (Schedule.V_WALK_PP * pp + Schedule.V_WALK_EXTRA) + 1):
+            for stage in range(pp):
+                try:
+                    got = sched.in_flight(stage, pp, m, "torch")
+                except SymmemError:  # an M torch refuses for this schedule
+                    continue
+                held = most = 0
+                for phase, _mb, _c in sched.order(stage, pp, m, "torch"):
+                    held += 1 if phase == "F" else -1 if phase in frees else 0
+                    most = max(most, held)
+                assert got == Fraction(most, sched.chunks), (spelled, pp, m, stage)
+                checked += 1
+    assert checked > 100

@@ -330,7 +330,7 @@ def _timeline_events(scn: Scenario, stage: Stage) -> tuple[tuple[Event, ...] | l
         return events, others_amount(per_mb, k)
     if scn.schedule.name == "interleaved":  # several chunks per GPU: walked in torch's order
         # (zero bubble V: its whole step; its rounds are not interleaved 1F1B's)
-        walk = scn if scn.schedule.v_shape else scn.replace(microbatches=_torch_walk_microbatches(scn))
+        walk = scn.replace(microbatches=_torch_walk_microbatches(scn))
         return stage_pipelined_series(walk, stage), None
     from symmem.accounting.pipelined import with_stage_outputs
     from symmem.profiles import pipeline_stage_output
@@ -394,15 +394,10 @@ def stage_pipelined_series(scn: Scenario, stage: Stage) -> list[Event]:
                             scn.gathered, scn.precision.grad_bytes, sharded, outputs, back, stash)
 
 
-# torch's interleaved 1F1B runs R = max(1, M // PP) rounds of M / R micro-batches: its warm-up and cool-down span
-# fewer than V + 1 rounds, and between them each round repeats the last, with the same micro-batches held per chunk
-# and every chunk gathered and accumulated; so V + 2 rounds of the same size reach every state the whole step does
-# (tests/test_torchtitan_pipeline.py checks the peak against the whole step's): the walk stops there. (The stage's
-# receive buffers, M of each, are its own, counted from the scenario's M.)
 def _torch_walk_microbatches(scn: Scenario) -> int:
-    m, pp = scn.m, scn.parallel.pp
-    rounds = max(1, m // pp)
-    return m // rounds * min(rounds, scn.schedule.chunks + 2)
+    """The micro-batches a walk of torch's step takes to reach every state the whole step does
+    (`Schedule.walk_microbatches`; the stage's receive buffers, M of each, are counted from the scenario's M)."""
+    return scn.schedule.walk_microbatches(scn.parallel.pp, scn.m)
 
 
 def pipelined_fsdp(scn: Scenario) -> bool:

@@ -116,7 +116,8 @@ class Schedule:
             held = most = 0
             # (zero bubble: a micro-batch's saved tensors stay from its forward to its weight backward)
             frees = ("W", "A") if self.zero_bubble else ("B",)  # ("A": DualPipeV's whole backward)
-            for phase, _mb, _c in self.order(stage, pp, m, runtime):
+            # the most is reached within the steady state's first repeats (`walk_microbatches`)
+            for phase, _mb, _c in self.order(stage, pp, self.walk_microbatches(pp, m), runtime):
                 held += 1 if phase == "F" else -1 if phase in frees else 0
                 most = max(most, held)
             return Fraction(most, self.chunks)
@@ -134,6 +135,26 @@ class Schedule:
             return Fraction(min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp + 1), v)
         # DualPipe (DeepSeek-V3 report, Table 2): PP + 1 micro-batches of activations on every device (M >= 2·PP)
         return Fraction(pp + 1)
+
+    # torch's interleaved 1F1B runs R = max(1, M // PP) rounds of M / R micro-batches: its warm-up and cool-down span
+    # fewer than V + 1 rounds, and between them each round repeats the last, with the same micro-batches held per
+    # chunk and every chunk gathered and accumulated; so V + 2 rounds of the same size reach every state the whole
+    # step does. torch's V-shaped schedules (ZBVZeroBubble, DualPipeV) run each rank's two chunks in a warm-up of
+    # fewer than 2 PP forwards per chunk, a steady state in which every step repeats the one before with the next
+    # micro-batch (the same micro-batches in flight per chunk, the same gradients left by the weight backwards), and
+    # a cool-down of fewer than 2 PP backwards; so V_WALK_PP x PP + V_WALK_EXTRA micro-batches reach every state.
+    # tests/test_torchtitan_pipeline.py holds both walks' peaks equal to the whole step's for every small M.
+    V_WALK_PP, V_WALK_EXTRA = 4, 4
+
+    def walk_microbatches(self, pp: int, m: int) -> int:
+        """The micro-batches a walk of torch's order for this schedule takes to reach every state of the whole step
+        of M (its cost then no longer grows with M); M itself for the schedules not walked in torch's order."""
+        if self.v_shape:
+            return min(m, self.V_WALK_PP * pp + self.V_WALK_EXTRA)
+        if self.name == "interleaved":
+            rounds = max(1, m // pp)
+            return m // rounds * min(rounds, self.chunks + 2)
+        return m
 
     def default_microbatches(self, pp: int) -> int:
         """M when none is given: PP (the paper's case), 2·PP for DualPipe, the least it runs with."""
