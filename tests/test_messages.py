@@ -26,3 +26,16 @@ def test_message_names_what_was_typed(capsys, argv, words, absent):
     code = main(["memory", *argv])
     err = capsys.readouterr().err
     assert code == 2 and words in err and absent not in err and err.count("\n") == 1, err
+
+
+def test_html_made_with_line_names_only_what_was_typed(capsys, tmp_path):
+    # the page's "made with" command line: no --no-fsdp-float8-all-gather (a store_true switch left at its default),
+    # and each flag as it is spelled
+    import json
+    import re
+
+    out = tmp_path / "p.html"
+    assert main(["html", "--model", "llama-3-8b", "--tp", "2", "-o", str(out)]) == 0, capsys.readouterr().err
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', out.read_text(),
+                                re.S).group(1))
+    assert data["command"] == "symmem html --model llama-3-8b --tp 2"

@@ -74,14 +74,24 @@ FLAG_NAMES = {"b": "-b", "s": "-s", "global_batch": "--global-batch-size", "firs
 
 
 def _command_line(args) -> str:
-    """The flags that made the page, as a command line (shown on the page: how to make it again)."""
+    """The flags that made the page, as a command line (shown on the page: how to make it again): each as the user
+    would type it (its own option string), a switch only when it was given (a store_true switch left at its default
+    is not written as a --no- spelling nobody typed)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    _args(parser)
+    actions = {a.dest: a for a in parser._actions}
     words = ["symmem", "html"]
     for key, value in vars(args).items():
         if key in ("command", "func", "output") or value is None or key.startswith("_"):
             continue
-        flag = FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
+        action = actions.get(key)
+        longs = [o for o in (action.option_strings if action else ()) if o.startswith("--")]
+        flag = FLAG_NAMES.get(key) or (longs[0] if longs else "--" + key.replace("_", "-"))
         if isinstance(value, bool):
-            words.append(flag if value else "--no-" + flag[2:])
+            if isinstance(action, argparse.BooleanOptionalAction):  # default None: a bool was typed
+                words.append(flag if value else "--no-" + flag[2:])
+            elif value != (action.default if action else False):  # store_true/false away from its default
+                words.append(flag)
         else:
             words += [flag, str(value)]
     return " ".join(shlex.quote(w) for w in words)
