@@ -134,7 +134,8 @@ WRONG_FIX = [
     (["memory", "--routing", "dynamic"], "--routing dynamic: needs --rank-load", "None"),
     # was: "the remaining -39 layers do not spread evenly over 1 stages"
     (["memory", "--first-stage-layers", "100", "--pp", "2"],
-     "(--first-stage-layers = 100): more layers on the first and last stages than the model's 61 layers",
+     # (issue 45: only the first stage's count was given, so only the first stage is named; no "last = None")
+     "--first-stage-layers = 100: more layers on the first stage than the model's 61 layers",
      "remaining -"),
     # was: ignored, a verdict on the stage
     (["check", "--layer", "1000", "2*b*s*h"], "--layer = 1000: applies only to per-layer quantities", "verdict"),

@@ -39,3 +39,19 @@ def test_html_made_with_line_names_only_what_was_typed(capsys, tmp_path):
     data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', out.read_text(),
                                 re.S).group(1))
     assert data["command"] == "symmem html --model llama-3-8b --tp 2"
+
+
+@pytest.mark.parametrize("argv, words, absent", [
+    (["memory", "--model", "llama-3-8b", "--first-stage-layers", "40", "--pp", "2"],
+     "--first-stage-layers = 40: more layers on the first stage than the model's 32 layers", "None"),
+    (["memory", "--model", "llama-3-70b", "--first-stage-layers", "31", "--pp", "4"],
+     "--first-stage-layers = 31: the remaining 49 layers do not spread evenly over the 3 stages between", "None"),
+    (["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--schedule", "dualpipev", "--pp", "2", "--dp",
+      "2"], "2·PP = 4 (--microbatches, or --global-batch-size; the default is PP)", "None"),
+    (["html", "--scenario", "paper", "--gpu-choices", "H100"],
+     "must include the page's starting gpu: H800, the paper scenario's (set it with --gpu)", "scenario's gpu ="),
+])
+def test_values_named_with_their_flags(capsys, tmp_path, argv, words, absent):
+    code = main([*argv, *(["-o", str(tmp_path / "p.html")] if argv[0] == "html" else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and absent not in err and err.count("\n") == 1, err

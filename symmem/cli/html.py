@@ -135,8 +135,14 @@ def _run(args) -> int:
         raise SymmemError(f"--gpu-choices: {unknown[0]!r} is no known GPU; known: {', '.join(gpus)}")
     for key in ("zero", "recompute", "precision", "gpu", "tp", "pp", "ep", "cp"):
         if initial[key] not in choices[key]:
-            raise SymmemError(f"{LISTS[key][0]} = {','.join(map(str, choices[key]))}: must include the scenario's "
-                              f"{key} = {initial[key]}")
+            # name where the value comes from: the flag the user gave, or the scenario or model default
+            flag = {"zero": "--zero", "recompute": "--recompute", "precision": "--precision", "gpu": "--gpu",
+                    "tp": "--tp", "pp": "--pp", "ep": "--ep", "cp": "--cp"}[key]
+            typed = getattr(args, key, None) is not None
+            whose = f"the {args.scenario} scenario's" if args.scenario else "the default"
+            origin = f"{flag} = {initial[key]}" if typed else f"{initial[key]}, {whose} (set it with {flag})"
+            raise SymmemError(f"{LISTS[key][0]} = {','.join(map(str, choices[key]))}: must include the page's "
+                              f"starting {key}: {origin}")
     gpus = {g: gpus[g] for g in choices["gpu"]}
 
     def make(settings: dict):

@@ -125,21 +125,19 @@ def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...
         return (n_layers,)
     middle_stages = pp - (first is not None) - (last is not None)
     rest = n_layers - (first or 0) - (last or 0)
+    # the flags as the user typed them (a layout from a scenario file names its keys the same way)
+    given = " and ".join(f"{flag} = {v}" for flag, v in (("--first-stage-layers", first),
+                                                          ("--last-stage-layers", last)) if v is not None)
     if rest < 0:
-        given = " and ".join(f"{flag} = {v}" for flag, v in (("--first-stage-layers", first),
-                                                              ("--last-stage-layers", last)) if v is not None)
-        raise SymmemError(f"layout first = {first}, last = {last} ({given}): more layers on the first and last "
-                          f"stages than the model's {n_layers} layers")
+        ends = ("first and last stages" if first is not None and last is not None
+                else "first stage" if first is not None else "last stage")
+        raise SymmemError(f"{given}: more layers on the {ends} than the model's {n_layers} layers")
     if middle_stages == 0 and rest != 0:  # PP 2 with both given: no stage between them takes the rest
-        given = " and ".join(f"{flag} = {v}" for flag, v in (("--first-stage-layers", first),
-                                                              ("--last-stage-layers", last)) if v is not None)
-        raise SymmemError(f"layout first = {first}, last = {last} ({given}): with PP = {pp} no stage lies between "
-                          f"them, so they must add up to the model's {n_layers} layers (they add up to "
-                          f"{n_layers - rest})")
-    if rest < 0 or (middle_stages and rest % middle_stages):
-        raise SymmemError(
-            f"layout first = {first}, last = {last}: the remaining {rest} layers do not spread evenly over "
-            f"{middle_stages} stages")
+        raise SymmemError(f"{given}: with PP = {pp} no stage lies between them, so they must add up to the model's "
+                          f"{n_layers} layers (they add up to {n_layers - rest})")
+    if middle_stages and rest % middle_stages:
+        raise SymmemError(f"{given}: the remaining {rest} layers do not spread evenly over the {middle_stages} "
+                          f"stages between (PP = {pp})")
     per = rest // middle_stages if middle_stages else 0
     counts = [per] * pp
     if first is not None:

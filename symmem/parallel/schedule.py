@@ -89,7 +89,7 @@ class Schedule:
         if self.dualpipe_v:
             if m < 2 * pp:  # torch/distributed/pipelining/schedules.py:3430-3434
                 raise SymmemError(f"microbatches = {m}: DualPipeV needs at least as many micro-batches as stages, "
-                                  f"2·PP = {2 * pp}")
+                                  f"2·PP = {2 * pp} (--microbatches, or --global-batch-size; the default is PP)")
         elif self.v_shape:
             pass  # torch makes ZBV's order for max(2·PP - 1, M) micro-batches and drops those beyond M: any M
         elif self.name == "interleaved" and runtime == "torch":
