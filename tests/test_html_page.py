@@ -39,7 +39,8 @@ def test_refusals_are_one_line(tmp_path):
         (("--model", "llama-3-8b", "--tp-choices", "0,2"), "--tp-choices entry"),
         (("--model", "llama-3-8b", "--gpu-choices", "H100,XYZ"), "no known GPU"),
         # (issue 45: the message names the flag that set the page's starting value)
-        (("--model", "llama-3-8b", "--tp", "2", "--tp-choices", "1,4"), "must include the page's starting tp: --tp = 2"),
+        (("--model", "llama-3-8b", "--tp", "2", "--tp-choices", "1,4"),
+         "must include the page's starting tp: --tp = 2"),
         (("--model", "llama-3-8b", "--microbatches", "4"), "--global-batch-size instead"),
         (("--model", "llama-3-8b", "--schedule", "dualpipe", "--pp", "2", "--dp", "1"), "offers 1F1B and GPipe"),
         (("--model", "deepseek-v3.2"), "step functions of s"),
