@@ -317,6 +317,18 @@ def moe(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: DecoderImpl
     return _exit(fb, x_in, y, arch, "moe", rows, rows)
 
 
+def _top_logits(fb: DataflowBuilder, xn: str, arch: Arch) -> tuple[str, str]:
+    """The router (`ffn.router`, biased where the Arch says so) and the top-k of its logits: gpt-oss's and Llama 4's
+    (the int64 indices kept by topk)."""
+    r = (B, S_MOE)
+    logits = _linear(fb, f"{arch.ffn_name}.{arch.router_name}", xn, ("moe.router_logits", r + (D(N),)), (D(N), H),
+                     D(N) if arch.router_bias else None)
+    top, idx = fb.op("topk", "router.topk", [logits], [("moe.topk_logits", r + (D(N_r),)),
+                                                      ("moe.topk_indices", r + (D(N_r),), INT64)],
+                     tags=ROUTING + ("routing_decision",))
+    return top, idx
+
+
 def _gpt_oss_moe(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: DecoderImpl, arch: Arch) -> str:
     """GptOssMLP (modeling_gpt_oss.py:117-146): the router's biased logits, their top-k (int64 indices kept) and
     the softmax of the top-k values in the model dtype (kept); GptOssExperts' eager loop: per expert its tokens
@@ -330,10 +342,7 @@ def _gpt_oss_moe(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: De
     rows = (B, S_MOE, H)
     xn = _enter(fb, x_in, arch, "moe", rows)
     r = (B, S_MOE)
-    logits = _linear(fb, f"{arch.ffn_name}.router", xn, ("moe.router_logits", r + (D(N),)), (D(N), H), D(N))
-    top, idx = fb.op("topk", "router.topk", [logits], [("moe.topk_logits", r + (D(N_r),)),
-                                                      ("moe.topk_indices", r + (D(N_r),), INT64)],
-                     tags=ROUTING + ("routing_decision",))
+    top, idx = _top_logits(fb, xn, arch)
     (w,) = fb.op("softmax", "router.softmax", [top], [("moe.topk_weights", r + (D(N_r),))], tags=ROUTING)
     experts, slots, width = D(N, "ep"), (D(N, "ep"), D(E_tok)), D(h_E, "etp")
     (where,) = fb.op("no_grad", "experts.where", [idx], [("experts.where", (D(2),) + slots, INT64)])
@@ -378,10 +387,7 @@ def _llama4_moe(fb: DataflowBuilder, x_in: str, *, model: ModelConfig, impl: Dec
     xn = _enter(fb, x_in, arch, "moe", rows)
     r = (B, S_MOE)
     ffn = arch.ffn_name
-    logits = _linear(fb, f"{ffn}.router", xn, ("moe.router_logits", r + (D(N),)), (D(N), H), None)
-    top, idx = fb.op("topk", "router.topk", [logits], [("moe.topk_logits", r + (D(N_r),)),
-                                                      ("moe.topk_indices", r + (D(N_r),), INT64)],
-                     tags=ROUTING + ("routing_decision",))
+    top, idx = _top_logits(fb, xn, arch)
     (row,) = fb.op("no_grad", "router.scatter", [top, idx], [("moe.router_row", r + (D(N),))], tags=ROUTING)
     (sg,) = fb.op("sigmoid", "router.sigmoid", [row], [("moe.router_scores_fp32", r + (D(N),), FP32)], tags=ROUTING)
     scores = cast(fb, "router.cast", sg, "moe.router_scores", r + (D(N),), tags=ROUTING)
