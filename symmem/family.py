@@ -92,7 +92,7 @@ class Family:
     def build_mtp(self, fb: DataflowBuilder, model: ModelConfig, index: int, convention: str, impl: object | None,
                   layer: Callable[[DataflowBuilder, str], str]) -> str:
         """Append multi-token-prediction module `index`; `layer(fb, x)` appends its decoder layer."""
-        raise SymmemError(f"model family {self.name!r}: has no multi-token-prediction modules")
+        raise SymmemError(f"model family {self.name}: has no multi-token-prediction modules")
 
     def build_shared(self, fb: DataflowBuilder, model: ModelConfig, impl: object | None) -> str | None:
         """Tensors all layers of a stage share (the rotary tables of a Hugging Face model), or None."""
@@ -107,7 +107,7 @@ class Family:
     def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
                 unit_seq: bool) -> object:
         """The Hugging Face implementation a torch-eager dataflow follows."""
-        raise SymmemError(f"dataflow = 'hf': model family {self.name!r} has no Hugging Face dataflow; use "
+        raise SymmemError(f"dataflow = 'hf': model family {self.name} has no Hugging Face dataflow; use "
                           "dataflow = 'paper' (--dataflow paper)")
 
     def torchtitan_impl(self, model: ModelConfig, on_gpu: bool, unit_batch: bool, unit_seq: bool) -> object | None:

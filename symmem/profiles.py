@@ -349,8 +349,8 @@ def _torchtitan_check(scn) -> None:
     if fam == "deepseek" and scn.profile.name != TORCHTITAN_9DEC370:
         _torchtitan_deepseek_check(scn)
     elif fam != "llama":
-        raise SymmemError(f"profile {scn.profile.name}: model family {fam!r}: torchtitan's Llama 3 and (0.3.0) "
-                          "DeepSeek-V3 are modelled (its Qwen3 is not yet)")
+        raise SymmemError(f"profile {scn.profile.name}: {scn.model.name} (family {fam}): torchtitan's Llama 3 and "
+                          "(0.3.0) DeepSeek-V3 are modelled (its Qwen3 is not yet)")
 
 
 # the schedules of torch.distributed.pipelining modelled, as symmem names them (torchtitan's
@@ -376,7 +376,8 @@ def _torchtitan_pp_check(scn) -> None:
         # measured on the CPU for Llama 3 under FSDP, no TP, no checkpointing (tests/validate/test_fsdp2_pipeline.py)
         if par.tp > 1 or scn.model.family.name != "llama" or scn.recompute_name != "none":
             raise SymmemError(f"profile {name}: schedule {scn.schedule.label} with "
-                              + ("TP " + str(par.tp) if par.tp > 1 else f"model family {scn.model.family.name!r}"
+                              + ("TP " + str(par.tp) if par.tp > 1 else
+                                 f"{scn.model.name} (family {scn.model.family.name})"
                                  if scn.model.family.name != "llama" else f"recompute {scn.recompute_name}")
                               + ": torch's zero bubble is modelled for Llama under FSDP without TP or checkpointing; "
                               "use --schedule interleaved:V")
@@ -486,7 +487,7 @@ def with_fsdp_float8_all_gather(scn):
         raise SymmemError(f"{flag} with --zero {int(scn.zero)}: the float8 all-gather is FSDP's (ZeRO-3); use "
                           "--zero 3")
     if scn.model.family.name != "llama":
-        raise SymmemError(f"{flag}: model family {scn.model.family.name!r}: modelled for Llama models (the "
+        raise SymmemError(f"{flag}: {scn.model.name} (family {scn.model.family.name}): modelled for Llama models (the "
                           "grouped experts' float8 path is another converter)")
     head = scn.profile.name != TORCHTITAN_9DEC370  # 9dec370 filtered "output"; 0.3.0 filters no FQN by default
     out = scn.replace(precision=with_ag(scn.precision, fused_qkv=fuses_qkv(scn), head=head))

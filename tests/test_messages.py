@@ -55,3 +55,22 @@ def test_values_named_with_their_flags(capsys, tmp_path, argv, words, absent):
     code = main([*argv, *(["-o", str(tmp_path / "p.html")] if argv[0] == "html" else [])])
     err = capsys.readouterr().err
     assert code == 2 and words in err and absent not in err and err.count("\n") == 1, err
+
+
+def test_html_refuses_a_torchtitan_scenario_before_rebuilding_its_choices(capsys, tmp_path):
+    # it failed on an internal recipe name ('torchao-float8-tensorwise+fsdp-float8-all-gather') before saying why
+    code = main(["html", "--model", "llama-3-8b", "--profile", "torchtitan", "--dp", "8", "--precision",
+                 "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather", "-o", str(tmp_path / "p.html")])
+    err = capsys.readouterr().err
+    assert code == 2 and "lays out its own model states" in err and "+fsdp" not in err and err.count("\n") == 1
+
+
+def test_a_refused_model_is_named_as_given(capsys):
+    # the model as the user named it, its family beside (not "model family 'deepseek'")
+    code = main(["memory", "--model", "mixtral-8x7b", "--profile", "torchtitan", "--dp", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "mixtral-8x7b (family mixtral)" in err and "'mixtral" not in err, err
+    # DeepSeek-V3.2 under torchtitan: a one-line refusal (it was an internal AttributeError)
+    code = main(["memory", "--model", "deepseek-v3.2", "--profile", "torchtitan", "--dp", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "deepseek-v3.2 (family deepseek_v32): torchtitan 0.3.0 ships DeepSeek-V3's layers" in err

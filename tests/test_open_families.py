@@ -115,7 +115,7 @@ def test_megatron_te_answers_at_tp2_pp2_dp2(capsys, name):
 def test_torchtitan_refuses_families_it_does_not_model(capsys):
     assert main(["memory", "--model", "qwen3-8b", "--profile", "torchtitan", "--dp", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "model family 'qwen3'" in err
+    assert err.count("\n") == 1 and "qwen3-8b (family qwen3)" in err
 
 
 # ------------------------------------------------------------------------------------------------ --model ORG/NAME

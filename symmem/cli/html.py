@@ -106,6 +106,11 @@ def _run(args) -> int:
         raise SymmemError("--microbatches: the page sets M from --global-batch-size (or PP by default); give "
                           "--global-batch-size instead")
     base = scenario_from_args(args)
+    from symmem.render.page import refusal
+
+    why = refusal(base)  # a scenario the page cannot carry is refused before its choices are rebuilt from it
+    if why:
+        raise SymmemError(f"html: {why}")
     gpus, initial_gpu = _gpu_table(base.gpu_memory)
     if base.gpu_name is not None and base.gpu_name.lower() in GPUS:
         initial_gpu = base.gpu_name.upper()

@@ -93,5 +93,11 @@ class DeepSeekV32(DeepSeek):
         kind = router or ("v3-norm" if model.option("norm_topk_prob") else "v3")
         return hf.HFImpl(attn, experts, kind, unit_batch=unit_batch, unit_seq=unit_seq)
 
+    def torchtitan_impl(self, model, on_gpu, unit_batch, unit_seq):
+        # torchtitan 0.3.0 ships DeepSeek-V3, not V3.2's lightning indexer: refused in one line (it reached
+        # DeepSeek's torchtitan dataflow, inherited, and failed inside it)
+        raise SymmemError(f"{model.name} (family {self.name}): torchtitan 0.3.0 ships DeepSeek-V3's layers, not "
+                          "V3.2's lightning indexer; use --profile torch-eager or megatron-te")
+
 
 FAMILY = DeepSeekV32()
