@@ -145,17 +145,23 @@ def pattern_window(raw, get, n_layers, source):
     return w, tuple(w is not None and bool((i + 1) % pattern) for i in range(n_layers))
 
 
-def smollm3_nope(raw, get, n_layers, source) -> tuple[bool, ...]:
-    """SmolLM3's NoPE layers: no_rope_layers[i] == 0, by default every no_rope_layer_interval-th
-    (configuration_smollm3.py:100-103)."""
+def _rope_layers(get, n_layers: int, source: str, given: bool) -> list:
+    """no_rope_layers (1: the layer rotates), as `given`, else every no_rope_layer_interval-th layer NoPE (the
+    config classes' default); one entry per layer."""
     rope = get("no_rope_layers")
-    if rope is None:
+    if not given:
         every = positive_int("no_rope_layer_interval", get("no_rope_layer_interval"), source)
         rope = [int((i + 1) % every != 0) for i in range(n_layers)]
     if not isinstance(rope, list) or len(rope) != n_layers:
         raise SymmemError(f"{source}: no_rope_layers = {rope!r:.60}: must list 0 or 1 for each of the {n_layers} "
                           "layers")
-    return tuple(not r for r in rope)
+    return rope
+
+
+def smollm3_nope(raw, get, n_layers, source) -> tuple[bool, ...]:
+    """SmolLM3's NoPE layers: no_rope_layers[i] == 0, by default every no_rope_layer_interval-th
+    (configuration_smollm3.py:100-103)."""
+    return tuple(not r for r in _rope_layers(get, n_layers, source, get("no_rope_layers") is not None))
 
 
 def nope_window(raw, get, n_layers, source):
@@ -175,12 +181,8 @@ def chunked_window(raw, get, n_layers, source):
 def llama4_nope(raw, get, n_layers, source) -> tuple[bool, ...]:
     """Llama 4's NoPE layers: no_rope_layers[i] == 0, or, when no_rope_layers is absent or empty (Scout's config
     has []), every no_rope_layer_interval-th layer (configuration_llama4.py:169-172)."""
-    rope = get("no_rope_layers")
-    if not rope:
-        every = positive_int("no_rope_layer_interval", get("no_rope_layer_interval"), source)
-        rope = [int((i + 1) % every != 0) for i in range(n_layers)]
-    if not isinstance(rope, list) or len(rope) != n_layers or any(r not in (0, 1) or isinstance(r, bool)
-                                                                  for r in rope):
+    rope = _rope_layers(get, n_layers, source, bool(get("no_rope_layers")))
+    if any(r not in (0, 1) or isinstance(r, bool) for r in rope):
         raise SymmemError(f"{source}: no_rope_layers = {rope!r:.60}: must list 0 or 1 for each of the {n_layers} "
                           "layers")
     return tuple(not r for r in rope)
@@ -413,10 +415,6 @@ class Decoder(Family):
 
     def hf_impl(self, model: ModelConfig, attn: str, experts: str, router: str | None, unit_batch: bool,
                 unit_seq: bool, s: int | None = None) -> object:
-        missing = hf_decoder.not_written(model)
-        if missing:
-            raise SymmemError(f"dataflow = 'hf': the Hugging Face dataflow (torch-eager) of {self.name} is not written "
-                              f"yet ({', '.join(missing)}); use dataflow = 'paper' (--dataflow paper)")
         if router is not None:
             raise SymmemError(f"hf_router = {router!r}: {self.name}'s router is its config's; leave it unset")
         if attn == "sdpa" and not self.sdpa:

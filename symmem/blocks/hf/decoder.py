@@ -74,11 +74,6 @@ def _norm(fb: DataflowBuilder, arch: Arch, name: str, x: str, out: str, dims: tu
     return y
 
 
-def not_written(model: ModelConfig) -> list[str]:
-    """The features of `model`'s layers this Hugging Face dataflow does not write (none of today's families)."""
-    return []
-
-
 def layer(fb: DataflowBuilder, x: str, kind: str, *, model: ModelConfig, impl: DecoderImpl) -> str:
     arch: Arch = model.option("arch")
     axis = "sp_moe" if kind.startswith("moe") else "sp"
