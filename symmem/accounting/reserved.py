@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import lru_cache
 
 import sympy
@@ -119,40 +118,66 @@ def _shard_pieces(spans: list[tuple[int, int]], numel: int, dp: int, rank: int) 
     return pieces
 
 
-def _one_f_one_b(k: Fraction, m: int) -> list[str]:
-    warm = math.ceil(k) - 1
-    return ["F"] * warm + ["F", "B"] * (m - warm) + ["B"] * warm
+@dataclass(frozen=True)
+class _Phases:
+    """One iteration of one GPU of a stage as `CachingAllocator.run` takes it, by phase: micro-batch j's forward
+    is `forward[j % slots]`, its backward `backward[j % slots]` (`first_backward` for micro-batch 0 of the first
+    iteration, which also makes TE's dummy weight gradients at their first use). Storages are keyed by the
+    micro-batch's slot, not its number: at most ceil(k) micro-batches are alive at once under 1F1B, so ceil(k) + 1
+    slots never reuse a live key, and the chunks are built once whatever M is (an M-long event list was 1.2 GB at
+    M = 1,024)."""
+
+    warm: int  # forwards before the first backward: ceil(k) - 1
+    forward: tuple  # per slot, the ops of one micro-batch's forward
+    backward: tuple  # per slot, the ops of one micro-batch's backward
+    first_backward: tuple
+
+    @property
+    def slots(self) -> int:
+        return len(self.forward)
+
+    def run(self, alloc: CachingAllocator, m: int, first: bool, after_pair=None) -> int:
+        """Replay one iteration of `m` micro-batches in 1F1B order: `warm` forwards, then a forward and a backward
+        per pair, then the cool-down backwards. `after_pair(alloc, pairs)`, called after each steady pair, may end
+        the steady phase early by returning True (`QUIET_PAIRS`); the cool-down then backs the micro-batches in
+        flight. The steady pairs replayed."""
+        f, b, n = self.forward, self.backward, len(self.forward)
+        pairs = m - self.warm
+        for j in range(self.warm):
+            alloc.run(f[j % n])
+        done = 0
+        for i in range(pairs):
+            alloc.run(f[(self.warm + i) % n])
+            alloc.run(self.first_backward if first and i == 0 else b[i % n])
+            done += 1
+            if after_pair is not None and done < pairs and after_pair(alloc, done):
+                break
+        for j in range(done, done + self.warm):
+            alloc.run(self.first_backward if first and j == 0 else b[j % n])
+        return done
 
 
-def _iteration(alloc: CachingAllocator, events: tuple, it: int) -> None:
-    """One iteration of `_iteration_events` (the first makes the "first" allocations too: TE's dummy weight
-    gradients, made once, at their first use). Every storage an iteration allocates it frees, so the next one may
-    use the same keys."""
-    alloc.run(events[0] if it == 0 else events[1])
-
-
-def _ops(events: list[tuple]) -> tuple[tuple, tuple]:
-    """The events as `CachingAllocator.run` takes them, for the first iteration and for the later ones: sizes
-    rounded, and each storage's key a small integer (hashing the nested key tuple on every call was a tenth of the
-    replay's time)."""
+def _ops(chunks: list[list[tuple]]) -> tuple:
+    """The chunks' events as `CachingAllocator.run` takes them: sizes rounded, and each storage's key a small
+    integer (hashing the nested key tuple on every call was a tenth of the replay's time)."""
     ids: dict = {}
-    first, later = [], []
-    for kind, key, nbytes in events:
-        if kind == "first":
-            first.append((key, request(key, nbytes)))
-            continue
-        op = (ids.setdefault(key, len(ids)), request(key, nbytes) if kind == "malloc" else 0)
-        first.append(op)
-        later.append(op)
-    if sum(1 if size else -1 for _, size in later):  # a bug of the event builder, never input
-        raise AssertionError("an iteration leaves an allocation alive: the next one would reuse its key")
-    return tuple(first), tuple(later)
+    out = []
+    for events in chunks:
+        ops = []
+        for kind, key, nbytes in events:
+            if kind == "first":
+                ops.append((key, request(key, nbytes)))
+            else:
+                ops.append((ids.setdefault(key, len(ids)), request(key, nbytes) if kind == "malloc" else 0))
+        out.append(tuple(ops))
+    return tuple(out)
 
 
 @lru_cache(maxsize=64)
-def _iteration_events(scn, stage) -> tuple:
-    """One iteration of one GPU of `stage` (`_ops`: the first, the later): every activation storage of every layer
-    copy and micro-batch from the timeline, in 1F1B order; the same for every rank and iteration (written once)."""
+def _iteration_phases(scn, stage) -> _Phases:
+    """One iteration of one GPU of `stage` by phase (`_Phases`): every activation storage of every layer copy of
+    a micro-batch's forward and backward from the timeline; the same for every rank, micro-batch and iteration
+    (written once)."""
     from symmem.accounting.activations import tensor_bytes
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
     from symmem.model import stage_parts
@@ -169,16 +194,14 @@ def _iteration_events(scn, stage) -> tuple:
     # (`get_dummy_wgrad` caches them by shape: TE pytorch/module/base.py:64-92)
     wgrad_shape = te_weight_shape_by_op(parts, axes, vals) if any(
         b.name.startswith("TE dummy") for b in stage_buffers(scn, stage)) else {}
-    made: set = set()
     sizes: dict = {}
-    out: list[tuple] = []
 
     def size(a) -> int:
         if a.nbytes not in sizes:
             sizes[a.nbytes] = _bytes(a.nbytes, vals)
         return sizes[a.nbytes]
 
-    def step(mb, pi: int, copy: int, live: dict, now: dict) -> None:
+    def step(out: list, mb, pi: int, copy: int, live: dict, now: dict) -> None:
         """From one op's event to the next: what the next op does not hold is freed first (an event's alive set
         already holds everything that coexists while its op runs: inputs, outputs, workspace), then what it adds
         is allocated."""
@@ -196,35 +219,44 @@ def _iteration_events(scn, stage) -> tuple:
     backwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "backward"] for tl in timelines]
     backward_ops = [[ev.op for ev in tl.events if ev.phase == "backward"] for tl in timelines]
     kept = [{n: a for ev in fw for n, a in ev.items() if a.component == T.SAVED_CURRENT} for fw in forwards]
-    fwd_mb = bwd_mb = 0
-    for phase in _one_f_one_b(k, scn.m):
-        if phase == "F":
-            mb, fwd_mb = fwd_mb, fwd_mb + 1
-            for pi, pt in enumerate(parts):
-                for copy in range(pt.count):
-                    live: dict = {}
-                    for now in forwards[pi]:
-                        step(mb, pi, copy, live, now)
-                        live = now
-                    for name, a in live.items():  # what the layer does not keep dies with its forward
-                        if a.component != T.SAVED_CURRENT:
-                            out.append(("free", (mb, pi, copy, name), 0))
-        else:
-            mb, bwd_mb = bwd_mb, bwd_mb + 1
-            out += [("malloc", (mb, "pipeline", name), n) for name, n in pipeline]
-            for pi in range(len(parts) - 1, -1, -1):
-                for copy in range(parts[pi].count - 1, -1, -1):
-                    live = kept[pi]  # kept since the forward
-                    for op, now in zip(backward_ops[pi], backwards[pi], strict=True):
-                        shape = wgrad_shape.get((parts[pi].name, op))
-                        if shape is not None and shape not in made:
-                            made.add(shape)
-                            out.append(("first", ("wgrad", shape), 2 * shape[0] * shape[1]))
-                        step(mb, pi, copy, live, now)
-                        live = now
-                    out += [("free", (mb, pi, copy, name), 0) for name in live]
-            out += [("free", (mb, "pipeline", name), 0) for name, _ in pipeline]
-    return _ops(out)
+
+    def forward(mb) -> list:
+        out: list = []
+        for pi, pt in enumerate(parts):
+            for copy in range(pt.count):
+                live: dict = {}
+                for now in forwards[pi]:
+                    step(out, mb, pi, copy, live, now)
+                    live = now
+                for name, a in live.items():  # what the layer does not keep dies with its forward
+                    if a.component != T.SAVED_CURRENT:
+                        out.append(("free", (mb, pi, copy, name), 0))
+        return out
+
+    def backward(mb, made: set | None) -> list:
+        """`made`: the weight shapes whose dummy gradient exists already (None: all of them)."""
+        out = [("malloc", (mb, "pipeline", name), n) for name, n in pipeline]
+        for pi in range(len(parts) - 1, -1, -1):
+            for copy in range(parts[pi].count - 1, -1, -1):
+                live = kept[pi]  # kept since the forward
+                for op, now in zip(backward_ops[pi], backwards[pi], strict=True):
+                    shape = wgrad_shape.get((parts[pi].name, op))
+                    if made is not None and shape is not None and shape not in made:
+                        made.add(shape)
+                        out.append(("first", ("wgrad", shape), 2 * shape[0] * shape[1]))
+                    step(out, mb, pi, copy, live, now)
+                    live = now
+                out += [("free", (mb, pi, copy, name), 0) for name in live]
+        out += [("free", (mb, "pipeline", name), 0) for name, _ in pipeline]
+        return out
+
+    slots = math.ceil(k) + 1
+    chunks = [forward(j) for j in range(slots)] + [backward(j, None) for j in range(slots)] + [backward(0, set())]
+    ops = _ops(chunks)
+    balance = sum(1 if size else -1 for chunk in ops[:2 * slots] for _, size in chunk)
+    if balance:  # a bug of the event builder, never input
+        raise AssertionError("a micro-batch leaves an allocation alive: a later one would reuse its key")
+    return _Phases(math.ceil(k) - 1, ops[:slots], ops[slots:2 * slots], ops[2 * slots])
 
 
 def replay_stage(scn, stage, rank: int = 0) -> Reserved:
@@ -297,8 +329,8 @@ def _replay(scn, stage, shards: tuple) -> Reserved:
     for b in buffers:
         if not b.name.startswith(("TE dummy", "DDP")):  # workspaces, RoPE table: at the first forward
             alloc.malloc(("buffer", b.name), b.nbytes)
-    events = _iteration_events(scn, stage)
-    _iteration(alloc, events, 0)
+    phases = _iteration_phases(scn, stage)
+    phases.run(alloc, scn.m, first=True)
     done()
     # 5: the optimizer step's Adam moments, then the later iterations (the moments alive through them)
     done = track("optimizer step (Adam moments)")
@@ -307,9 +339,9 @@ def _replay(scn, stage, shards: tuple) -> Reserved:
                for op in ((("exp_avg", i), request("exp_avg", n * half)),
                           (("exp_avg_sq", i), request("exp_avg_sq", n * half)))])
     done()
-    for it in range(1, ITERATIONS):
+    for _ in range(1, ITERATIONS):
         done = track("later iterations")
-        _iteration(alloc, events, it)
+        phases.run(alloc, scn.m, first=False)
         done()
     return Reserved(alloc.peak_allocated, alloc.peak_reserved, alloc.segments, peak_phase[0])
 
