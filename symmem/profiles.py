@@ -311,7 +311,7 @@ ALLOCATOR_BLOCK = 512  # bytes: the CUDA caching allocator's smallest block (CUD
 
 def _torchtitan_check(scn) -> None:
     par = scn.parallel
-    other = [f"{k.upper()} {getattr(par, k)}" for k in ("pp", "cp", "ep") if getattr(par, k) != 1
+    other = [f"--{k} {getattr(par, k)}" for k in ("pp", "cp", "ep") if getattr(par, k) != 1
              and not (k == "pp" and scn.profile.pipelined_fsdp)]
     if other:
         modelled = ("FSDP (and HSDP) data parallelism, TP and PP" if scn.profile.pipelined_fsdp
@@ -319,15 +319,15 @@ def _torchtitan_check(scn) -> None:
         raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only {modelled} "
                           f"{'are' if scn.profile.pipelined_fsdp else 'is'} modelled for "
                           f"torchtitan {'9dec370' if scn.profile.name == TORCHTITAN_9DEC370 else '0.3.0'} so far; "
-                          f"set {' and '.join(o.split()[0] for o in other)} to 1")
+                          f"set {' and '.join(o.split()[0] for o in other)} 1")
     if par.pp > 1:
         _torchtitan_pp_check(scn)
     if par.tp > 1:
         # TP as torchtitan 0.3.0 applies it (symmem/rules/torchtitan.py, `under_tp`), measured on the CPU with
         # sequence parallelism and with no or full checkpointing
         if scn.profile.name == TORCHTITAN_9DEC370:
-            raise SymmemError(f"profile {scn.profile.name}: TP {par.tp}: 9dec370's TP (PyTorch's parallelize_module "
-                              "and loss_parallel) is not modelled; use --profile torchtitan, or TP 1")
+            raise SymmemError(f"profile {scn.profile.name}: --tp {par.tp}: 9dec370's TP (PyTorch's parallelize_module "
+                              "and loss_parallel) is not modelled; use --profile torchtitan, or --tp 1")
         if not par.sequence_parallel:
             raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} without sequence parallelism is not modelled "
                               "(torchtitan's default, enable_sequence_parallel, is on); drop --no-sequence-parallel")

@@ -68,9 +68,10 @@ def test_rules_differ_only_in_rmsnorm():
 
 
 @pytest.mark.parametrize("profile, flag, words", [
-    ("torchtitan", "--cp", "cp = 2: the 'torchtitan' rule set has no context-parallel rule"),
-    ("torchtitan-2412", "--pp", "PP 2: only FSDP (and HSDP) data parallelism is modelled for torchtitan 9dec370 "
-                                "so far; set PP to 1"),
+    # (the flags as typed: issue 45, item 4; were "cp = 2" and "PP 2 ... set PP to 1")
+    ("torchtitan", "--cp", "--cp 2: the 'torchtitan' rule set has no context-parallel rule"),
+    ("torchtitan-2412", "--pp", "--pp 2: only FSDP (and HSDP) data parallelism is modelled for torchtitan 9dec370 "
+                                "so far; set --pp 1"),
 ])
 def test_what_is_not_modelled_is_refused(capsys, profile, flag, words):
     # (torchtitan 0.3.0's PP is modelled: tests/test_torchtitan_pipeline.py)

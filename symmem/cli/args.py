@@ -189,10 +189,11 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                                                  "hsdp_replicate",
                                                  "sequence_parallel", "moe_sequence_parallel")
                    if getattr(args, k) is not None}
-    if getattr(args, "profile", None) and args.sequence_parallel is None:
+    if getattr(args, "profile", None) and args.sequence_parallel is not False:
         from symmem.profiles import profile
 
-        if profile(args.profile).sequence_parallel:  # the framework's own default (megatron-te: on, MoE too)
+        # the framework's own default (megatron-te: on, MoE too); --sequence-parallel restates it, MoE included
+        if profile(args.profile).sequence_parallel:
             par_changes["sequence_parallel"] = True
             if args.moe_sequence_parallel is None:
                 par_changes["moe_sequence_parallel"] = True
@@ -205,6 +206,8 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
         if par.get("moe_sequence_parallel") and not par.get("sequence_parallel"):
             par["moe_sequence_parallel"] = None if "moe_sequence_parallel" not in par_changes else True
     ch["parallel"] = Parallel(**par)
+    if par.get("edp") is not None and Parallel(**{**par, "edp": None}).expert_dp == par["edp"]:
+        ch["parallel"] = Parallel(**{**par, "edp": None})  # the EDP the other sizes give, restated
     if args.convention:
         ch["convention"] = args.convention
     if args.precision:
@@ -237,11 +240,15 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
 
             prof = profile(args.profile)
             _framework_flags(prof, args)
+            if args.rules is None:
+                ch.pop("rules_name", None)  # the profile's own rule set, restated
             ch["profile_name"] = prof.name
             if prof.precision and not args.precision:
                 ch["precision"] = recipe(prof.precision)
             if prof.zero is not None and args.zero is None:
                 ch["zero"] = zero_stage(prof.zero)
+            if prof.modules is not None and args.mtp is None:
+                ch["mtp"] = False  # torchtitan trains without MTP unless asked (num_mtp_layers = 0)
             model = ch.get("model", scn.model)
             if prof.convention in model.family.conventions and not args.convention:
                 ch["convention"] = prof.convention
@@ -297,6 +304,8 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                                   f"{', '.join(dtypes)}")
             ch["act_bytes"] = dtypes[args.activation_dtype]
     scn = scn.replace(**ch)
+    if scn.dataflow is not None and scn.replace(dataflow=None).flow_impl == scn.flow_impl:
+        scn = scn.replace(dataflow=None)  # the default dataflow, restated
     if getattr(args, "fsdp_float8_all_gather", False):
         from symmem.profiles import with_fsdp_float8_all_gather
 
@@ -340,6 +349,25 @@ def _framework_flags(prof, args) -> None:
         raise SymmemError(f"--schedule {args.schedule}: profile torchtitan-2412 (torchtitan 9dec370, the code of its "
                           "published H100 runs) models no pipelining; torch's schedules run under --profile "
                           "torchtitan")
+    if prof.modules is not None:  # the framework's own modules: their dataflow, rules and kernels are fixed
+        own = {"rules": prof.rules, "dataflow": prof.dataflow, "attn_impl": prof.attn_impl, "experts_impl": None}
+        for field, value in own.items():
+            given = getattr(args, field, None)
+            if given is None:
+                continue
+            if given != value:
+                flag = "--" + field.replace("_", "-")
+                raise SymmemError(f"{flag} = {given!r}: profile {prof.name} runs torchtitan's own modules ("
+                                  f"dataflow {prof.dataflow}, attention {prof.attn_impl}, rules {prof.rules}), "
+                                  f"whatever {flag} says; drop {flag} (Hugging Face's modules: --profile "
+                                  "torch-eager)")
+            setattr(args, field, None)  # the profile's own, restated
+    if prof.name == "megatron-local":  # Megatron-Core's own local modules: symmem's dataflow, its hand rules
+        for flag, given, own in (("--rules", args.rules, prof.rules), ("--dataflow", args.dataflow, "paper")):
+            if given is not None and given != own:
+                raise SymmemError(f"{flag} {given}: profile megatron-local models Megatron-Core's local layer spec "
+                                  f"with its own rules ({prof.rules}) over symmem's dataflow; drop {flag} (Hugging "
+                                  "Face's modules: --profile torch-eager)")
     if prof.name.startswith("torchtitan"):
         if args.zero is not None and str(args.zero).strip() != "3":
             raise SymmemError(f"--zero = {args.zero}: profile {prof.name} shards parameters, gradients and optimizer "

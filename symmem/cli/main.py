@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 done (or EQUAL), 1 DIFFERENT (`check`, `measure`), 2 bad input or output that cannot be
     written (one line on stderr),
     3 an internal error (a bug of symmem: one line on stderr naming the exception), 130 interrupted."""
+    args = None
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -87,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         _gc.settle(load=("sympy",))  # every command runs the engine, on sympy
         return _commands()[args.command][2](args) or 0
     except SymmemError as e:
-        print(f"symmem: error: {e}", file=sys.stderr)
+        from symmem.cli._flag_names import in_flags
+
+        print(f"symmem: error: {in_flags(str(e), args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("symmem: interrupted", file=sys.stderr)

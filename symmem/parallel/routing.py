@@ -92,7 +92,7 @@ class Routing:
         n_experts = model.value(experts[0])
         if self.kind == "histogram" and len(self.histogram) != n_experts:
             raise SymmemError(
-                f"histogram has {len(self.histogram)} loads: must have one per routed expert, N = {n_experts}")
+                f"histogram: {len(self.histogram)} loads: must have one per routed expert, N = {n_experts}")
 
     def busiest_rank_share(self, ep: int) -> sympy.Rational:
         """The busiest EP rank's share of all token-slots (histogram); experts placed contiguously."""

@@ -136,12 +136,14 @@ class Parallel:
             if model.has(name) and model.value(name) % size:
                 raise SymmemError(f"{field} = {size}: must divide {fam.config_keys[name]} = {model.value(name)}")
         if fam.routed_experts is None and (self.ep, self.etp) != (1, 1):
-            raise SymmemError(f"ep = {self.ep}, etp = {self.etp}: {model.name} has no routed experts; expert "
+            raise SymmemError(f"ep·etp = {self.ep}·{self.etp}: {model.name} has no routed experts; expert "
                               "parallel sizes must be 1")
 
-    def describe(self) -> str:
+    def describe(self, moe: bool = True) -> str:
+        """One line of the arrangement; `moe`: whether the model has routed experts (a dense one's line does not
+        say how a MoE block would be sharded)."""
         sp = "SP on" if self.sequence_parallel else "SP off"
-        if self.sequence_parallel:
+        if self.sequence_parallel and moe:
             sp += ", MoE sequence-sharded" if self.moe_sp else ", MoE not sequence-sharded"
         cp = f", CP {self.cp} ({self.cp_comm_type})" if self.cp > 1 else ""
         return (f"DP {self.dp}, TP {self.tp}{cp}, PP {self.pp}, EP {self.ep}, ETP {self.etp}, EDP {self.expert_dp} "

@@ -193,7 +193,7 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
     from symmem.comm import flow_collectives
     from symmem.flops import op_flops
     from symmem.precision.saved import eligible
-    from symmem.symbols import E_tok, b, s
+    from symmem.symbols import E_tok
 
     vals = dict(values(scn))
     vals[E_tok] = evaluate(_tokens_per_expert(scn.activation_key, axes), vals)
@@ -226,10 +226,9 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
         if op.kind == "matmul" and "core_attention" in op.tags:
             c.attention_flops += ev(total) / n_att
             c.kernels += 1.5  # the fused attention: one kernel forward, two backward, per two products
-    at = {**scn.size_values(), b: scn.b, s: scn.s}
     recomputed = again
     for coll in flow_collectives(part.flow, axes, scn.act_bytes, recomputed, par.cp_comm_type == "a2a"):
-        nb = float(coll.nbytes.xreplace(at))
+        nb = ev(coll.nbytes)  # (E_tok too: ETP's all-reduce of the experts' weight gradients is E_tok·N·h)
         if coll.kind == "ring":
             c.cp_ring_bytes += nb
             continue
