@@ -116,8 +116,10 @@ class Scenario:
         self.flow_impl  # noqa: B018
         base_rules = self.profile.rules if self.profile_name is not None else self.rules_name
         if self.flow_impl is not None and base_rules == "paper":  # else: "rule set 'paper' has no rule for ..."
+            fix = ("profile = 'torch-eager' (--profile torch-eager)" if self.profile_name is not None
+                   else "rules = 'torch-eager' (--rules torch-eager)")
             raise SymmemError("dataflow = 'hf': Hugging Face's dataflow needs a rule set with its ops, and the "
-                              "'paper' rule set has none; use rules = 'torch-eager' (--rules torch-eager)")
+                              f"'paper' rule set has none; use {fix}")
         self.schedule.check(self.parallel.pp, self.m, self.schedule_runtime)
         if not any(st.chunk_layers for st in self.stages):  # (torchtitan's chunks are its own split)
             self.schedule.check_layout(tuple(len(st.layers) for st in self.stages))
@@ -126,7 +128,10 @@ class Scenario:
                                if getattr(self, f) != "eager")
             # the one change that makes it valid: the hf dataflow when the rules have its ops (torch-eager,
             # megatron-te), else the torch-eager rule set (whose dataflow is hf)
-            fix = ("use rules = 'torch-eager' (--rules torch-eager), whose dataflow is hf" if base_rules == "paper"
+            # (under a profile, whose rule set --rules does not override, the profile with Hugging Face's rules)
+            fix = ("use profile = 'torch-eager' with dataflow = 'hf' (--profile torch-eager --dataflow hf)"
+                   if base_rules == "paper" and self.profile_name is not None else
+                   "use rules = 'torch-eager' (--rules torch-eager), whose dataflow is hf" if base_rules == "paper"
                    else "use dataflow = 'hf' (--dataflow hf)")
             raise SymmemError(f"{chosen}: chooses Hugging Face's implementations, which only the hf dataflow "
                               f"follows; {fix}")

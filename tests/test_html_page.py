@@ -298,6 +298,8 @@ BAD_URLS = [
     ("?dp=0", 'dp = "0": must be an integer from 1'),
     ("?colour=red", 'unknown setting "colour"'),
     ("?global-batch-size=7&dp=2", "not a multiple of micro-batch"),
+    # the global batch named, not an M the user never set (issue 45, defect 7)
+    ("?global-batch-size=4000000&dp=1&b=1", "global-batch-size = 4,000,000: gives M = 4,000,000 micro-batches"),
     ("?ep=4&dp=1&tp=1", "must divide DP·TP·CP"),
     ("?s=1000&cp=1&tp=1&ep=1&dp=1", None),  # valid: a check that the page answers
 ]

@@ -74,3 +74,21 @@ def test_a_refused_model_is_named_as_given(capsys):
     code = main(["memory", "--model", "deepseek-v3.2", "--profile", "torchtitan", "--dp", "2"])
     err = capsys.readouterr().err
     assert code == 2 and "deepseek-v3.2 (family deepseek_v32): torchtitan 0.3.0 ships DeepSeek-V3's layers" in err
+
+
+@pytest.mark.parametrize("profile", ["paper", "torch-eager", "megatron-te"])
+@pytest.mark.parametrize("extra", [["--attn-impl", "sdpa"], ["--experts-impl", "grouped_mm"], ["--dataflow", "hf"],
+                                   ["--rules", "torch-eager"]])
+def test_a_hint_leads_to_an_answer(capsys, profile, extra):
+    # issue 45, defect 7: the flags a refusal suggests, added to the command, give an answer, not a second refusal
+    # (was: "--attn-impl sdpa ... use --rules torch-eager" under a profile, whose rules --rules does not override)
+    import re
+
+    argv = ["memory", "--model", "deepseek-v2-lite", "-s", "512", "--profile", profile, *extra]
+    if main(argv) == 0:
+        capsys.readouterr()
+        return
+    err = capsys.readouterr().err
+    hint = re.findall(r"\((--[a-z-]+(?: [a-z0-9-]+)?(?: --[a-z-]+(?: [a-z0-9-]+)?)*)\)", err)
+    assert hint, err
+    assert main(argv + hint[-1].split()) == 0, capsys.readouterr().err

@@ -24,16 +24,18 @@ def _calls(monkeypatch, scn) -> tuple[int, list[int]]:
     """Allocator runs (one per chunk) the replays of `scn`'s stages make, and their figures."""
     R._replay.cache_clear()
     R._iteration_phases.cache_clear()
+    monkeypatch.setenv("SYMMEM_PURE_PYTHON", "1")  # the Python allocator, whose calls are counted here
     count = [0]
     real = CachingAllocator.run
 
-    def counted(self, ops):
+    def counted(self, ops, by=0):
         count[0] += 1
-        return real(self, ops)
+        return real(self, ops, by)
 
     monkeypatch.setattr(CachingAllocator, "run", counted)
     figures = [R.stage_reserved(scn, st) for st in scn.stages]
     monkeypatch.setattr(CachingAllocator, "run", real)
+    R._replay.cache_clear()
     return count[0], figures
 
 

@@ -137,14 +137,17 @@ class CachingAllocator:
     def free(self, key: object) -> None:
         self.run(((key, 0),))
 
-    def run(self, ops) -> None:
+    def run(self, ops, by: int = 0) -> None:
         """Replay `ops` in order: `(key, size)` allocates a request of `size` bytes, already rounded by
-        `request` (at least 512), `(key, 0)` frees `key`. One loop with the state in locals: the replays of
+        `request` (at least 512), `(key, 0)` frees `key`; integer keys are moved on by `by` (a micro-batch slot's
+        storage ids: `symmem.accounting.reserved._Phases`). One loop with the state in locals: the replays of
         `symmem paper` make about 350,000 calls, and a method call with its attribute lookups per call was most of
         their time."""
         live, pools = self._live, self._free
         allocated, peak = self.allocated, self.peak_allocated
         bisect_left, insort, split, release = bisect.bisect_left, bisect.insort, _split, _release
+        if by:
+            ops = [(key + by if key.__class__ is int else key, size) for key, size in ops]
         try:
             for key, size in ops:
                 if size:
@@ -187,6 +190,22 @@ class CachingAllocator:
     def live(self) -> int:
         """Allocations not yet freed."""
         return len(self._live)
+
+
+def fast_allocator():
+    """A new allocator for long replays: the C one (symmem/accounting/_callocator.c, built at install when a C
+    compiler is there) when it is, else `CachingAllocator`. The same rules and figures (tests/test_callocator.py);
+    `run`, `live()` and the figures' attributes, no `malloc`/`free`. `SYMMEM_PURE_PYTHON=1` takes the Python one."""
+    import os
+
+    if os.environ.get("SYMMEM_PURE_PYTHON") != "1":
+        try:
+            from symmem.accounting._callocator import Allocator
+        except ImportError:
+            pass
+        else:
+            return Allocator()
+    return CachingAllocator()
 
 
 def replay(events) -> CachingAllocator:

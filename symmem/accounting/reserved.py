@@ -43,7 +43,7 @@ from functools import lru_cache
 import sympy
 
 from symmem.accounting import timeline as T
-from symmem.accounting.allocator import CachingAllocator, request
+from symmem.accounting.allocator import CachingAllocator, fast_allocator, request
 from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.graph import local_size
 
@@ -120,37 +120,35 @@ def _shard_pieces(spans: list[tuple[int, int]], numel: int, dp: int, rank: int) 
 
 @dataclass(frozen=True)
 class _Phases:
-    """One iteration of one GPU of a stage as `CachingAllocator.run` takes it, by phase: micro-batch j's forward
-    is `forward[j % slots]`, its backward `backward[j % slots]` (`first_backward` for micro-batch 0 of the first
-    iteration, which also makes TE's dummy weight gradients at their first use). Storages are keyed by the
-    micro-batch's slot, not its number: at most ceil(k) micro-batches are alive at once under 1F1B, so ceil(k) + 1
-    slots never reuse a live key, and the chunks are built once whatever M is (an M-long event list was 1.2 GB at
-    M = 1,024)."""
+    """One iteration of one GPU of a stage as `CachingAllocator.run` takes it, by phase: one micro-batch's forward
+    and backward ops (`first_backward`: micro-batch 0's of the first iteration, which also makes TE's dummy weight
+    gradients at their first use). Micro-batch j runs them with its storage ids moved on by (j mod slots) x ids: at
+    most ceil(k) micro-batches are alive at once under 1F1B, so ceil(k) + 1 slots never reuse a live id, and the
+    ops are built once whatever M is (an M-long event list was 1.2 GB at M = 1,024)."""
 
     warm: int  # forwards before the first backward: ceil(k) - 1
-    forward: tuple  # per slot, the ops of one micro-batch's forward
-    backward: tuple  # per slot, the ops of one micro-batch's backward
+    slots: int
+    ids: int  # storage ids one micro-batch uses
+    forward: tuple
+    backward: tuple
     first_backward: tuple
 
-    @property
-    def slots(self) -> int:
-        return len(self.forward)
-
-    def run(self, alloc: CachingAllocator, m: int, first: bool) -> None:
+    def run(self, alloc, m: int, first: bool) -> None:
         """Replay one iteration of `m` micro-batches in 1F1B order: `warm` forwards, then a forward and a backward
         per steady pair, then the cool-down backwards."""
-        f, b, n = self.forward, self.backward, len(self.forward)
+        f, b, n, ids = self.forward, self.backward, self.slots, self.ids
         for j in range(self.warm):
-            alloc.run(f[j % n])
+            alloc.run(f, (j % n) * ids)
         for j in range(m):
             if j + self.warm < m:
-                alloc.run(f[(j + self.warm) % n])
-            alloc.run(self.first_backward if first and j == 0 else b[j % n])
+                alloc.run(f, ((j + self.warm) % n) * ids)
+            alloc.run(self.first_backward if first and j == 0 else b, (j % n) * ids)
 
 
 def _ops(chunks: list[list[tuple]]) -> tuple:
-    """The chunks' events as `CachingAllocator.run` takes them: sizes rounded, and each storage's key a small
-    integer (hashing the nested key tuple on every call was a tenth of the replay's time)."""
+    """The chunks' events as `CachingAllocator.run` takes them, and the number of storage ids: sizes rounded, and
+    each storage's key a small integer (hashing the nested key tuple on every call was a tenth of the replay's
+    time)."""
     ids: dict = {}
     out = []
     for events in chunks:
@@ -161,7 +159,7 @@ def _ops(chunks: list[list[tuple]]) -> tuple:
             else:
                 ops.append((ids.setdefault(key, len(ids)), request(key, nbytes) if kind == "malloc" else 0))
         out.append(tuple(ops))
-    return tuple(out)
+    return (*out, len(ids))
 
 
 @lru_cache(maxsize=64)
@@ -242,12 +240,13 @@ def _iteration_phases(scn, stage) -> _Phases:
         return out
 
     slots = math.ceil(k) + 1
-    chunks = [forward(j) for j in range(slots)] + [backward(j, None) for j in range(slots)] + [backward(0, set())]
-    ops = _ops(chunks)
-    balance = sum(1 if size else -1 for chunk in ops[:2 * slots] for _, size in chunk)
-    if balance:  # a bug of the event builder, never input
+    # one micro-batch's chunks, written once; slot j's are the same with every storage id moved on by j x the ids
+    # one micro-batch has (building each slot's from the timeline was most of a sweep's replay time)
+    fwd, bwd, first_bwd, n = _ops([forward(0), backward(0, None), backward(0, set())])
+    if sum(1 if size else -1 for chunk in (fwd, bwd) for _, size in chunk):  # a bug of the event builder
         raise AssertionError("a micro-batch leaves an allocation alive: a later one would reuse its key")
-    return _Phases(math.ceil(k) - 1, ops[:slots], ops[slots:2 * slots], ops[2 * slots])
+
+    return _Phases(math.ceil(k) - 1, slots, n, fwd, bwd, first_bwd)
 
 
 def replay_stage(scn, stage, rank: int = 0) -> Reserved:
@@ -299,7 +298,7 @@ def _replay(scn, stage, shards: tuple) -> Reserved:
     hold `pieces` of each parameter, in buffer order: ((numel, pieces), (numel, pieces))."""
     from symmem.accounting.analysis import stage_buffers
 
-    alloc = CachingAllocator()
+    alloc = fast_allocator()
     peak_phase = ["model build"]
 
     def track(phase: str):
@@ -321,8 +320,8 @@ def _replay(scn, stage, shards: tuple) -> Reserved:
     for group, params, (numel, shard_pieces) in zip(("dense", "expert"), (dense, expert), shards, strict=True):
         if not params:
             continue
-        alloc.malloc(("param buffer", group), numel * p.weight_bytes)
-        alloc.malloc(("grad buffer", group), numel * p.grad_bytes)
+        alloc.run([(key, request(key, n)) for key, n in ((("param buffer", group), numel * p.weight_bytes),
+                                                         (("grad buffer", group), numel * p.grad_bytes))])
         alloc.run([(("param", group, i), 0) for i in range(len(params) - 1, -1, -1)])
         pieces += shard_pieces
     done()
@@ -334,7 +333,7 @@ def _replay(scn, stage, shards: tuple) -> Reserved:
     buffers = stage_buffers(scn, stage)
     for b in buffers:
         if not b.name.startswith(("TE dummy", "DDP")):  # workspaces, RoPE table: at the first forward
-            alloc.malloc(("buffer", b.name), b.nbytes)
+            alloc.run([(("buffer", b.name), request(("buffer", b.name), b.nbytes))])
     phases = _iteration_phases(scn, stage)
     m = replayed_microbatches(scn, stage)
     phases.run(alloc, m, first=True)

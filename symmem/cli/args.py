@@ -304,8 +304,13 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                                   f"{', '.join(dtypes)}")
             ch["act_bytes"] = dtypes[args.activation_dtype]
     scn = scn.replace(**ch)
-    if scn.dataflow is not None and scn.replace(dataflow=None).flow_impl == scn.flow_impl:
-        scn = scn.replace(dataflow=None)  # the default dataflow, restated
+    if scn.dataflow is not None:  # the default dataflow, restated: the scenario without it
+        try:
+            plain = scn.replace(dataflow=None)
+        except SymmemError:  # (not the default: without it, --attn-impl sdpa has no hf dataflow to act on)
+            plain = None
+        if plain is not None and plain.flow_impl == scn.flow_impl:
+            scn = plain
     if getattr(args, "fsdp_float8_all_gather", False):
         from symmem.profiles import with_fsdp_float8_all_gather
 
@@ -344,11 +349,24 @@ def _print_json(obj) -> None:
 TORCHAO = ("torchao-float8-tensorwise", "torchao-float8-rowwise", "torchao-float8-rowwise-gw-hp")
 
 
+def _profile_names() -> tuple[str, ...]:
+    from symmem.profiles import PROFILES
+
+    return tuple(PROFILES)
+
+
 def _framework_flags(prof, args) -> None:
     if prof.name == "torchtitan-2412" and getattr(args, "schedule", None):
         raise SymmemError(f"--schedule {args.schedule}: profile torchtitan-2412 (torchtitan 9dec370, the code of its "
                           "published H100 runs) models no pipelining; torch's schedules run under --profile "
                           "torchtitan")
+    if args.rules is not None and args.rules != prof.rules and prof.modules is None \
+            and prof.name != "megatron-local":
+        raise SymmemError(f"--rules {args.rules}: profile {prof.name} brings its own rule set ({prof.rules}), "
+                          f"which --rules does not override; drop --rules, or choose the profile whose rules they "
+                          f"are (--profile {args.rules})" if args.rules in _profile_names() else
+                          f"--rules {args.rules}: profile {prof.name} brings its own rule set ({prof.rules}), which "
+                          "--rules does not override; drop --rules, or drop --profile")
     if prof.modules is not None:  # the framework's own modules: their dataflow, rules and kernels are fixed
         own = {"rules": prof.rules, "dataflow": prof.dataflow, "attn_impl": prof.attn_impl, "experts_impl": None}
         for field, value in own.items():

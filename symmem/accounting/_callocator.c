@@ -1,0 +1,350 @@
+/* symmem.accounting._callocator: `CachingAllocator.run` of symmem/accounting/allocator.py in C, the same rules
+ * (PyTorch's c10/cuda/CUDACachingAllocator.cpp with default settings: round_size, the two pools, best fit by
+ * (size, address), get_allocation_size, should_split, try_merge_blocks), for the allocator replays of Megatron's
+ * steps, which make millions of calls (issue 45: a sweep's reserved column replays every listed row).
+ *
+ * The Python class is the reference; tests/test_callocator.py holds this one equal to it, state figure by state
+ * figure, on random sequences and on whole replays. Sizes arrive rounded (`allocator.request`), as `run` takes them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define MIN_BLOCK 512LL
+#define SMALL_SIZE (1LL << 20)
+#define SMALL_BUFFER (2LL << 20)
+#define LARGE_BUFFER (20LL << 20)
+#define MIN_LARGE_ALLOC (10LL << 20)
+#define ROUND_LARGE (2LL << 20)
+#define SLOT_LIMIT (1L << 22)
+
+static PyObject *SymmemError = NULL;
+
+typedef struct {
+    long long address, size;
+    int prev, next; /* block indices in the same segment, -1 at its ends */
+    char small, allocated;
+} Block;
+
+typedef struct {
+    int *idx;
+    Py_ssize_t len, cap;
+} Pool; /* free blocks sorted by (size, address) */
+
+typedef struct {
+    PyObject_HEAD
+    Block *blocks;
+    Py_ssize_t nblocks, cap;
+    int *spare; /* indices of blocks merged away, for reuse */
+    Py_ssize_t nspare, spare_cap;
+    Pool pools[2]; /* [0] large, [1] small */
+    PyObject *live; /* key -> block index (int), for keys other than small non-negative ints */
+    int *slot; /* small int key -> block index + 1 (0: not live): the replays' storage ids, without a dict */
+    Py_ssize_t slot_cap, slot_used, nslot_live;
+    int last; /* the block the last malloc handed out */
+    long long allocated, reserved, peak_allocated, peak_reserved, segments, top;
+} Alloc;
+
+static int grow(void **p, Py_ssize_t *cap, Py_ssize_t need, size_t item) {
+    if (need <= *cap) return 0;
+    Py_ssize_t n = *cap ? *cap : 64;
+    while (n < need) n *= 2;
+    void *q = PyMem_Realloc(*p, (size_t)n * item);
+    if (!q) { PyErr_NoMemory(); return -1; }
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+static int new_block(Alloc *a, long long address, long long size, char small, int prev, int next) {
+    int i;
+    if (a->nspare) {
+        i = a->spare[--a->nspare];
+    } else {
+        if (grow((void **)&a->blocks, &a->cap, a->nblocks + 1, sizeof(Block)) < 0) return -1;
+        i = (int)a->nblocks++;
+    }
+    Block *b = &a->blocks[i];
+    b->address = address; b->size = size; b->small = small; b->allocated = 0; b->prev = prev; b->next = next;
+    return i;
+}
+
+/* first position whose (size, address) is not below (size, address) */
+static Py_ssize_t lower(Alloc *a, Pool *p, long long size, long long address) {
+    Py_ssize_t lo = 0, hi = p->len;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        Block *b = &a->blocks[p->idx[mid]];
+        if (b->size < size || (b->size == size && b->address < address)) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+static int pool_insert(Alloc *a, Pool *p, int i) {
+    if (grow((void **)&p->idx, &p->cap, p->len + 1, sizeof(int)) < 0) return -1;
+    Py_ssize_t at = lower(a, p, a->blocks[i].size, a->blocks[i].address);
+    memmove(p->idx + at + 1, p->idx + at, (size_t)(p->len - at) * sizeof(int));
+    p->idx[at] = i;
+    p->len++;
+    return 0;
+}
+
+static int pool_remove(Alloc *a, Pool *p, int i) {
+    Py_ssize_t at = lower(a, p, a->blocks[i].size, a->blocks[i].address);
+    if (at >= p->len || p->idx[at] != i) {
+        PyErr_SetString(PyExc_AssertionError, "a free block missing from its pool");
+        return -1;
+    }
+    memmove(p->idx + at, p->idx + at + 1, (size_t)(p->len - at - 1) * sizeof(int));
+    p->len--;
+    return 0;
+}
+
+static long long allocation_size(long long size) {
+    if (size <= SMALL_SIZE) return SMALL_BUFFER;
+    if (size < MIN_LARGE_ALLOC) return LARGE_BUFFER;
+    return (size + ROUND_LARGE - 1) / ROUND_LARGE * ROUND_LARGE;
+}
+
+static int do_malloc(Alloc *a, PyObject *key, long long size) {
+    int small = size <= SMALL_SIZE;
+    Pool *pool = &a->pools[small];
+    Py_ssize_t at = lower(a, pool, size, -1);
+    int i;
+    if (at < pool->len) {
+        i = pool->idx[at];
+        memmove(pool->idx + at, pool->idx + at + 1, (size_t)(pool->len - at - 1) * sizeof(int));
+        pool->len--;
+    } else { /* a new segment after the last */
+        long long seg = allocation_size(size);
+        i = new_block(a, a->top, seg, (char)small, -1, -1);
+        if (i < 0) return -1;
+        a->top += seg;
+        a->reserved += seg;
+        a->segments++;
+        if (a->reserved > a->peak_reserved) a->peak_reserved = a->reserved;
+    }
+    long long remaining = a->blocks[i].size - size;
+    if (small ? remaining >= MIN_BLOCK : remaining > SMALL_SIZE) {
+        int after = a->blocks[i].next;
+        int rest = new_block(a, a->blocks[i].address + size, remaining, (char)small, i, after);
+        if (rest < 0) return -1;
+        if (after >= 0) a->blocks[after].prev = rest;
+        a->blocks[i].next = rest;
+        a->blocks[i].size = size;
+        if (pool_insert(a, pool, rest) < 0) return -1;
+    }
+    a->blocks[i].allocated = 1;
+    a->last = i;
+    if (key != NULL) {
+        PyObject *v = PyLong_FromLong(i);
+        if (!v) return -1;
+        int r = PyDict_SetItem(a->live, key, v);
+        Py_DECREF(v);
+        if (r < 0) return -1;
+    }
+    a->allocated += a->blocks[i].size;
+    if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
+    return 0;
+}
+
+static int spare(Alloc *a, int i) {
+    if (grow((void **)&a->spare, &a->spare_cap, a->nspare + 1, sizeof(int)) < 0) return -1;
+    a->spare[a->nspare++] = i;
+    return 0;
+}
+
+static int do_free(Alloc *a, int i) {
+    Block *b = &a->blocks[i];
+    Pool *pool = &a->pools[(int)b->small];
+    b->allocated = 0;
+    a->allocated -= b->size;
+    int before = b->prev;
+    if (before >= 0 && !a->blocks[before].allocated) { /* try_merge_blocks with the free block before */
+        if (pool_remove(a, pool, before) < 0) return -1;
+        b = &a->blocks[i];
+        b->address = a->blocks[before].address;
+        b->size += a->blocks[before].size;
+        b->prev = a->blocks[before].prev;
+        if (b->prev >= 0) a->blocks[b->prev].next = i;
+        if (spare(a, before) < 0) return -1;
+    }
+    b = &a->blocks[i];
+    int after = b->next;
+    if (after >= 0 && !a->blocks[after].allocated) { /* and the one after */
+        if (pool_remove(a, pool, after) < 0) return -1;
+        b = &a->blocks[i];
+        b->size += a->blocks[after].size;
+        b->next = a->blocks[after].next;
+        if (b->next >= 0) a->blocks[b->next].prev = i;
+        if (spare(a, after) < 0) return -1;
+    }
+    return pool_insert(a, pool, i);
+}
+
+static PyObject *Alloc_run(Alloc *a, PyObject *args) {
+    PyObject *ops;
+    long by = 0;
+    if (!PyArg_ParseTuple(args, "O|l", &ops, &by)) return NULL;
+    PyObject *it = PyObject_GetIter(ops);
+    if (!it) return NULL;
+    PyObject *op;
+    while ((op = PyIter_Next(it))) {
+        PyObject *key, *sz;
+        if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) != 2) {
+            Py_DECREF(op); Py_DECREF(it);
+            PyErr_SetString(PyExc_TypeError, "an op is a (key, size) tuple");
+            return NULL;
+        }
+        key = PyTuple_GET_ITEM(op, 0);
+        sz = PyTuple_GET_ITEM(op, 1);
+        long long size = PyLong_AsLongLong(sz);
+        if (size == -1 && PyErr_Occurred()) { Py_DECREF(op); Py_DECREF(it); return NULL; }
+        int failed = 0;
+        long small_key = -1;
+        if (PyLong_CheckExact(key)) {
+            int overflow;
+            long v = PyLong_AsLongAndOverflow(key, &overflow);
+            if (!overflow && v >= 0 && v + by < SLOT_LIMIT) small_key = v + by;
+        }
+        if (small_key < 0 && by && PyLong_Check(key)) {
+            PyErr_SetString(PyExc_ValueError, "a moved key beyond the storage ids' range");
+            failed = 1;
+        } else if (small_key >= 0) {
+            if (grow((void **)&a->slot, &a->slot_cap, small_key + 1, sizeof(int)) < 0) failed = 1;
+            else {
+                for (Py_ssize_t j = a->slot_used; j < a->slot_cap; j++) a->slot[j] = 0;
+                if (a->slot_cap > a->slot_used) a->slot_used = a->slot_cap;
+                int at = a->slot[small_key];
+                if (size) {
+                    if (at) {
+                        PyErr_Format(SymmemError, "allocation %ld: allocated twice without a free", small_key);
+                        failed = 1;
+                    } else if (do_malloc(a, NULL, size) < 0) failed = 1;
+                    else { a->slot[small_key] = a->last + 1; a->nslot_live++; }
+                } else if (!at) {
+                    PyErr_Format(SymmemError, "allocation %ld: freed but not allocated", small_key);
+                    failed = 1;
+                } else {
+                    a->slot[small_key] = 0;
+                    a->nslot_live--;
+                    failed = do_free(a, at - 1) < 0;
+                }
+            }
+        } else if (size) {
+            int has = PyDict_Contains(a->live, key);
+            if (has < 0) failed = 1;
+            else if (has) {
+                PyErr_Format(SymmemError, "allocation %R: allocated twice without a free", key);
+                failed = 1;
+            } else failed = do_malloc(a, key, size) < 0;
+        } else {
+            PyObject *v = PyDict_GetItemWithError(a->live, key);
+            if (!v) {
+                if (!PyErr_Occurred()) PyErr_Format(SymmemError, "allocation %R: freed but not allocated", key);
+                failed = 1;
+            } else {
+                int i = (int)PyLong_AsLong(v);
+                failed = PyDict_DelItem(a->live, key) < 0 || do_free(a, i) < 0;
+            }
+        }
+        Py_DECREF(op);
+        if (failed) { Py_DECREF(it); return NULL; }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Alloc_live(Alloc *a, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromSsize_t(PyDict_Size(a->live) + a->nslot_live);
+}
+
+static PyObject *Alloc_free_blocks(Alloc *a, PyObject *Py_UNUSED(ignored)) {
+    /* the free blocks as the Python class's pools hold them: [(small, size, address)] in pool order */
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (int s = 1; s >= 0; s--) {
+        for (Py_ssize_t j = 0; j < a->pools[s].len; j++) {
+            Block *b = &a->blocks[a->pools[s].idx[j]];
+            PyObject *t = Py_BuildValue("(OLL)", s ? Py_True : Py_False, b->size, b->address);
+            if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); return NULL; }
+            Py_DECREF(t);
+        }
+    }
+    return out;
+}
+
+static int Alloc_init(Alloc *a, PyObject *args, PyObject *kw) {
+    if (!PyArg_ParseTuple(args, "")) return -1;
+    a->live = PyDict_New();
+    return a->live ? 0 : -1;
+}
+
+static void Alloc_dealloc(Alloc *a) {
+    PyMem_Free(a->blocks);
+    PyMem_Free(a->spare);
+    PyMem_Free(a->slot);
+    PyMem_Free(a->pools[0].idx);
+    PyMem_Free(a->pools[1].idx);
+    Py_XDECREF(a->live);
+    Py_TYPE(a)->tp_free((PyObject *)a);
+}
+
+#define GETTER(name) \
+    static PyObject *get_##name(Alloc *a, void *c) { return PyLong_FromLongLong(a->name); }
+GETTER(allocated)
+GETTER(reserved)
+GETTER(peak_allocated)
+GETTER(peak_reserved)
+GETTER(segments)
+
+static PyGetSetDef Alloc_getset[] = {
+    {"allocated", (getter)get_allocated, NULL, "bytes allocated now (block sizes)", NULL},
+    {"reserved", (getter)get_reserved, NULL, "bytes reserved now (segment sizes)", NULL},
+    {"peak_allocated", (getter)get_peak_allocated, NULL, "the peak of allocated", NULL},
+    {"peak_reserved", (getter)get_peak_reserved, NULL, "the peak of reserved", NULL},
+    {"segments", (getter)get_segments, NULL, "segments cudaMalloc'd", NULL},
+    {NULL},
+};
+
+static PyMethodDef Alloc_methods[] = {
+    {"run", (PyCFunction)Alloc_run, METH_VARARGS,
+     "run(ops, by=0): replay (key, size) ops, size > 0 allocating, 0 freeing; integer keys moved on by `by`"},
+    {"live", (PyCFunction)Alloc_live, METH_NOARGS, "allocations not yet freed"},
+    {"free_blocks", (PyCFunction)Alloc_free_blocks, METH_NOARGS, "the pools' free blocks (small, size, address)"},
+    {NULL},
+};
+
+static PyTypeObject AllocType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "symmem.accounting._callocator.Allocator",
+    .tp_basicsize = sizeof(Alloc),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PyTorch's caching allocator, replayed (symmem.accounting.allocator.CachingAllocator's rules)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Alloc_init,
+    .tp_dealloc = (destructor)Alloc_dealloc,
+    .tp_methods = Alloc_methods,
+    .tp_getset = Alloc_getset,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_callocator", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__callocator(void) {
+    PyObject *errors = PyImport_ImportModule("symmem.errors");
+    if (!errors) return NULL;
+    SymmemError = PyObject_GetAttrString(errors, "SymmemError");
+    Py_DECREF(errors);
+    if (!SymmemError) return NULL;
+    if (PyType_Ready(&AllocType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&AllocType);
+    if (PyModule_AddObject(m, "Allocator", (PyObject *)&AllocType) < 0) {
+        Py_DECREF(&AllocType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
