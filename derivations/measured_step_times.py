@@ -59,14 +59,54 @@ def rows() -> tuple[dict, ...]:
     return tuple(out)
 
 
+# the kinds of run held out whole, one at a time (issue 46): what the model does on a kind of run it was not fitted
+# on, which leaving one run out among its siblings hides
+KINDS = (
+    ("context parallel (s = 32,768)", lambda scn: scn.parallel.cp > 1),
+    ("MoE (DeepSeek-V2)", lambda scn: scn.model.family.routed_experts is not None),
+    ("Llama-3 70B shape (h = 8,192)", lambda scn: scn.model.family.routed_experts is None
+     and scn.model.value("h") == 8192),
+    ("Llama-3.1 405B shape (h = 16,384)", lambda scn: scn.model.value("h") == 16384),
+    ("pipelined (PP 2)", lambda scn: scn.parallel.pp > 1),
+    ("TP 8", lambda scn: scn.parallel.tp == 8),
+)
+
+
+@lru_cache(maxsize=1)
+def by_kind() -> tuple[dict, ...]:
+    """Per kind of run: the runs held out, and the errors (%) of their iterations predicted by the constants fitted
+    on every other run, beside the in-sample, leave-one-run-out and peer errors of the same iterations."""
+    from symmem.scenario import load_scenario
+    from symmem.steptime import leave_out
+
+    runs = by_run()
+    rows_by_run = {k: [(f, g, m) for f, g, m, _r in rs] for k, rs in runs.items()}
+    per_iteration = {(r["case"], r["microbatches"]): r for r in rows()}
+    out = []
+    for kind, is_kind in KINDS:
+        held = {case for case in runs if is_kind(load_scenario(case))}
+        _k, predicted = leave_out(rows_by_run, held)
+        errors, same = [], []
+        for case in runs:  # (the data file's order)
+            if case in held:
+                for (_f, _g, m, r), p in zip(runs[case], predicted[case], strict=True):
+                    errors.append(100 * (p - m) / m)
+                    same.append(per_iteration[(case, r["num_microbatches"])])
+        out.append({"kind": kind, "runs": len(held), "iterations": len(errors), "errors": errors,
+                    "in": [r["error"] for r in same], "loro": [r["loro_error"] for r in same],
+                    "peer": [r["peer_error"] for r in same]})
+    return tuple(out)
+
+
+def _mean_worst(errors) -> tuple[float, float]:
+    e = [abs(x) for x in errors]
+    return sum(e) / len(e), max(e)
+
+
 def summary() -> dict[str, float]:
     rs = rows()
-
-    def stats(key):
-        e = [abs(r[key]) for r in rs]
-        return sum(e) / len(e), max(e)
-
-    (m_in, w_in), (m_out, w_out), (m_peer, w_peer) = stats("error"), stats("loro_error"), stats("peer_error")
+    (m_in, w_in), (m_out, w_out), (m_peer, w_peer) = (_mean_worst(r[key] for r in rs)
+                                                      for key in ("error", "loro_error", "peer_error"))
     return {"in_mean": m_in, "in_worst": w_in, "loro_mean": m_out, "loro_worst": w_out, "peer_mean": m_peer,
             "peer_worst": w_peer}
 
@@ -98,7 +138,35 @@ def tables() -> list[Table]:
          "docs/b200/b200_release_v1.2_summary.md): 8x NVIDIA B200, Megatron-LM 23e00ed0, TransformerEngine 2.11, "
          "BF16 (no FP8), micro-batch 1, no recomputation, 1F1B, distributed optimizer, no communication overlap; "
          "s = 4096 (the CP runs: s = 32,768, all-to-all CP); the fastest steady iteration on the highest rank."),
-        align="lrrrrrrrr")]
+        align="lrrrrrrrr"), _by_kind_table()]
+
+
+def _by_kind_table() -> Table:
+    kinds = by_kind()
+    body = []
+    for r in kinds:
+        cells = [r["kind"], str(r["runs"]), str(r["iterations"])]
+        for key in ("errors", "in", "loro", "peer"):
+            mean, worst = _mean_worst(r[key])
+            cells += [f"{mean:.2f}", f"{worst:.2f}"]
+        body.append(tuple(cells))
+    means = [_mean_worst(r["errors"])[0] for r in kinds]
+    worst = max(_mean_worst(r["errors"])[1] for r in kinds)
+    return Table(
+        "measured_step_times_by_kind",
+        "The step-time model on kinds of run it was not fitted on: each kind of run held out whole, its iterations "
+        "predicted by the constants fitted on every other run (absolute error, % of measured)",
+        ("kind held out", "runs", "iterations", "kind out: mean", "worst", "in sample: mean", "worst",
+         "one run out: mean", "worst", "peer: mean", "worst"), tuple(body),
+        (f"Over the six kinds: the mean of their mean errors {sum(means) / len(means):.2f} %, the worst iteration "
+         f"{worst:.2f} %. A kind's runs share what one run left out among its siblings does not: the context-"
+         "parallel runs their sequence length (32,768, the attention efficiency fitted at 4,096 otherwise), the "
+         "MoE runs their grouped GEMMs and token dispatch, a model shape its GEMMs' sizes. The constants are those "
+         "of the model above, fitted by non-negative least squares on the relative error of the other runs' "
+         "iterations; nothing else is refitted. The issue's targets for this table (mean at most 3 %, worst at most "
+         "6 %) are not met: the model's single GEMM and attention efficiencies do not carry over to kinds they "
+         "were not fitted on, which per-kernel hardware profiles are to replace (issue 46).",),
+        align="lrrrrrrrrrr")
 
 
 def figure(formats: tuple[str, ...] = ("png", "pdf")) -> dict[str, bytes]:

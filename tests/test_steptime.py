@@ -39,6 +39,24 @@ def test_a_left_out_run_is_not_in_its_fit():
     assert out[case][0] == fit([r for k, rs in runs.items() if k != case for r in rs]) != fitted()
 
 
+def test_a_kind_held_out_is_not_in_its_fit():
+    # issue 46: every CP run, every MoE run, every run of one model shape... held out whole; each kind's iterations
+    # predicted by the constants fitted on the other runs alone; the kinds as the scenarios say (not by name)
+    from derivations.measured_step_times import by_kind
+    from symmem.steptime import fit, leave_out
+
+    runs = {k: [(f, g, m) for f, g, m, _r in rs] for k, rs in by_run().items()}
+    cp = {k for k in runs if "_cp" in k}  # (llama3_70b_l12_tp2_cp4_..., the scenario names)
+    k, predicted = leave_out(runs, cp)
+    assert k == fit([r for name, rs in runs.items() if name not in cp for r in rs]) != fitted()
+    assert set(predicted) == cp and len(cp) == 4
+    kinds = {r["kind"]: r for r in by_kind()}
+    assert kinds["context parallel (s = 32,768)"]["runs"] == 4 and kinds["MoE (DeepSeek-V2)"]["runs"] == 2
+    assert sum(r["iterations"] for r in kinds.values() if r["kind"].startswith(("Llama", "MoE"))) == 22
+    for r in kinds.values():  # a kind unseen is harder than the same iterations in sample
+        assert sum(map(abs, r["errors"])) >= sum(map(abs, r["in"])), r["kind"]
+
+
 def test_presets_agree_with_the_capacity_table():
     for name, g in GPUS.items():
         assert CAPACITIES[name.lower()] == g.memory

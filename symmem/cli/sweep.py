@@ -28,6 +28,9 @@ _ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::(x?)([0-9]+))?)?$", re.ASCII)
 _MAX_DIGITS = 12  # digits of one number in a list or range (every bound below has at most 10)
 
 
+
+REPLAY_DEFAULT_MAX = 20  # rows whose reserved memory `--replay` derives by default: every listed one, up to this
+
 def _array(text: str, field: str, minimum: int = 1, maximum: int = num.MAX_S):
     """The sorted unique values of `1,2,4`, `1-64`, `1024-32768:1024`, `1-256:x2` as an int64 array.
 
@@ -176,10 +179,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--rank-by", dest="rank_by", choices=("time", "headroom"),
                    help="time: fastest estimated iteration first (symmem/steptime/; needs --gpu NAME); headroom: "
                         "most capacity left first (default: time when the GPU is named, else headroom)")
-    o.add_argument("--replay", default="5",
+    o.add_argument("--replay",
                    help="derive the reserved memory of the first N listed configurations by replaying PyTorch's "
-                        "caching allocator (profiles that say their allocation order: megatron-te; default 5; "
-                        "0: none)")
+                        "caching allocator (profiles that say their allocation order: megatron-te; default: every "
+                        f"listed one, up to {REPLAY_DEFAULT_MAX}; 0: none)")
     o.add_argument("--marginal", action="store_true",
                    help="list those that fit only at the low end of overheads too")
     o.add_argument("--plot", metavar="PATH", help="write the feasible region (b against TP·PP): .png, .pdf, .svg")
@@ -522,7 +525,9 @@ def run(args: argparse.Namespace) -> int:
         check_timed(space)  # a GPU with speed figures, before any work
     from symmem.sweep.exact import exact_reason, needs_exact, sweep_exact
 
-    replay = num.int_text(args.replay, "--replay", 0, 1000)  # checked before any work
+    # checked before any work; by default the listed rows' (issue 45: the reserved column of every listed row)
+    replay = (num.int_text(args.replay, "--replay", 0, 1000) if args.replay is not None
+              else min(top or REPLAY_DEFAULT_MAX, REPLAY_DEFAULT_MAX))
 
     exact = needs_exact(space.base, space.schedule)
     if exact and args.plot:

@@ -21,10 +21,10 @@ import sympy
 
 from symmem.errors import SymmemError
 from symmem.hardware import GPU, gpu
-from symmem.steptime.model import Constants, StepFeatures, breakdown, fit, leave_one_run_out, seconds
+from symmem.steptime.model import Constants, StepFeatures, breakdown, fit, leave_one_run_out, leave_out, seconds
 
 __all__ = ["CONSTANTS", "NEUTRAL", "Constants", "StepFeatures", "StepTime", "breakdown", "bubble_slots", "check_gpu",
-           "features", "fit", "leave_one_run_out", "model_flops_value", "once_costs", "rates", "seconds",
+           "features", "fit", "leave_one_run_out", "leave_out", "model_flops_value", "once_costs", "rates", "seconds",
            "stage_features", "step_time"]
 
 # fitted by `fit` on the 22 measured iterations (derivations/measured_step_times.py shows the fit and each run's

@@ -21,7 +21,8 @@ fraction of the link than a large one. Then
 (the measured runs overlap neither the TP collectives, `--disable-tp-comm-overlap-*`, nor the gradient reduction
 and parameter gather, `overlap_grad_reduce`/`overlap_param_gather` off; the pipeline's sends are synchronous,
 1F1B without `--overlap-p2p-comm`). The five constants are fitted (`fit`) by non-negative least squares on the
-relative error of measured iterations; `leave_one_run_out` fits without each run and predicts it.
+relative error of measured iterations; `leave_one_run_out` fits without each run and predicts it, `leave_out`
+without a whole kind of run.
 """
 
 from __future__ import annotations
@@ -207,7 +208,14 @@ def leave_one_run_out(rows_by_run: dict) -> dict[str, tuple[Constants, list[floa
     """For each run: the constants fitted on every other run's rows, and its own rows' predicted seconds."""
     out = {}
     for run in rows_by_run:
-        others = [r for name, rs in rows_by_run.items() if name != run for r in rs]
-        k = fit(others)
-        out[run] = (k, [seconds(f, g, k) for f, g, _m in rows_by_run[run]])
+        k, predicted = leave_out(rows_by_run, {run})
+        out[run] = (k, predicted[run])
     return out
+
+
+def leave_out(rows_by_run: dict, held: set) -> tuple[Constants, dict[str, list[float]]]:
+    """The constants fitted on the rows of every run not in `held`, and the held runs' rows' predicted seconds:
+    a kind of run held out whole (all CP runs, all MoE runs, one model size) tells how the model does on a kind it
+    has not seen, which leaving one run out among its siblings does not."""
+    k = fit([r for name, rs in rows_by_run.items() if name not in held for r in rs])
+    return k, {run: [seconds(f, g, k) for f, g, _m in rows_by_run[run]] for run in held}

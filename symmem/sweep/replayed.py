@@ -1,35 +1,75 @@
 """The derived reserved memory of the configurations a sweep lists (profiles that say their framework's allocation
 order, `megatron-te`): each listed configuration rebuilt as `symmem memory` builds it (`timing.scenario_of`) and
 its stages' allocations replayed through the caching allocator (`symmem.accounting.reserved.stage_reserved`), the
-largest over its stages. Only the listed rows: a replay costs tenths of a second, the compiled sweep microseconds.
+largest over its stages. Only the listed rows (`symmem sweep --replay N`; by default every listed one, up to
+`symmem.cli.sweep.REPLAY_DEFAULT_MAX`): a replay costs hundredths of a second, the compiled sweep microseconds.
 """
 
 from __future__ import annotations
 
+import os
+
 from symmem.sweep.timing import scenario_of
 
-REPLAYED = 5  # listed configurations replayed by default (`symmem sweep --replay N`)
-
-
-def with_reserved(space, records: list[dict], first: int = REPLAYED) -> list[dict]:
+def with_reserved(space, records: list[dict], first: int) -> list[dict]:
     """`records` with `reserved` (bytes, the largest derived reserved over the configuration's stages; None where
     a replay is refused or the row is past the `first` replayed), `reserved_stage`, and `reserved_why` (why
     `reserved` is None, else None); unchanged when the profile says no allocation order or `first` is 0."""
-    from symmem.accounting.reserved import replay_refusal, stage_reserved
-
     if not space.base.profile.allocation_order or not first:
         return records
+    todo = list(range(min(first, len(records))))
+    found = dict(zip(todo, _in_two_processes(lambda i: _row(space, records[i]), todo), strict=True))
     out = []
     for i, r in enumerate(records):
         if i >= first:
             out.append({**r, "reserved": None, "reserved_stage": None,
                         "reserved_why": f"past the first {first} listed (--replay N replays more)"})
             continue
-        scn = scenario_of(space, r)
-        refused = [why for why in (replay_refusal(scn, st) for st in scn.stages) if why is not None]
-        if refused:
-            out.append({**r, "reserved": None, "reserved_stage": None, "reserved_why": refused[0]})
-            continue
-        top = max((stage_reserved(scn, st), st.index) for st in scn.stages)
-        out.append({**r, "reserved": top[0], "reserved_stage": top[1], "reserved_why": None})
+        reserved, stage, why = found[i]
+        out.append({**r, "reserved": reserved, "reserved_stage": stage, "reserved_why": why})
     return out
+
+
+def _row(space, r: dict) -> tuple:
+    """(reserved bytes, the stage they peak at, None) of one listed configuration, or (None, None, why not)."""
+    from symmem.accounting.reserved import replay_refusal, stage_reserved
+
+    scn = scenario_of(space, r)
+    refused = [why for why in (replay_refusal(scn, st) for st in scn.stages) if why is not None]
+    if refused:
+        return None, None, refused[0]
+    top = max((stage_reserved(scn, st), st.index) for st in scn.stages)
+    return top[0], top[1], None
+
+
+def _in_two_processes(work, items: list) -> list:
+    """[work(x) for x in items], every other item worked in a forked child where there are two cores (the listed
+    rows' replays are independent: half the wall time). A child that fails leaves its items to this process, so
+    the answer never depends on the fork; an error of `work` is raised here, in order, as without it."""
+    import pickle
+
+    from symmem.render.paper import _cores
+
+    if len(items) < 2 or _cores() < 2 or not hasattr(os, "fork"):
+        return [work(x) for x in items]
+    theirs = items[1::2]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its items' results through the pipe, then gone (no cleanup of the parent's state)
+        code = 0
+        try:
+            os.close(read)
+            data = pickle.dumps([work(x) for x in theirs])
+            with os.fdopen(write, "wb") as f:
+                f.write(data)
+        except BaseException:  # noqa: BLE001 - the parent works these items itself and raises what it raises
+            code = 1
+        os._exit(code)
+    os.close(write)
+    mine = {x: work(x) for x in items[0::2]}
+    with os.fdopen(read, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    got = pickle.loads(data) if status == 0 and data else [work(x) for x in theirs]
+    mine.update(zip(theirs, got, strict=True))
+    return [mine[x] for x in items]
