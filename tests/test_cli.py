@@ -259,7 +259,7 @@ def test_bare_model_is_one_model_on_one_gpu(capsys, model, s):
 def test_bare_model_errors_name_only_given_flags(capsys):
     # GPT-2's vocabulary (50,257, prime) divides by no TP > 1: the error names the flag the user gave
     code, _, err = run(capsys, "memory", "--model", "gpt2", "--tp", "2")
-    assert code == 2 and "tp = 2" in err and err.count("\n") == 1
+    assert code == 2 and "--tp 2: must divide" in err and err.count("\n") == 1  # (as typed: was "tp = 2")
     code, _, err = run(capsys, "memory", "--model", "gpt2")
     assert code == 0, err
 

@@ -196,7 +196,7 @@ def test_bad_config_is_one_line_on_the_cli(tmp_path, capsys):
 def test_tp_must_divide_heads(capsys):
     assert main(["check", "--scenario", "korthikanti", "--quantity", "layer.activations", "--tp", "5", "--dp", "1",
                  "2sbh"]) == 2
-    assert "tp = 5: must divide n_head = 96" in capsys.readouterr().err
+    assert "--tp 5: must divide n_head = 96" in capsys.readouterr().err  # the flag as typed (was "tp = 5")
 
 
 def test_sweep_runs_on_a_model_without_routed_experts(capsys):

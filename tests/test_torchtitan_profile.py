@@ -256,7 +256,7 @@ def test_tp_with_per_op_checkpointing_by_hand():
 
 @pytest.mark.parametrize("flags, words", [
     (["--tp", "2", "--no-sequence-parallel"], "without sequence parallelism is not modelled"),
-    (["--tp", "3"], "tp = 3: must divide num_attention_heads = 32"),
+    (["--tp", "3"], "--tp 3: must divide num_attention_heads = 32"),  # the flag as typed (was "tp = 3")
 ])
 def test_tp_refusals(flags, words, capsys):
     assert main(["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--dp", "4", *flags]) == 2
@@ -331,10 +331,11 @@ def test_deepseek_v3_router_on_a_gpu_keeps_fp32_copies_the_cpu_cannot_make():
 
 @pytest.mark.parametrize("extra, words", [
     (["--tp", "2", "--no-moe-sequence-parallel"], "TP 2 with the MoE block not sequence-sharded"),
-    (["--ep", "8"], "EP 8"),
+    (["--ep", "8"], "--ep 8: only"),
     (["--mtp"], "--mtp with num_nextn_predict_layers = 1"),
     # the local dispatcher keeps every slot: a routing model would change nothing it derives, so it is refused
-    (["--routing", "capacity", "--capacity-factor", "1.25"], "routing = 'capacity': torchtitan's local token"),
+    (["--routing", "capacity", "--capacity-factor", "1.25"],
+     "--routing capacity --capacity-factor 1.25 (routing 'capacity'): torchtitan's local token"),
 ])
 def test_deepseek_v3_under_torchtitan_refuses_what_is_not_modelled(capsys, extra, words):
     argv = ["memory", "--model", "deepseek-v3", "--profile", "torchtitan", "--dp", "64", *extra]

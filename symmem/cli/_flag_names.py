@@ -26,13 +26,26 @@ FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "microbatches": (("microbatches", "--microbatches"), ("global_batch", "--global-batch-size")),
     "histogram": (("histogram", "--histogram"),),
 }
-_PREFIX = re.compile(r"(^|: )([a-z_·]+)(?: = ([^:]*?))?:")
+_PREFIX = re.compile(r"(^|: )([a-z_·]+)(?: = ([^:()]*?))?:")  # (a value with parentheses is not one flag's)
 
 
 def _typed(args: argparse.Namespace, dest: str, flag: str) -> str:
     value = getattr(args, dest)
     if isinstance(value, bool):
         return flag if value else "--no-" + flag[2:]
+    return f"{flag} {value}"
+
+
+def _as_flag(flag: str, value: str) -> str:
+    """`flag` with the message's value as a command line spells it: 'sdpa' -> sdpa, [20, 12] -> 20,12, True ->
+    the switch (the message's value, not the typed one: a sweep's --cp 1,3 is refused for its 3)."""
+    value = value.strip()
+    if value in ("True", "False"):
+        return flag if value == "True" else "--no-" + flag[2:]
+    if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1]
+    elif value.startswith("[") and value.endswith("]"):
+        value = value[1:-1].replace(" ", "")
     return f"{flag} {value}"
 
 
@@ -43,11 +56,14 @@ def in_flags(message: str, args: argparse.Namespace | None) -> str:
     m = _PREFIX.search(message)
     if m is None or m.group(2) not in FIELDS:
         return message
-    given = [_typed(args, dest, flag) for dest, flag in FIELDS[m.group(2)] if getattr(args, dest, None) is not None]
+    field, value, pairs = m.group(2), m.group(3), FIELDS[m.group(2)]
+    given = [(dest, flag) for dest, flag in pairs if getattr(args, dest, None) is not None]
     if not given:
         return message
-    said = " ".join(given)
-    if len(FIELDS[m.group(2)]) > 1 and m.group(3) is not None:  # the value the flags led to
-        field = m.group(2).upper() if m.group(2) == "ep·etp" else m.group(2).replace("_", " ")
-        said += f" ({field} {m.group(3)})"
+    if len(pairs) == 1:
+        said = _as_flag(pairs[0][1], value) if value is not None else _typed(args, *pairs[0])
+    else:  # the flags typed, and the value they led to
+        said = " ".join(_typed(args, dest, flag) for dest, flag in given)
+        if value is not None:
+            said += f" ({field.upper() if field == 'ep·etp' else field.replace('_', ' ')} {value.strip()})"
     return message[:m.start(2)] + said + ":" + message[m.end():]  # (a bare `field:` is named as well)
