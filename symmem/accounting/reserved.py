@@ -43,7 +43,7 @@ from functools import lru_cache
 import sympy
 
 from symmem.accounting import timeline as T
-from symmem.accounting.allocator import CachingAllocator, fast_allocator, request
+from symmem.accounting.allocator import fast_allocator, request
 from symmem.accounting.evaluate import ceil_int, evaluate
 from symmem.graph import local_size
 

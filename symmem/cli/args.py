@@ -283,8 +283,12 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
         if args.gpu is not None:
             from symmem.units import gpu_capacity
 
-            ch["gpu_memory"] = gpu_capacity(args.gpu, "--gpu")
-            ch["gpu_name"] = args.gpu.strip().upper()
+            from symmem.hardware_profile import is_profile_path, register
+
+            # a measured profile (`symmem calibrate -o FILE`) is registered as a GPU of this process first
+            name = register(args.gpu) if is_profile_path(args.gpu) else args.gpu
+            ch["gpu_memory"] = gpu_capacity(name, "--gpu")
+            ch["gpu_name"] = name.strip().upper()
         if args.gpu_memory is not None:
             ch["gpu_memory"] = parse_size(args.gpu_memory, "--gpu-memory")
             if args.gpu is None:

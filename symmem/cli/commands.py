@@ -119,10 +119,10 @@ def _states_run(args) -> int:
                 "moe": plain(sum(sp.per_gpu_expr[g] for g in MOE_GROUPS))}
         rows.append(row)
     if args.json:
-        _print_json({"scenario": scn.name, "parallel": scn.parallel.describe(scn.model.family.routed_experts is not None), "zero": scn.zero.label,
+        _print_json({"scenario": scn.name, "parallel": _describe(scn), "zero": scn.zero.label,
                      "precision": scn.precision.name, "stages": rows})
         return 0
-    print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe(scn.model.family.routed_experts is not None)}; precision {scn.precision.name} "
+    print(f"scenario {scn.name}: {scn.model.name}, {_describe(scn)}; precision {scn.precision.name} "
           f"({scn.precision.per_parameter} B/param), ZeRO {int(scn.zero)} ({scn.zero.label})")
     print(f"{'stage':>5} {'layers':>8} {'dense/GPU':>14} {'MoE/GPU':>15} {'total/GPU':>15} "
           f"{'weights GiB':>11} {'grads GiB':>9} {'optim GiB':>9} {'states GiB':>10}")
@@ -148,7 +148,7 @@ def _act_args(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(scn) -> dict:
-    return {"scenario": scn.name, "model": scn.model.name, "parallel": scn.parallel.describe(scn.model.family.routed_experts is not None),
+    return {"scenario": scn.name, "model": scn.model.name, "parallel": _describe(scn),
             "rules": scn.rules.name, "recompute": scn.policy.label, "routing": scn.routing_label,
             "schedule": scn.schedule.label, "microbatches": scn.m, "b": scn.b, "s": scn.s,
             "global_batch_size": scn.b * scn.m * scn.parallel.dp}
@@ -230,6 +230,23 @@ def _verdict(low: int, high: int, reserved: int | None, capacity: int) -> str:
     return "fits (replayed reserved)" if reserved <= capacity else "does not fit (replayed reserved)"
 
 
+def _describe(scn) -> str:
+    """The arrangement's line; a dense model's says nothing of a MoE block."""
+    return scn.parallel.describe(scn.model.family.routed_experts is not None)
+
+
+def _constants_said(step) -> str:
+    """Where the step-time constants come from: a measured profile's (`--gpu FILE`) or the fit."""
+    from symmem.steptime.model import DEVICE_CONSTANTS
+
+    k = DEVICE_CONSTANTS.get(step.gpu)
+    if k is None:
+        return "five constants fitted on measured B200 runs"
+    return (f"rates measured on the device (--gpu profile), nothing fitted: GEMMs at the best measured GEMM rate, "
+            f"attention at {k.attention_efficiency:.3f} of it, {k.latency_s * 1e6:.2f} us a kernel, MFU of the "
+            "measured GEMM rate")
+
+
 def _stages(rows) -> str:
     return ", ".join(str(r["stage"]) for r in rows)
 
@@ -303,7 +320,7 @@ def _memory_run(args) -> int:
                      "step": step.as_dict() if step else None, "flag_notes": unused,
                      **({"step_unavailable": no_step} if no_step else {})})
         return 0
-    print(f"scenario {scn.name}: {scn.model.name}, {scn.parallel.describe(scn.model.family.routed_experts is not None)}")
+    print(f"scenario {scn.name}: {scn.model.name}, {_describe(scn)}")
     for line in unused:
         print(line)
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
@@ -355,8 +372,7 @@ def _memory_run(args) -> int:
     if step is not None:
         print(f"step on {step.gpu}: {step.time_s:.3f} s estimated per iteration, {step.tokens_per_s:,.0f} tokens/s, "
               f"MFU {step.mfu:.1%}; {step.flops_model:.3e} model FLOPs per iteration (Megatron's count), "
-              f"{step.flops_hardware:.3e} with recomputation "
-              "(symmem/steptime/: derived per op, five constants fitted on measured B200 runs)")
+              f"{step.flops_hardware:.3e} with recomputation (symmem/steptime/: derived per op, {_constants_said(step)})")
         sent = ", ".join(f"{axis.upper()} {fmt_gib(n)}" for axis, n in step.comm_bytes.items() if n)
         print(f"sent per GPU per iteration (GiB; symmem/comm.py): {sent or 'nothing'}")
     if no_step:
@@ -405,4 +421,5 @@ COMMANDS = {
     "measure": _optional("measure"),
     "timeline": _optional("timeline"),
     "html": _optional("html"),
+    "calibrate": _optional("calibrate"),
 }

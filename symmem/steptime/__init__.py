@@ -56,7 +56,7 @@ class StepTime:
                 "time_s": self.time_s, "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "comm_bytes": dict(self.comm_bytes), "seconds_by_part": dict(self.seconds_by_part),
-                "constants": CONSTANTS.as_dict()}
+                "constants": _constants_of(self.gpu).as_dict()}
 
 
 _FLOPS: dict = {}  # what one micro-batch's FLOPs depend on -> exact FLOPs (the sweep times thousands of alike)
@@ -222,10 +222,17 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     name = gpu_name or scn.gpu_name
     if name is None:
         raise SymmemError("gpu: the step time needs a GPU by name (--gpu H100, H800, H200, B200, A100)")
+    from symmem.steptime.model import NO_COLLECTIVES
+
     g = gpu(name)
     check_gpu(scn, g)
     f = features(scn, g)
-    parts = breakdown(f, g, CONSTANTS)
+    k = _constants_of(g.name)  # a measured profile's own (`--gpu FILE`), else the fitted ones
+    if g.name in NO_COLLECTIVES and (any(nb for _a, nb, _c, _n in f.comm) or _any_dp(f)):
+        raise SymmemError(f"gpu {g.name}: its profile measured no collectives (one device), and this step "
+                          "communicates; measure on several devices (symmem calibrate under torchrun) or use a "
+                          "GPU by name")
+    parts = breakdown(f, g, k)
     t = sum(parts.values())
     par = scn.parallel
     fm, tokens_per_s, mfu = rates(scn, g, t)
@@ -235,6 +242,20 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     comm["tp"] += int(f.comm_bytes("etp") * scn.m)
     comm["dp"] = int(f.dp_bytes)
     return StepTime(g.name, fm, fh, t, tokens_per_s, mfu, comm, parts, par.world_size)
+
+
+def _constants_of(gpu_key: str) -> Constants:
+    """The step-time constants of a GPU: its measured profile's (`--gpu FILE`), else the fitted `CONSTANTS`."""
+    from symmem.steptime.model import DEVICE_CONSTANTS
+
+    return DEVICE_CONSTANTS.get(gpu_key, CONSTANTS)
+
+
+def _any_dp(f) -> bool:
+    """Whether the step sends anything between GPUs beyond a stage's own collectives: the data-parallel traffic,
+    the pipeline's (in the bubble's stages too)."""
+    return bool(f.dp_bytes) or (f.bubble is not None and (any(nb for _a, nb, _c, _n in f.bubble.comm)
+                                                           or _any_dp(f.bubble)))
 
 
 def rates(scn, g: GPU, t: float) -> tuple[int, float, float]:

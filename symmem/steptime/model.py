@@ -46,6 +46,12 @@ class Constants:
         return asdict(self)
 
 
+# constants derived from a measured hardware profile (`symmem.hardware_profile.register`), by GPU key: they replace
+# the fitted CONSTANTS for that device
+DEVICE_CONSTANTS: dict[str, Constants] = {}
+NO_COLLECTIVES: set[str] = set()  # of those, the devices whose profile measured no collectives (one device)
+
+
 @dataclass(frozen=True)
 class StepFeatures:
     """What the model reads of a scenario: one micro-batch on one GPU of the busiest stage, and the iteration's

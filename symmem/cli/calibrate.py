@@ -1,0 +1,163 @@
+"""`symmem calibrate -o FILE`: measure this machine's device with torch and write a hardware profile
+(symmem/hardware_profile.py) that `--gpu FILE` reads (issue 46, item 3).
+
+What it measures, on CUDA when torch sees a GPU (timed with CUDA events) and on the CPU otherwise (timed with the
+process's performance counter, after a warm-up run of each kernel):
+* GEMMs: torch.matmul of (m, k) x (k, n) in the given dtype at a default set of shapes, or the shapes `--gemm`
+  names; FLOP/s = 2mkn / seconds;
+* attention: torch.nn.functional.scaled_dot_product_attention, causal, b = 1, 8 heads of 128, at the sequence
+  lengths `--seq` names; FLOP/s = the causal products' 2·2·b·heads·s²·d / 2 over seconds (forward);
+* bandwidth: a copy of a large tensor, bytes read and written over seconds;
+* launch cost: one small elementwise kernel;
+* capacity: the GPU's total memory, or the machine's physical memory on the CPU.
+Collectives need several devices (torch.distributed); on one device the profile says they were not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import time
+
+from symmem.errors import SymmemError
+
+DEFAULT_GEMMS = ((512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 1024, 4096), (8192, 1024, 1024))
+QUICK_GEMMS = ((256, 256, 256), (512, 512, 512))
+DEFAULT_SEQ = (512, 1024, 2048)
+QUICK_SEQ = (128, 256)
+
+
+def _add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--out", required=True, help="the profile to write (a .json file; - for standard output)")
+    p.add_argument("--name", help="the device's name in the profile (default: what torch calls it)")
+    p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32: the GEMMs' and attention's")
+    p.add_argument("--gemm", help="GEMM shapes to time, m x k x n separated by commas, e.g. 4096x4096x1024,"
+                                  "1024x1024x1024 (default: five shapes from 512^3 to 8192x1024x1024)")
+    p.add_argument("--seq", help="sequence lengths for the attention, e.g. 1024,4096 (default 512,1024,2048)")
+    p.add_argument("--repeat", default="5", help="timed runs of each kernel, the median taken (default 5)")
+    p.add_argument("--quick", action="store_true", help="small shapes, for a test (seconds on a CPU)")
+
+
+def _shapes(text: str | None, quick: bool) -> tuple[tuple[int, int, int], ...]:
+    from symmem import _numbers as num
+
+    if text is None:
+        return QUICK_GEMMS if quick else DEFAULT_GEMMS
+    out = []
+    for item in text.split(","):
+        parts = item.strip().lower().split("x")
+        if len(parts) != 3:
+            raise SymmemError(f"--gemm {text[:60]}: {item.strip()[:30]!r} is not m x k x n (e.g. 1024x1024x1024)")
+        out.append(tuple(num.int_text(x, "--gemm size", 1, 65536) for x in parts))
+    if len(out) > 64:
+        raise SymmemError(f"--gemm: {len(out)} shapes, more than 64")
+    return tuple(out)
+
+
+def _seqs(text: str | None, quick: bool) -> tuple[int, ...]:
+    from symmem import _numbers as num
+
+    if text is None:
+        return QUICK_SEQ if quick else DEFAULT_SEQ
+    out = tuple(num.int_text(x, "--seq", 16, 131072) for x in text.split(","))
+    if len(out) > 32:
+        raise SymmemError(f"--seq: {len(out)} lengths, more than 32")
+    return out
+
+
+def _timer(torch, device: str):
+    """seconds(fn, repeat): the median of `repeat` timed calls after one warm-up call."""
+    import statistics
+
+    def seconds(fn, repeat: int) -> float:
+        fn()
+        times = []
+        for _ in range(repeat):
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) / 1000)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+    return seconds
+
+
+def _memory_bytes(torch, device: str) -> int:
+    if device == "cuda":
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def measure(args) -> dict:
+    from symmem import _numbers as num
+
+    try:
+        import torch
+    except ImportError:
+        raise SymmemError("calibrate: needs torch (pip install -e '.[validate]')") from None
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    if args.dtype not in dtypes:
+        raise SymmemError(f"--dtype {args.dtype}: must be one of {', '.join(dtypes)}")
+    dtype, repeat = dtypes[args.dtype], num.int_text(args.repeat, "--repeat", 1, 1000)
+    shapes, seqs = _shapes(args.gemm, args.quick), _seqs(args.seq, args.quick)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    seconds = _timer(torch, device)
+    name = args.name or (torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({os.cpu_count()} threads)")
+    gemm = []
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
+        t = seconds(lambda a=a, b=b: torch.matmul(a, b), repeat)
+        gemm.append({"m": m, "k": k, "n": n, "seconds": t, "flops_per_s": 2 * m * k * n / t})
+    attention = []
+    heads, d = 8, 128
+    for s in seqs:
+        q, kk, v = (torch.randn(1, heads, s, d, device=device).to(dtype) for _ in range(3))
+        t = seconds(lambda q=q, kk=kk, v=v: torch.nn.functional.scaled_dot_product_attention(q, kk, v,
+                                                                                              is_causal=True), repeat)
+        attention.append({"b": 1, "heads": heads, "s": s, "head_dim": d, "causal": True, "seconds": t,
+                          "flops_per_s": 2 * heads * s * s * d / t})  # 2 products x 2 FLOPs x b h s^2 d / 2
+    big = torch.empty((8 if args.quick else 64) << 20, dtype=torch.uint8, device=device)
+    out = torch.empty_like(big)
+    t_copy = seconds(lambda: out.copy_(big), repeat)
+    tiny = torch.ones(16, device=device)
+    t_launch = seconds(lambda: tiny.add_(1), max(repeat, 50))
+    return {
+        "format": "symmem-hardware-profile/1", "name": name[:60], "device": device, "dtype": args.dtype,
+        "torch": torch.__version__, "threads": torch.get_num_threads() if device == "cpu" else None,
+        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "source": (f"measured by symmem calibrate with torch {torch.__version__} on {name}: each kernel timed "
+                   f"{repeat} times after a warm-up, the median "
+                   f"({'CUDA events' if device == 'cuda' else 'the CPU clock'})"),
+        "memory_bytes": _memory_bytes(torch, device), "gemm": gemm, "attention": attention,
+        "copy_bytes_per_s": 2 * big.numel() / t_copy, "launch_s": t_launch,
+        "links": None,
+        "links_note": "collectives not measured: one device (they need several, under torch.distributed)",
+    }
+
+
+def _run(args) -> int:
+    from symmem.output import write_file
+
+    out = args.out
+    if out != "-" and not out.lower().endswith(".json"):
+        raise SymmemError(f"--out {out}: a profile is a .json file (or - for standard output)")
+    profile = measure(args)
+    write_file(out, (json.dumps(profile, indent=2) + "\n").encode())
+    if out != "-":
+        best = max(g["flops_per_s"] for g in profile["gemm"])
+        print(f"wrote {out}: {profile['name']}, GEMM up to {best / 1e9:,.1f} GFLOP/s ({profile['dtype']}), copy "
+              f"{profile['copy_bytes_per_s'] / 1e9:,.2f} GB/s, launch {profile['launch_s'] * 1e6:,.1f} us; use it "
+              f"with --gpu {out}")
+    return 0
+
+
+COMMAND = ("measure this machine's device with torch (GEMMs, attention, bandwidth, launch cost) into a hardware "
+           "profile that --gpu FILE reads", _add_args, _run)

@@ -1,0 +1,81 @@
+"""`symmem calibrate -o FILE` on this CPU, and `--gpu FILE` timing the step with what it measured (issue 46, item
+3): the step's parts are the profile's rates applied to the step's own FLOPs and bytes, nothing fitted; a profile
+that measured no collectives times no step that communicates; a bad profile is one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from symmem.cli.main import main
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("calibrate") / "here.json"
+    assert main(["calibrate", "-o", str(path), "--quick", "--repeat", "3"]) == 0
+    return path
+
+
+def test_calibrate_writes_a_profile(profile):
+    raw = json.loads(profile.read_text())
+    assert raw["format"] == "symmem-hardware-profile/1" and raw["device"] in ("cpu", "cuda")
+    assert [(g["m"], g["k"], g["n"]) for g in raw["gemm"]] == [(256, 256, 256), (512, 512, 512)]
+    for g in raw["gemm"]:  # each rate is its own shape's FLOPs over its own time
+        assert g["flops_per_s"] == pytest.approx(2 * g["m"] * g["k"] * g["n"] / g["seconds"])
+    assert [a["s"] for a in raw["attention"]] == [128, 256]
+    assert raw["copy_bytes_per_s"] > 0 and 0 < raw["launch_s"] < 1 and raw["memory_bytes"] > 2**30
+    assert raw["links"] is None and "source" in raw
+
+
+def test_the_step_is_timed_with_the_measured_rates(profile, capsys):
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.hardware import gpu
+    from symmem.steptime import features
+
+    raw = json.loads(profile.read_text())
+    argv = ["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(profile)]
+    assert main([*argv, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["step"]
+    gemm_rate = max(g["flops_per_s"] for g in raw["gemm"])
+    attention_rate = max(raw["attention"], key=lambda a: a["s"])["flops_per_s"]
+    k = step["constants"]
+    assert k == {"gemm_efficiency": 1.0, "attention_efficiency": pytest.approx(attention_rate / gemm_rate),
+                 "link_efficiency": 1.0, "latency_s": pytest.approx(raw["launch_s"]), "fixed_s": 0.0}
+    # the parts by hand from the step's features and the profile's numbers
+    scn = scenario_from_args(build_parser().parse_args(argv))
+    f = features(scn, gpu(scn.gpu_name))
+    parts = step["seconds_by_part"]
+    assert parts["gemm"] == pytest.approx(f.slots * (f.gemm_flops / gemm_rate + f.gemm_bytes / raw["copy_bytes_per_s"]))
+    assert parts["attention"] == pytest.approx(f.slots * f.attention_flops / attention_rate)
+    assert parts["memory_bound"] == pytest.approx(f.slots * f.memory_bytes / raw["copy_bytes_per_s"])
+    assert parts["fixed"] == 0 and step["time_s"] == pytest.approx(sum(parts.values()))
+    assert main(argv) == 0
+    assert "rates measured on the device (--gpu profile), nothing fitted" in capsys.readouterr().out
+
+
+def test_no_collectives_measured_no_communicating_step(profile, capsys):
+    assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(profile), "--tp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "measured no collectives" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("text, words", [
+    ("not json", "not JSON"),
+    ('{"format": "other"}', "format must be"),
+    ('{"format": "symmem-hardware-profile/1", "name": "x", "gemm": []}', "gemm: must be a list of 1 to 1,000"),
+    ('{"format": "symmem-hardware-profile/1", "name": "x", "gemm": [{"m": 1, "k": 1, "n": 1, "seconds": -1, '
+     '"flops_per_s": 1}], "attention": [{"s": 1, "flops_per_s": 1}]}', "seconds = '-1'"),
+    ('{"format": "symmem-hardware-profile/1", "name": "x", "gemm": [{"m": 1, "k": 1, "n": 1, "seconds": 1, '
+     '"flops_per_s": 1e999}], "attention": [{"s": 1, "flops_per_s": 1}]}', "flops_per_s = 'inf'"),
+])
+def test_a_bad_profile_is_one_line(tmp_path, capsys, text, words):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    assert main(["memory", "--model", "llama-3-8b", "--gpu", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
