@@ -281,8 +281,8 @@ def _stage_parameters(scn, stage) -> tuple[list[int], list[int]]:
 # state is not periodic (its free-block layout never repeats, keys shifted by the micro-batch, over 400 pairs of
 # llama-3-70b's first stage at PP 16), and a segment can come late (llama-3-70b TP 8 PP 8, stage 6: 28 MiB between
 # pair 64 and 249), so no count is proven enough; in a survey of six models at M = 256 (benchmarks/
-# replay_truncation.py) 32 pairs gave every stage's full-replay figure but three, under it by at most 28 MiB
-# (0.07 %). Below it the replay is the whole step; above it `replayed_microbatches` says what was replayed.
+# replay_truncation.py) 32 pairs gave the whole step's figure at 48 of 52 stages, and under it by at most 28 MiB
+# (0.25 %) at the other four. Below it the replay is the whole step; above it `replayed_microbatches` says so.
 REPLAYED_PAIRS = 32
 
 
