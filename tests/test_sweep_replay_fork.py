@@ -43,3 +43,28 @@ def test_the_listed_rows_carry_reserved_by_default(capsys):
                  "--top", "7", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["ranked"]
     assert len(rows) == 7 and all(isinstance(r["reserved"], int) for r in rows)
+
+
+def test_an_error_of_the_parent_waits_for_the_child(two_cores, monkeypatch):
+    parent = os.getpid()
+    forked = []
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+
+    def work(x):
+        if os.getpid() == parent and x == 2:
+            raise ValueError("the parent's row fails")
+        return x
+
+    with pytest.raises(ValueError, match="the parent's row fails"):
+        replayed._in_two_processes(work, list(range(5)))
+    assert len(forked) == 1
+    with pytest.raises(ChildProcessError):  # the child was waited for: none left behind
+        os.waitpid(forked[0], os.WNOHANG)

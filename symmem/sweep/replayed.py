@@ -66,10 +66,12 @@ def _in_two_processes(work, items: list) -> list:
             code = 1
         os._exit(code)
     os.close(write)
-    mine = {x: work(x) for x in items[0::2]}
-    with os.fdopen(read, "rb") as f:
-        data = f.read()
-    _, status = os.waitpid(pid, 0)
+    try:
+        mine = {x: work(x) for x in items[0::2]}
+    finally:  # (the child waited for, whatever this process's work did: no process outlives the command)
+        with os.fdopen(read, "rb") as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
     got = pickle.loads(data) if status == 0 and data else [work(x) for x in theirs]
     mine.update(zip(theirs, got, strict=True))
     return [mine[x] for x in items]
