@@ -366,11 +366,10 @@ def _framework_flags(prof, args) -> None:
                           "torchtitan")
     if args.rules is not None and args.rules != prof.rules and prof.modules is None \
             and prof.name != "megatron-local":
+        fix = (f"choose the profile whose rules they are (--profile {args.rules})" if args.rules in _profile_names()
+               else "drop --profile")
         raise SymmemError(f"--rules {args.rules}: profile {prof.name} brings its own rule set ({prof.rules}), "
-                          f"which --rules does not override; drop --rules, or choose the profile whose rules they "
-                          f"are (--profile {args.rules})" if args.rules in _profile_names() else
-                          f"--rules {args.rules}: profile {prof.name} brings its own rule set ({prof.rules}), which "
-                          "--rules does not override; drop --rules, or drop --profile")
+                          f"which --rules does not override; drop --rules, or {fix}")
     if prof.modules is not None:  # the framework's own modules: their dataflow, rules and kernels are fixed
         own = {"rules": prof.rules, "dataflow": prof.dataflow, "attn_impl": prof.attn_impl, "experts_impl": None}
         for field, value in own.items():
@@ -379,7 +378,7 @@ def _framework_flags(prof, args) -> None:
                 continue
             if given != value:
                 flag = "--" + field.replace("_", "-")
-                raise SymmemError(f"{flag} = {given!r}: profile {prof.name} runs torchtitan's own modules ("
+                raise SymmemError(f"{flag} {given}: profile {prof.name} runs torchtitan's own modules ("
                                   f"dataflow {prof.dataflow}, attention {prof.attn_impl}, rules {prof.rules}), "
                                   f"whatever {flag} says; drop {flag} (Hugging Face's modules: --profile "
                                   "torch-eager)")
