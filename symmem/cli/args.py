@@ -281,9 +281,8 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
                                       f"limit of {MAX_HISTOGRAM:,} (one per routed expert)")
             ch["routing"] = Routing(kind, args.capacity_factor, args.rank_load, hist)
         if args.gpu is not None:
-            from symmem.units import gpu_capacity
-
             from symmem.hardware_profile import is_profile_path, register
+            from symmem.units import gpu_capacity
 
             # a measured profile (`symmem calibrate -o FILE`) is registered as a GPU of this process first
             name = register(args.gpu) if is_profile_path(args.gpu) else args.gpu

@@ -372,7 +372,8 @@ def _memory_run(args) -> int:
     if step is not None:
         print(f"step on {step.gpu}: {step.time_s:.3f} s estimated per iteration, {step.tokens_per_s:,.0f} tokens/s, "
               f"MFU {step.mfu:.1%}; {step.flops_model:.3e} model FLOPs per iteration (Megatron's count), "
-              f"{step.flops_hardware:.3e} with recomputation (symmem/steptime/: derived per op, {_constants_said(step)})")
+              f"{step.flops_hardware:.3e} with recomputation "
+              f"(symmem/steptime/: derived per op, {_constants_said(step)})")
         sent = ", ".join(f"{axis.upper()} {fmt_gib(n)}" for axis, n in step.comm_bytes.items() if n)
         print(f"sent per GPU per iteration (GiB; symmem/comm.py): {sent or 'nothing'}")
     if no_step:

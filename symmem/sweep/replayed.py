@@ -11,6 +11,7 @@ import os
 
 from symmem.sweep.timing import scenario_of
 
+
 def with_reserved(space, records: list[dict], first: int) -> list[dict]:
     """`records` with `reserved` (bytes, the largest derived reserved over the configuration's stages; None where
     a replay is refused or the row is past the `first` replayed), `reserved_stage`, and `reserved_why` (why
