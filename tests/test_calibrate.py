@@ -20,8 +20,11 @@ def profile(tmp_path_factory):
     return path
 
 
-def test_calibrate_writes_a_profile(profile):
+def test_calibrate_writes_a_profile(profile, capsys, tmp_path):
     raw = json.loads(profile.read_text())
+    assert main(["calibrate", "-o", str(tmp_path / "again.json"), "--quick", "--repeat", "1", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["wrote"] == str(tmp_path / "again.json") and said["gemm_flops_per_s"] > 0
     assert raw["format"] == "symmem-hardware-profile/1" and raw["device"] in ("cpu", "cuda")
     assert [(g["m"], g["k"], g["n"]) for g in raw["gemm"]] == [(256, 256, 256), (512, 512, 512)]
     for g in raw["gemm"]:  # each rate is its own shape's FLOPs over its own time

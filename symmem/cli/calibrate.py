@@ -38,6 +38,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", help="sequence lengths for the attention, e.g. 1024,4096 (default 512,1024,2048)")
     p.add_argument("--repeat", default="5", help="timed runs of each kernel, the median taken (default 5)")
     p.add_argument("--quick", action="store_true", help="small shapes, for a test (seconds on a CPU)")
+    p.add_argument("--json", action="store_true", help="say what was written as JSON")
 
 
 def _shapes(text: str | None, quick: bool) -> tuple[tuple[int, int, int], ...]:
@@ -151,7 +152,12 @@ def _run(args) -> int:
         raise SymmemError(f"--out {out}: a profile is a .json file (or - for standard output)")
     profile = measure(args)
     write_file(out, (json.dumps(profile, indent=2) + "\n").encode())
-    if out != "-":
+    if out != "-" and args.json:
+        print(json.dumps({"wrote": out, "name": profile["name"], "device": profile["device"],
+                          "gemm_flops_per_s": max(g["flops_per_s"] for g in profile["gemm"]),
+                          "copy_bytes_per_s": profile["copy_bytes_per_s"], "launch_s": profile["launch_s"]},
+                         indent=2, sort_keys=True))
+    elif out != "-":
         best = max(g["flops_per_s"] for g in profile["gemm"])
         print(f"wrote {out}: {profile['name']}, GEMM up to {best / 1e9:,.1f} GFLOP/s ({profile['dtype']}), copy "
               f"{profile['copy_bytes_per_s'] / 1e9:,.2f} GB/s, launch {profile['launch_s'] * 1e6:,.1f} us; use it "
