@@ -83,6 +83,21 @@ def load(path: str) -> dict:
             "links": links, "source": str(raw.get("source", ""))[:300]}
 
 
+def measured(gpu_key: object) -> bool:
+    """Whether a GPU key is a measured profile's (`--gpu FILE`) rather than a named GPU's."""
+    from symmem.steptime.model import DEVICE_CONSTANTS
+
+    return gpu_key in DEVICE_CONSTANTS
+
+
+def refuse_measured(gpu_key: object, where: str) -> None:
+    """The sweep's time tables and the page carry the named GPUs' figures and the fitted constants: a measured
+    profile there would be timed by another model than `symmem memory`'s, so it is refused in one line."""
+    if measured(gpu_key):
+        raise SymmemError(f"--gpu {gpu_key}: a measured profile times the step in `symmem memory`; {where} "
+                          "uses the named GPUs' figures (--gpu H100, H800, H200, B200, A100)")
+
+
 def register(path: str) -> str:
     """Load the profile at `path` and make it a GPU of this process (symmem.hardware's speeds, symmem.units'
     capacity, the step-time constants derived from it); its key, which `--gpu` then stands for."""

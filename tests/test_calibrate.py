@@ -13,6 +13,19 @@ from symmem.cli.main import main
 pytest.importorskip("torch")
 
 
+@pytest.fixture(autouse=True)
+def _registry_restored(monkeypatch):
+    """A profile registered by `--gpu FILE` lives for the process, as a command's does; the tests share one process,
+    so each test's registrations are undone after it (they were seen by the page tests that ran later)."""
+    from symmem import hardware, units
+    from symmem.steptime import model
+
+    monkeypatch.setattr(hardware, "GPUS", dict(hardware.GPUS))
+    monkeypatch.setattr(units, "GPUS", dict(units.GPUS))
+    monkeypatch.setattr(model, "DEVICE_CONSTANTS", dict(model.DEVICE_CONSTANTS))
+    monkeypatch.setattr(model, "NO_COLLECTIVES", set(model.NO_COLLECTIVES))
+
+
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
     path = tmp_path_factory.mktemp("calibrate") / "here.json"
@@ -59,6 +72,17 @@ def test_the_step_is_timed_with_the_measured_rates(profile, capsys):
     assert parts["fixed"] == 0 and step["time_s"] == pytest.approx(sum(parts.values()))
     assert main(argv) == 0
     assert "rates measured on the device (--gpu profile), nothing fitted" in capsys.readouterr().out
+
+
+def test_the_sweep_and_the_page_refuse_a_measured_profile(profile, capsys, tmp_path):
+    # they time with the named GPUs' fitted model: a profile there would be timed otherwise than by memory
+    assert main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "-s", "512", "--gpu", str(profile)]) == 2
+    err = capsys.readouterr().err
+    assert "a measured profile times the step in `symmem memory`" in err and err.count("\n") == 1
+    assert main(["html", "--model", "llama-3-8b", "-s", "512", "--gpu", str(profile), "-o",
+                 str(tmp_path / "p.html")]) == 2
+    assert "the page uses the named GPUs' figures" in capsys.readouterr().err
+    assert not (tmp_path / "p.html").exists()
 
 
 def test_no_collectives_measured_no_communicating_step(profile, capsys):

@@ -23,6 +23,9 @@ def gpus() -> dict:
     from symmem.steptime import CONSTANTS
     from symmem.steptime.costs import GPUS_PER_NODE
 
+    from symmem.hardware_profile import measured
+
+    named = {name: g for name, g in GPUS.items() if not measured(name)}  # (a measured profile is memory's alone)
     speeds = {name: {"bf16": g.bf16, "hbm": g.hbm, "nvlink": g.nvlink, "network": g.network, "sms": g.sms}
-              for name, g in GPUS.items()}
-    return {"node": GPUS_PER_NODE, "names": list(GPUS), "gpus": speeds, "constants": CONSTANTS.as_dict()}
+              for name, g in named.items()}
+    return {"node": GPUS_PER_NODE, "names": list(named), "gpus": speeds, "constants": CONSTANTS.as_dict()}

@@ -33,7 +33,10 @@ def check_timed(space) -> None:
     """Ranking by time needs a GPU by name with speed figures (one line otherwise)."""
     from symmem.hardware import GPUS, has_speeds
 
+    from symmem.hardware_profile import refuse_measured
+
     name = space.base.gpu_name
+    refuse_measured(name, "symmem sweep's ranking by time")
     if name is None:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
     if not has_speeds(name):
