@@ -107,12 +107,10 @@ def register(path: str) -> str:
     p = load(path)
     key = f"{p['name']} ({os.path.basename(path.strip())})".upper()
     links = p["links"]
-    # no collectives measured: links of no cost, and a step that communicates is refused (steptime.step_time)
+    # no collectives measured: links of infinite speed, by which steptime.step_time refuses a step that communicates
     hardware.GPUS[key] = hardware.GPU(
         key, p["memory"], p["gemm_rate"], None, p["copy_bandwidth"],
         links["intra_bytes_per_s"] if links else math.inf, network=links["inter_bytes_per_s"] if links else math.inf)
-    if links is None:
-        model.NO_COLLECTIVES.add(key)
     units.GPUS[key.lower()] = p["memory"]
     model.DEVICE_CONSTANTS[key] = model.Constants(
         gemm_efficiency=1.0, attention_efficiency=min(1.0, p["attention_rate"] / p["gemm_rate"]),

@@ -23,7 +23,6 @@ def _registry_restored(monkeypatch):
     monkeypatch.setattr(hardware, "GPUS", dict(hardware.GPUS))
     monkeypatch.setattr(units, "GPUS", dict(units.GPUS))
     monkeypatch.setattr(model, "DEVICE_CONSTANTS", dict(model.DEVICE_CONSTANTS))
-    monkeypatch.setattr(model, "NO_COLLECTIVES", set(model.NO_COLLECTIVES))
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ distributed optimizer) as a sequence of individual mallocs and frees:
 4. **First step**: TransformerEngine's cuBLAS workspaces and the RoPE table at the first forward; every activation
    storage of every layer copy and micro-batch as the timeline has it (`timeline.part_timeline`: a storage is
    allocated at the first op it is alive at and freed after the last one; saved storages live until their layer's
-   backward releases them), micro-batches in 1F1B order (warm-up forwards, then one forward and one backward, then
-   the cool-down backwards); TE's dummy weight-gradient buffers, one tensor per weight shape made at the first
+   backward releases them), micro-batches in 1F1B order (warm-up forwards, then one forward and one backward, at
+   most `REPLAYED_PAIRS` of them, then the cool-down backwards); TE's dummy weight-gradient buffers, one tensor per weight shape made at the first
    backward GEMM of that shape (`get_dummy_wgrad` caches them by shape, TE pytorch/module/base.py:64-92); the
    pipeline's gradient buffers through each micro-batch's backward.
 5. **Optimizer step**: Adam's FP32 `exp_avg` and `exp_avg_sq` of each main-parameter piece, created by the first

@@ -29,7 +29,8 @@ FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
 _PREFIX = re.compile(r"(^|: )([a-z_·]+)(?: = ([^:()]*?))?:")  # (a value with parentheses is not one flag's)
 
 
-def _typed(args: argparse.Namespace, dest: str, flag: str) -> str:
+def typed(args: argparse.Namespace, dest: str, flag: str) -> str:
+    """`--flag value` as given, or the switch (`--flag` / `--no-flag`)."""
     value = getattr(args, dest)
     if isinstance(value, bool):
         return flag if value else "--no-" + flag[2:]
@@ -61,9 +62,9 @@ def in_flags(message: str, args: argparse.Namespace | None) -> str:
     if not given:
         return message
     if len(pairs) == 1:
-        said = _as_flag(pairs[0][1], value) if value is not None else _typed(args, *pairs[0])
+        said = _as_flag(pairs[0][1], value) if value is not None else typed(args, *pairs[0])
     else:  # the flags typed, and the value they led to
-        said = " ".join(_typed(args, dest, flag) for dest, flag in given)
+        said = " ".join(typed(args, dest, flag) for dest, flag in given)
         if value is not None:
             said += f" ({field.upper() if field == 'ep·etp' else field.replace('_', ' ')} {value.strip()})"
     return message[:m.start(2)] + said + ":" + message[m.end():]  # (a bare `field:` is named as well)

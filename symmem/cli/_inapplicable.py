@@ -15,13 +15,11 @@ def _given(args: argparse.Namespace, field: str) -> bool:
     return getattr(args, field, None) is not None
 
 
-def _flag(args: argparse.Namespace, field: str, name: str | None = None, negated: str | None = None) -> str:
-    """The flag as the user typed it: `--name value`, or `--name` / `--no-name` for a switch."""
-    value = getattr(args, field)
-    name = name or "--" + field.replace("_", "-")
-    if isinstance(value, bool):
-        return name if value else (negated or "--no-" + name[2:])
-    return f"{name} {value}"
+def _flag(args: argparse.Namespace, field: str, name: str | None = None) -> str:
+    """The flag as the user typed it (`_flag_names.typed`); `name` where it is not `--field`."""
+    from symmem.cli._flag_names import typed
+
+    return typed(args, field, name or "--" + field.replace("_", "-"))
 
 
 def notes(args: argparse.Namespace, scn) -> list[str]:

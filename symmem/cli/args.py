@@ -358,36 +358,36 @@ def _profile_names() -> tuple[str, ...]:
     return tuple(PROFILES)
 
 
+def _profile_fixes(prof) -> dict[str, str | None]:
+    """What a profile fixes whatever the flags say: its rule set; with the framework's own modules (torchtitan's)
+    their dataflow, attention and experts too (None: no Hugging Face implementation to choose); with Megatron-Core's
+    local layer spec, symmem's dataflow."""
+    fixed: dict[str, str | None] = {"rules": prof.rules}
+    if prof.modules is not None:
+        fixed.update(dataflow=prof.dataflow, attn_impl=prof.attn_impl, experts_impl=None)
+    elif prof.name == "megatron-local":
+        fixed["dataflow"] = "paper"
+    return fixed
+
+
 def _framework_flags(prof, args) -> None:
     if prof.name == "torchtitan-2412" and getattr(args, "schedule", None):
         raise SymmemError(f"--schedule {args.schedule}: profile torchtitan-2412 (torchtitan 9dec370, the code of its "
                           "published H100 runs) models no pipelining; torch's schedules run under --profile "
                           "torchtitan")
-    if args.rules is not None and args.rules != prof.rules and prof.modules is None \
-            and prof.name != "megatron-local":
-        fix = (f"choose the profile whose rules they are (--profile {args.rules})" if args.rules in _profile_names()
-               else "drop --profile")
-        raise SymmemError(f"--rules {args.rules}: profile {prof.name} brings its own rule set ({prof.rules}), "
-                          f"which --rules does not override; drop --rules, or {fix}")
-    if prof.modules is not None:  # the framework's own modules: their dataflow, rules and kernels are fixed
-        own = {"rules": prof.rules, "dataflow": prof.dataflow, "attn_impl": prof.attn_impl, "experts_impl": None}
-        for field, value in own.items():
-            given = getattr(args, field, None)
-            if given is None:
-                continue
-            if given != value:
-                flag = "--" + field.replace("_", "-")
-                raise SymmemError(f"{flag} {given}: profile {prof.name} runs torchtitan's own modules ("
-                                  f"dataflow {prof.dataflow}, attention {prof.attn_impl}, rules {prof.rules}), "
-                                  f"whatever {flag} says; drop {flag} (Hugging Face's modules: --profile "
-                                  "torch-eager)")
-            setattr(args, field, None)  # the profile's own, restated
-    if prof.name == "megatron-local":  # Megatron-Core's own local modules: symmem's dataflow, its hand rules
-        for flag, given, own in (("--rules", args.rules, prof.rules), ("--dataflow", args.dataflow, "paper")):
-            if given is not None and given != own:
-                raise SymmemError(f"{flag} {given}: profile megatron-local models Megatron-Core's local layer spec "
-                                  f"with its own rules ({prof.rules}) over symmem's dataflow; drop {flag} (Hugging "
-                                  "Face's modules: --profile torch-eager)")
+    for field, own in _profile_fixes(prof).items():
+        given = getattr(args, field, None)
+        if given is None:
+            continue
+        if given != own:
+            flag = "--" + field.replace("_", "-")
+            fix = ("choose the profile whose rules they are (--profile " + given + ")"
+                   if field == "rules" and given in _profile_names() else
+                   "drop --profile" if field == "rules" and prof.modules is None and prof.name != "megatron-local"
+                   else "use Hugging Face's modules (--profile torch-eager)")
+            raise SymmemError(f"{flag} {given}: profile {prof.name} fixes it ({own or 'its own modules'}), whatever "
+                              f"{flag} says; drop {flag}, or {fix}")
+        setattr(args, field, None)  # the profile's own, restated
     if prof.name.startswith("torchtitan"):
         if args.zero is not None and str(args.zero).strip() != "3":
             raise SymmemError(f"--zero = {args.zero}: profile {prof.name} shards parameters, gradients and optimizer "

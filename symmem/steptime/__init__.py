@@ -222,13 +222,12 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     name = gpu_name or scn.gpu_name
     if name is None:
         raise SymmemError("gpu: the step time needs a GPU by name (--gpu H100, H800, H200, B200, A100)")
-    from symmem.steptime.model import NO_COLLECTIVES
-
     g = gpu(name)
     check_gpu(scn, g)
     f = features(scn, g)
     k = _constants_of(g.name)  # a measured profile's own (`--gpu FILE`), else the fitted ones
-    if g.name in NO_COLLECTIVES and (any(nb for _a, nb, _c, _n in f.comm) or _any_dp(f)):
+    # a measured profile without collectives has links of infinite speed (`hardware_profile.register`)
+    if math.isinf(g.nvlink) and (any(nb for _a, nb, _c, _n in f.comm) or _any_dp(f)):
         raise SymmemError(f"gpu {g.name}: its profile measured no collectives (one device), and this step "
                           "communicates; measure on several devices (symmem calibrate under torchrun) or use a "
                           "GPU by name")

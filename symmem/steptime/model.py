@@ -49,7 +49,6 @@ class Constants:
 # constants derived from a measured hardware profile (`symmem.hardware_profile.register`), by GPU key: they replace
 # the fitted CONSTANTS for that device
 DEVICE_CONSTANTS: dict[str, Constants] = {}
-NO_COLLECTIVES: set[str] = set()  # of those, the devices whose profile measured no collectives (one device)
 
 
 @dataclass(frozen=True)
