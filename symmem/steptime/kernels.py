@@ -1,0 +1,179 @@
+"""A GPU's kernel profile: what its kernels were measured to reach, by shape (symmem/data/kernels/NAME.json, each
+file citing where its numbers come from; tools/simumax_kernels.py writes one from SimuMax's published tables).
+
+The step-time model reads a GEMM's time and the fused attention's time off the profile instead of one fitted
+efficiency for every shape:
+
+* **GEMMs**: each pass (forward TN, data gradient NN, weight gradient NT) at the efficiency measured for its
+  (m, k, n); a shape not measured takes the measured shapes nearest it in (log m, log k, log n), weighted by the
+  inverse of their distance (`_nearest`). Routed experts (one grouped launch of the local experts) at the grouped
+  GEMM's efficiency measured for (experts, tokens per expert, n, k) and pass, the same way.
+* **Attention**: forward and backward at the efficiency measured for (sequence, heads, KV heads, head dims), under
+  the FLOP convention the measurements were taken with (forward 2·base, backward 5·base, base =
+  b·s²·max(heads, KV heads)·(qk dim + v dim)); between measured sequence lengths, the nearest measured shapes in
+  (log s, log heads, log KV heads, log dims), weighted as above.
+
+What the profile's figures are is the file's `source`: numbers measured on the GPU by others, copied unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import resources
+
+NEAREST = 4  # measured shapes an unmeasured one is read from (inverse-distance weighted in log space)
+
+
+@dataclass(frozen=True, eq=False)  # one per GPU (`profile` caches it): hashed by identity
+class KernelProfile:
+    gpu: str
+    peak: float  # FLOP/s the efficiencies are fractions of
+    source: dict
+    gemm: dict  # layout -> (points (log m, log k, log n), efficiencies)
+    grouped: dict  # stage -> (points (log experts, log tokens, log n, log k), efficiencies)
+    attention: tuple  # (points (log s, log heads, log kv heads, log qk, log v), fwd efficiencies, bwd efficiencies)
+    memory_bound: float  # fraction of HBM bandwidth an elementwise kernel reaches
+    collectives: dict
+
+
+def _points(rows, cols) -> tuple:
+    return tuple(tuple(math.log(r[c]) for c in cols) for r in rows)
+
+
+@cache
+def profile(gpu_name: str) -> KernelProfile | None:
+    """The kernel profile of a GPU by name (symmem/data/kernels/NAME.json), or None when none is published."""
+    path = resources.files("symmem.data").joinpath("kernels", f"{gpu_name}.json")
+    if not path.is_file():
+        return None
+    d = json.loads(path.read_text())
+    gemm = {}
+    for layout in ("TN", "NN", "NT"):
+        rows = [r for r in d["gemm"]["rows"] if r[0] == layout]
+        gemm[layout] = (_points(rows, (1, 2, 3)), tuple(r[4] for r in rows))
+    grouped = {}
+    for stage in ("fwd", "bwd_grad_act", "bwd_grad_w"):
+        rows = [r for r in d["grouped_gemm"]["rows"] if r[0] == stage]
+        grouped[stage] = (_points(rows, (1, 2, 3, 4)), tuple(r[5] for r in rows))
+    att = d["attention"]["rows"]
+    return KernelProfile(d["gpu"], d["peak_tflops"] * 1e12, d["source"], gemm, grouped,
+                         (_points(att, (1, 2, 3, 4, 5)), tuple(r[6] for r in att), tuple(r[7] for r in att)),
+                         d["memory_bound"]["default"], d["collectives"])
+
+
+def _nearest(points, values, at) -> float:
+    """The value at `at`: a measured point's own, else the NEAREST measured points' values weighted by the inverse
+    of their (Euclidean, log-space) distance."""
+    dist = sorted((math.dist(p, at), v) for p, v in zip(points, values, strict=True))[:NEAREST]
+    if dist[0][0] < 1e-12:
+        return dist[0][1]
+    w = [1 / d for d, _v in dist]
+    return sum(wi * v for wi, (_d, v) in zip(w, dist, strict=True)) / sum(w)
+
+
+@lru_cache(maxsize=65536)
+def gemm_efficiency(p: KernelProfile, layout: str, m: float, k: float, n: float) -> float:
+    points, values = p.gemm[layout]
+    return _nearest(points, values, (math.log(m), math.log(k), math.log(n)))
+
+
+@lru_cache(maxsize=65536)
+def grouped_efficiency(p: KernelProfile, stage: str, experts: int, tokens: float, n: float, k: float) -> float:
+    points, values = p.grouped[stage]
+    return _nearest(points, values, (math.log(experts), math.log(tokens), math.log(n), math.log(k)))
+
+
+def gemm_seconds(p: KernelProfile, m: float, k: float, n: float, experts: int, forward_again: bool) -> float:
+    """One GEMM (m rows, k inner, n columns; `experts` local experts of a grouped launch, m rows each) through
+    forward, data gradient and weight gradient, and the forward once more when recomputed."""
+    if m <= 0 or k <= 0 or n <= 0:
+        return 0.0
+    flops = 2 * m * k * n * experts
+    if experts > 1:
+        effs = [grouped_efficiency(p, s, experts, m, n, k) for s in ("fwd", "bwd_grad_act", "bwd_grad_w")]
+    else:
+        effs = [gemm_efficiency(p, "TN", m, k, n), gemm_efficiency(p, "NN", m, n, k),
+                gemm_efficiency(p, "NT", n, m, k)]
+    passes = [effs[0], effs[1], effs[2]] + ([effs[0]] if forward_again else [])
+    return sum(flops / (p.peak * e) for e in passes)
+
+
+@lru_cache(maxsize=65536)
+def _attention_efficiency(p: KernelProfile, s: float, heads: float, kv_heads: float, qk: float, v: float):
+    points, fwd, bwd = p.attention
+    at = (math.log(s), math.log(heads), math.log(kv_heads), math.log(qk), math.log(v))
+    return _nearest(points, fwd, at), _nearest(points, bwd, at)
+
+
+def attention_seconds(p: KernelProfile, b: float, s: float, heads: float, kv_heads: float, qk: float, v: float,
+                      forward_again: bool) -> float:
+    """The fused causal attention of b sequences of s tokens over `heads` query heads (and `kv_heads`) on one GPU,
+    forward and backward (and the forward again when recomputed), under the profile's FLOP convention."""
+    if s <= 0 or heads <= 0:
+        return 0.0
+    base = b * s * s * max(heads, kv_heads) * (qk + v)
+    ef, eb = _attention_efficiency(p, s, heads, max(kv_heads, 1.0), qk, v)
+    return (2 * base / ef) * (2 if forward_again else 1) / p.peak + 5 * base / eb / p.peak
+
+
+# ---- the step-time model with the profile's kernel times (GEMMs and attention) in place of fitted efficiencies ----
+
+
+def stage_kernel_features(c, g, p: KernelProfile):
+    """One micro-batch slot of a stage (`costs.StageCosts` `c`) with its GEMMs and attention timed by the profile:
+    `StepFeatures` whose GEMM and attention "FLOPs" are the profile's seconds at the GPU's dense BF16 peak (so the
+    model reads them at efficiency 1), no GEMM bytes term (the measured kernels include their memory traffic), the
+    memory-bound bytes at the profile's bandwidth fraction. BF16 only (the profile has no FP8 tables)."""
+    import dataclasses
+
+    from symmem.steptime import stage_features
+
+    f = stage_features(c, None, g.sms)
+    gemm = sum(n * gemm_seconds(p, m, k, nn, e, again) for m, k, nn, e, n, again, _low in c.gemms)
+    attention = sum(n * attention_seconds(p, *shape, again) for *shape, n, again in c.attentions)
+    if f.attention_flops and not c.attentions:  # a model whose heads the profile cannot read (no n_h)
+        return None
+    return dataclasses.replace(f, gemm_flops=gemm * g.bf16, gemm_low_flops=0.0, gemm_bytes=0.0,
+                               attention_flops=attention * g.bf16, memory_bytes=f.memory_bytes / p.memory_bound)
+
+
+def kernel_features(scn, g, p: KernelProfile):
+    """`steptime.features` with the stages timed by `stage_kernel_features` (the slowest stage under link
+    efficiency 1 and 10 us a call, round figures, as `steptime.NEUTRAL` chooses it)."""
+    import dataclasses
+
+    from symmem.steptime import _mean, _stage_costs, bubble_slots, once_costs
+    from symmem.steptime.model import Constants, seconds
+
+    per = [stage_kernel_features(c, g, p) for c in _stage_costs(scn).values()]
+    if any(f is None for f in per):
+        return None
+    neutral = Constants(1.0, 1.0, 1.0, 1e-05, 0.0)
+    slot = [seconds(f, g, neutral) for f in per]
+    i = max(range(len(per)), key=slot.__getitem__)
+    dp, calls, net, opt = once_costs(scn)
+    bubble = bubble_slots(scn.schedule, scn.parallel.pp)
+    others = [f for j, f in enumerate(per) if j != i] or [per[i]]
+    return dataclasses.replace(per[i], slots=float(scn.m), dp_bytes=dp, dp_calls=calls, dp_network=net,
+                               optimizer_bytes=opt / p.memory_bound, bubble=_mean(others, bubble) if bubble else None)
+
+
+def fit_rest(rows):
+    """The constants the kernel times leave: link efficiency (at most 1), latency per call and the fixed seconds
+    per iteration, by non-negative least squares on the relative error of `rows` ((StepFeatures, GPU, measured
+    seconds)); the GEMM and attention efficiencies are 1 (their times are the profile's)."""
+    import numpy as np
+
+    from symmem.steptime.model import Constants, _nnls, coefficients
+
+    a, y = [], []
+    for f, g, measured in rows:
+        row, known = coefficients(f, g)
+        known += row[0] + row[1] + row[2]  # 1/link = 1 + z, z >= 0
+        a.append([row[2] / measured, row[3] / measured, row[4] / measured])
+        y.append((measured - known) / measured)
+    x = _nnls(np.array(a), np.array(y))
+    return Constants(1.0, 1.0, float(1 / (1 + x[0])), float(x[1]), float(x[2]))

@@ -1,0 +1,110 @@
+"""The kernel profile (symmem/data/kernels/B200.json, from SimuMax's published B200 measurements): what it reads at
+a measured shape is the measurement, between measured shapes a weighted mean of its neighbours, and the attention's
+time follows the convention the measurements were taken with. The extractor keeps only the entries SimuMax's
+simulator reads."""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+
+import pytest
+
+from symmem.steptime import kernels
+
+
+def _raw() -> dict:
+    return json.loads(resources.files("symmem.data").joinpath("kernels", "B200.json").read_text())
+
+
+def test_profile_cites_its_source():
+    src = _raw()["source"]
+    assert src["repository"] == "github.com/MooreThreads/SimuMax" and len(src["commit"]) == 40
+    assert src["path"].startswith("configs/system/") and "measured_by" in src
+
+
+def test_a_measured_gemm_reads_its_measurement():
+    p = kernels.profile("B200")
+    rows = _raw()["gemm"]["rows"]
+    for layout, m, k, n, eff in rows[:: max(1, len(rows) // 40)]:
+        assert kernels.gemm_efficiency(p, layout, m, k, n) == eff
+    # one GEMM's three passes: forward TN (m, k, n), data gradient NN (m, n, k), weight gradient NT (n, m, k)
+    by_key = {(r[0], r[1], r[2], r[3]): r[4] for r in rows}
+    m, k, n = 4096, 8192, 10240
+    want = sum(2 * m * k * n / (2250e12 * by_key[key]) for key in
+               (("TN", m, k, n), ("NN", m, n, k), ("NT", n, m, k)))
+    assert kernels.gemm_seconds(p, m, k, n, 1, False) == pytest.approx(want, rel=1e-12)
+
+
+def test_an_unmeasured_gemm_lies_between_its_neighbours():
+    p = kernels.profile("B200")
+    effs = [r[4] for r in _raw()["gemm"]["rows"] if r[0] == "TN"]
+    e = kernels.gemm_efficiency(p, "TN", 5000, 8192, 9000)
+    assert min(effs) <= e <= max(effs) and e not in effs
+
+
+def test_attention_time_follows_the_measurement_convention():
+    p = kernels.profile("B200")
+    for b, s, h, kv, qk, v, ef, eb in _raw()["attention"]["rows"]:
+        base = b * s * s * max(h, kv) * (qk + v)
+        want = (2 * base / ef + 5 * base / eb) / 2250e12
+        assert kernels.attention_seconds(p, b, s, h, kv, qk, v, False) == pytest.approx(want, rel=1e-12)
+        again = (4 * base / ef + 5 * base / eb) / 2250e12  # the forward once more when recomputed
+        assert kernels.attention_seconds(p, b, s, h, kv, qk, v, True) == pytest.approx(again, rel=1e-12)
+
+
+def test_grouped_gemm_reads_the_grouped_table():
+    p = kernels.profile("B200")
+    rows = {(r[0], r[1], r[2], r[3], r[4]): r[5] for r in _raw()["grouped_gemm"]["rows"]}
+    e, m, n, k = 20, 1232, 3072, 5120
+    want = sum(2 * m * k * n * e / (2250e12 * rows[(st, e, m, n, k)]) for st in ("fwd", "bwd_grad_act", "bwd_grad_w"))
+    assert kernels.gemm_seconds(p, m, k, n, e, False) == pytest.approx(want, rel=1e-12)
+
+
+def test_no_profile_for_an_unprofiled_gpu():
+    assert kernels.profile("A100") is None
+
+
+def test_the_extractor_keeps_what_the_simulator_reads():
+    from tools.simumax_kernels import extract
+
+    gemm = {"b=1, m=64, k=32, n=16, layout=TN, accumulate=False, out_dtype=bf16": 0.5,
+            "b=1, m=64, k=32, n=16, layout=TN, accumulate=True, out_dtype=fp32": 0.9,  # not a forward's
+            "b=2, m=64, k=16, n=32, layout=NN, accumulate=False, out_dtype=bf16": 0.4,
+            "b=1, m=16, k=64, n=32, layout=NT, accumulate=True, out_dtype=fp32": 0.3}
+    grouped = {"ng=4, M=8, N=16, K=32, dtype=bf16, out_dtype=bf16, main_grad_dtype=fp32, stage=fwd, grad=False, "
+               "accumulate=False, use_split_accumulator=False, single_output=True": 0.2,
+               "ng=4, M=8, N=16, K=32, dtype=bf16, out_dtype=bf16, main_grad_dtype=bf16, stage=fwd, grad=False, "
+               "accumulate=False, use_split_accumulator=False, single_output=True": 0.7}
+    att = "batch=1, seq_len=128, head_num=4, kv_head_num=1, qk_head_dim=64, v_head_dim=64, qkv_contiguous="
+    system = {"accelerator": {"op": {
+        "matmul": {"tflops": 100.0, "accurate_efficient_factor": gemm},
+        "group_matmul": {"tflops": 100.0, "accurate_efficient_factor": grouped},
+        "sdp_fwd": {"accurate_efficient_factor": {att + "True": 0.6, att + "False": 0.1}},
+        "sdp_bwd": {"accurate_efficient_factor": {att + "True": 0.7, att + "False": 0.1}}},
+        "bandwidth": {"default": {"efficient_factor": 0.5}}},
+        "networks": {"high_intra_node": {"op": {"all_gather": {"efficient_factor": 0.6, "latency_us": 9.0,
+                                                               "scale": 1}}}}}
+    out = extract(system, "X", "0" * 40, "configs/system/x.json")
+    assert out["gemm"]["rows"] == [["NN", 128, 16, 32, 0.4], ["NT", 16, 64, 32, 0.3], ["TN", 64, 32, 16, 0.5]]
+    assert out["grouped_gemm"]["rows"] == [["fwd", 4, 8, 16, 32, 0.2]]
+    assert out["attention"]["rows"] == [[1, 128, 4, 1, 64, 64, 0.6, 0.7]]
+    assert out["collectives"]["all_gather"] == {"efficient_factor": 0.6, "latency_us": 9.0}
+    assert out["memory_bound"]["default"] == 0.5 and out["peak_tflops"] == 100.0
+
+
+def test_kernel_tables_report_what_they_compute():
+    """The kernel-profile model's figures in paper_tables/kernel_step_times (a golden file, compared elsewhere) are
+    its errors: checked here against a direct evaluation of one held-out kind."""
+    from derivations.measured_step_times import kernel_by_kind, kernel_rows
+    from symmem.steptime.model import seconds
+
+    kinds = kernel_by_kind()
+    every = kinds[-1]
+    runs = kernel_rows()
+    direct = [100 * (seconds(f, g, every["constants"]) - m) / m for rs in runs.values() for f, g, m in rs]
+    assert direct == every["errors"] and len(direct) == 22
+    assert all(math.isfinite(e) for r in kinds for e in r["errors"])
+    # an efficiency is at most 1: the link's
+    assert all(0 < r["constants"].link_efficiency <= 1 for r in kinds)
