@@ -74,3 +74,39 @@ def test_whole_replays_match(monkeypatch):
     R._replay.cache_clear()
     assert figures["0"] == figures["1"]
     assert len({f.peak_reserved for f in figures["0"]}) > 1  # the stages differ: a comparison of something
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_packed_runs_match_the_python_allocator(seed):
+    """`run_packed` (the replays' steady phases, int64 (key, size) pairs) leaves both allocators as `run` does:
+    a phase of storage ids run at several slots, moved on by `by`, in an interleaved order."""
+    from symmem.accounting.allocator import pack
+
+    rng = random.Random(seed)
+    sizes = [512, 4096, 1 << 20, 3 << 20, 12 << 20, 50 << 20] + [rng.randrange(1, 64 << 20) for _ in range(10)]
+    ids = 60
+    phase = [(i, request(i, rng.choice(sizes))) for i in range(ids)]
+    order = list(range(ids))
+    rng.shuffle(order)
+    phase += [(i, 0) for i in order]  # every id freed again, in another order
+    packed = pack(phase)
+    assert len(packed) == 2 * len(phase)
+    runs = [(packed, 0), (packed, ids), (pack(phase[:ids]), 2 * ids), (pack(phase[ids:]), 2 * ids)]
+    py, c, plain = CachingAllocator(), callocator.Allocator(), callocator.Allocator()
+    for buf, by in runs:
+        py.run_packed(buf, by)
+        c.run_packed(buf, by)
+        plain.run(list(zip(buf[0::2], buf[1::2], strict=True)), by)
+        assert _state(py) == _state(c) == _state(plain)
+    assert c.peak_reserved > 0 and c.live() == 0
+
+
+def test_pack_refuses_keys_that_are_not_storage_ids():
+    from symmem.accounting.allocator import pack
+
+    assert pack([(("wgrad", (4, 4)), 512)]) is None and pack([(-1, 512)]) is None
+    a = callocator.Allocator()
+    with pytest.raises(ValueError, match="negative size"):
+        a.run_packed(pack([(1, 512)]).tobytes()[:8] + (-5).to_bytes(8, "little", signed=True))
+    with pytest.raises(SymmemError, match="freed but not allocated"):
+        a.run_packed(pack([(3, 0)]))

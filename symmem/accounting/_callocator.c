@@ -182,6 +182,60 @@ static int do_free(Alloc *a, int i) {
     return pool_insert(a, pool, i);
 }
 
+/* one op on a small integer key (a storage id, already moved on): allocate `size` bytes, or free when 0 */
+static int slot_op(Alloc *a, long key, long long size) {
+    if (grow((void **)&a->slot, &a->slot_cap, key + 1, sizeof(int)) < 0) return -1;
+    for (Py_ssize_t j = a->slot_used; j < a->slot_cap; j++) a->slot[j] = 0;
+    if (a->slot_cap > a->slot_used) a->slot_used = a->slot_cap;
+    int at = a->slot[key];
+    if (size) {
+        if (at) {
+            PyErr_Format(SymmemError, "allocation %ld: allocated twice without a free", key);
+            return -1;
+        }
+        if (do_malloc(a, NULL, size) < 0) return -1;
+        a->slot[key] = a->last + 1;
+        a->nslot_live++;
+        return 0;
+    }
+    if (!at) {
+        PyErr_Format(SymmemError, "allocation %ld: freed but not allocated", key);
+        return -1;
+    }
+    a->slot[key] = 0;
+    a->nslot_live--;
+    return do_free(a, at - 1) < 0 ? -1 : 0;
+}
+
+/* `run` over a buffer of int64 (key, size) pairs (`allocator.pack`): the same ops without a Python object each;
+ * every key a storage id, moved on by `by` */
+static PyObject *Alloc_run_packed(Alloc *a, PyObject *args) {
+    Py_buffer view;
+    long by = 0;
+    if (!PyArg_ParseTuple(args, "y*|l", &view, &by)) return NULL;
+    if (view.len % (2 * (Py_ssize_t)sizeof(long long))) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "packed ops are int64 (key, size) pairs");
+        return NULL;
+    }
+    const long long *op = (const long long *)view.buf;
+    Py_ssize_t n = view.len / (Py_ssize_t)sizeof(long long);
+    for (Py_ssize_t j = 0; j < n; j += 2) {
+        long long key = op[j] + by;
+        if (op[j] < 0 || key >= SLOT_LIMIT || op[j + 1] < 0) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "a packed op's key beyond the storage ids' range, or a negative size");
+            return NULL;
+        }
+        if (slot_op(a, (long)key, op[j + 1]) < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Alloc_run(Alloc *a, PyObject *args) {
     PyObject *ops;
     long by = 0;
@@ -211,26 +265,7 @@ static PyObject *Alloc_run(Alloc *a, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "a moved key beyond the storage ids' range");
             failed = 1;
         } else if (small_key >= 0) {
-            if (grow((void **)&a->slot, &a->slot_cap, small_key + 1, sizeof(int)) < 0) failed = 1;
-            else {
-                for (Py_ssize_t j = a->slot_used; j < a->slot_cap; j++) a->slot[j] = 0;
-                if (a->slot_cap > a->slot_used) a->slot_used = a->slot_cap;
-                int at = a->slot[small_key];
-                if (size) {
-                    if (at) {
-                        PyErr_Format(SymmemError, "allocation %ld: allocated twice without a free", small_key);
-                        failed = 1;
-                    } else if (do_malloc(a, NULL, size) < 0) failed = 1;
-                    else { a->slot[small_key] = a->last + 1; a->nslot_live++; }
-                } else if (!at) {
-                    PyErr_Format(SymmemError, "allocation %ld: freed but not allocated", small_key);
-                    failed = 1;
-                } else {
-                    a->slot[small_key] = 0;
-                    a->nslot_live--;
-                    failed = do_free(a, at - 1) < 0;
-                }
-            }
+            failed = slot_op(a, small_key, size) < 0;
         } else if (size) {
             int has = PyDict_Contains(a->live, key);
             if (has < 0) failed = 1;
@@ -311,6 +346,8 @@ static PyGetSetDef Alloc_getset[] = {
 static PyMethodDef Alloc_methods[] = {
     {"run", (PyCFunction)Alloc_run, METH_VARARGS,
      "run(ops, by=0): replay (key, size) ops, size > 0 allocating, 0 freeing; integer keys moved on by `by`"},
+    {"run_packed", (PyCFunction)Alloc_run_packed, METH_VARARGS,
+     "run_packed(buffer, by=0): `run` over int64 (key, size) pairs, every key a storage id moved on by `by`"},
     {"live", (PyCFunction)Alloc_live, METH_NOARGS, "allocations not yet freed"},
     {"free_blocks", (PyCFunction)Alloc_free_blocks, METH_NOARGS, "the pools' free blocks (small, size, address)"},
     {NULL},

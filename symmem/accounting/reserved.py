@@ -128,21 +128,35 @@ class _Phases:
 
     warm: int  # forwards before the first backward: ceil(k) - 1
     slots: int
-    ids: int  # storage ids one micro-batch uses
-    forward: tuple
-    backward: tuple
-    first_backward: tuple
+    ops: _MicroBatchOps
 
     def run(self, alloc, m: int, first: bool) -> None:
         """Replay one iteration of `m` micro-batches in 1F1B order: `warm` forwards, then a forward and a backward
         per steady pair, then the cool-down backwards."""
-        f, b, n, ids = self.forward, self.backward, self.slots, self.ids
+        o, n = self.ops, self.slots
+        ids, f, b = o.ids, o.forward, o.backward
+        go = alloc.run_packed
         for j in range(self.warm):
-            alloc.run(f, (j % n) * ids)
+            go(f, (j % n) * ids)
         for j in range(m):
             if j + self.warm < m:
-                alloc.run(f, ((j + self.warm) % n) * ids)
-            alloc.run(self.first_backward if first and j == 0 else b, (j % n) * ids)
+                go(f, ((j + self.warm) % n) * ids)
+            if first and j == 0:
+                alloc.run(o.first_backward, 0)  # (TE's dummy weight gradients' keys are no storage ids)
+            else:
+                go(b, (j % n) * ids)
+
+
+@dataclass(frozen=True)
+class _MicroBatchOps:
+    """One micro-batch's forward and backward allocations on one GPU of a stage, storage ids from 0 (`_ops`), the
+    steady phases packed for `run_packed` (`allocator.pack`); `first_backward` the first iteration's first backward,
+    which also makes TE's dummy weight gradients (their keys not storage ids), as ops."""
+
+    ids: int  # storage ids one micro-batch uses
+    forward: object
+    backward: object
+    first_backward: tuple
 
 
 def _ops(chunks: list[list[tuple]]) -> tuple:
@@ -166,23 +180,49 @@ def _ops(chunks: list[list[tuple]]) -> tuple:
 def _iteration_phases(scn, stage) -> _Phases:
     """One iteration of one GPU of `stage` by phase (`_Phases`): every activation storage of every layer copy of
     a micro-batch's forward and backward from the timeline; the same for every rank, micro-batch and iteration
-    (written once)."""
-    from symmem.accounting.activations import tensor_bytes
-    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, stage_buffers, values
+    (written once), and for every stage of the same content (`_micro_batch_ops`): the stages of a pipeline differ
+    in their warm-up, most not in their layers."""
+    from symmem.accounting.analysis import stage_buffers
     from symmem.model import stage_parts
+
+    k = scn.schedule.in_flight(stage.index, scn.parallel.pp, scn.m, scn.schedule_runtime)
+    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
+    dummy = any(b.name.startswith("TE dummy") for b in stage_buffers(scn, stage))
+    ops = _micro_batch_ops(scn, parts, stage.head, stage.embedding, dummy, stage)
+    return _Phases(math.ceil(k) - 1, math.ceil(k) + 1, ops)
+
+
+_OPS: dict = {}  # (scenario, a stage's content) -> _MicroBatchOps
+
+
+def _micro_batch_ops(scn, parts: tuple, head: bool, embedding: bool, dummy: bool, stage) -> _MicroBatchOps:
+    """`_MicroBatchOps` of a stage of `parts` (compared without their layer indices) with or without the head and
+    the embedding (which decide the pipeline's kept gradients) and TE's dummy weight gradients: cached on those,
+    not on the stage (`stage` is read only for what they decide)."""
+    key = (scn, parts, head, embedding, dummy)
+    hit = _OPS.get(key)
+    if hit is None:
+        if len(_OPS) > 64:
+            _OPS.clear()
+        hit = _OPS[key] = _build_ops(scn, parts, dummy, stage)
+    return hit
+
+
+def _build_ops(scn, parts: tuple, dummy: bool, stage) -> _MicroBatchOps:
+    from symmem.accounting.activations import tensor_bytes
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
+    from symmem.accounting.allocator import pack
     from symmem.profiles import te_weight_shape_by_op
 
     vals = values(scn)
     par = scn.parallel
     axes = par.axis_sizes()
-    parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
     rules, policy, act_bytes = scn.rules, scn.policy, scn.act_bytes
     e_tok = _tokens_per_expert(_activation_key(scn), axes)
     timelines = [T.part_timeline(pt.flow, rules, policy, axes, act_bytes, e_tok) for pt in parts]
     # TE's dummy weight gradients: one tensor per weight shape, made at the first backward GEMM of that shape
     # (`get_dummy_wgrad` caches them by shape: TE pytorch/module/base.py:64-92)
-    wgrad_shape = te_weight_shape_by_op(parts, axes, vals) if any(
-        b.name.startswith("TE dummy") for b in stage_buffers(scn, stage)) else {}
+    wgrad_shape = te_weight_shape_by_op(parts, axes, vals) if dummy else {}
     sizes: dict = {}
 
     def size(a) -> int:
@@ -203,7 +243,6 @@ def _iteration_phases(scn, stage) -> _Phases:
 
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
     pipeline = [(name, _bytes(tensor_bytes(t, axes, act_bytes, sympy.Integer(0)), vals)) for name, t in extra]
-    k = scn.schedule.in_flight(stage.index, par.pp, scn.m, scn.schedule_runtime)
     forwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "forward"] for tl in timelines]
     backwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "backward"] for tl in timelines]
     backward_ops = [[ev.op for ev in tl.events if ev.phase == "backward"] for tl in timelines]
@@ -239,14 +278,15 @@ def _iteration_phases(scn, stage) -> _Phases:
         out += [("free", (mb, "pipeline", name), 0) for name, _ in pipeline]
         return out
 
-    slots = math.ceil(k) + 1
     # one micro-batch's chunks, written once; slot j's are the same with every storage id moved on by j x the ids
     # one micro-batch has (building each slot's from the timeline was most of a sweep's replay time)
     fwd, bwd, first_bwd, n = _ops([forward(0), backward(0, None), backward(0, set())])
     if sum(1 if size else -1 for chunk in (fwd, bwd) for _, size in chunk):  # a bug of the event builder
         raise AssertionError("a micro-batch leaves an allocation alive: a later one would reuse its key")
-
-    return _Phases(math.ceil(k) - 1, slots, n, fwd, bwd, first_bwd)
+    packed = pack(fwd), pack(bwd)
+    if None in packed:  # (every steady op's key is a storage id)
+        raise AssertionError("a steady phase's key is not a storage id")
+    return _MicroBatchOps(n, *packed, first_bwd)
 
 
 def replay_stage(scn, stage, rank: int = 0) -> Reserved:

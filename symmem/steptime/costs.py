@@ -48,6 +48,8 @@ class StageCosts:
     # memory-bound kernels (a fused group one), three per op over forward and backward
     cp_ring_bytes: float = 0.0  # the CP ring (p2p): overlapped with the attention, timed as what it exceeds
     gemms: list = field(default_factory=list)  # (m, k, n, experts, copies, recomputed, low precision)
+    # the fused attention's kernels (`attention_shape`): (b, s, heads, kv heads, qk dim, v dim, copies, recomputed)
+    attentions: list = field(default_factory=list)
 
 
 def _full_rows(t: Tensor) -> tuple[Dim, ...]:
@@ -152,6 +154,7 @@ def stage_costs(scn, stage) -> StageCosts:
         c.kernels += n * p.kernels
         c.cp_ring_bytes += n * p.cp_ring_bytes
         c.gemms += [(m, k, nn, e, copies * n, again, low) for m, k, nn, e, copies, again, low in p.gemms]
+        c.attentions += [(*shape, copies * n, again) for *shape, copies, again in p.attentions]
         for axis, (nb, steps) in p.comm.items():
             entry = comm.setdefault(axis, [0.0, 0])
             entry[0] += n * nb
@@ -222,10 +225,17 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
         c.memory_bytes += nb * (3 + (1 if again(op) else 0))
         c.kernels += 3 + (1 if again(op) else 0)
     n_att = par.tp * par.cp
+    products = 0
     for _part, op, _fwd, total in op_flops(scn, (part,), True, "megatron"):
         if op.kind == "matmul" and "core_attention" in op.tags:
             c.attention_flops += ev(total) / n_att
             c.kernels += 1.5  # the fused attention: one kernel forward, two backward, per two products
+            products += 1
+    if products:
+        first = next(op for op in part.flow.ops if op.kind == "matmul" and "core_attention" in op.tags)
+        shape = attention_shape(scn)
+        if shape is not None:
+            c.attentions.append((*shape, products // 2, again(first)))
     recomputed = again
     for coll in flow_collectives(part.flow, axes, scn.act_bytes, recomputed, par.cp_comm_type == "a2a"):
         nb = ev(coll.nbytes)  # (E_tok too: ETP's all-reduce of the experts' weight gradients is E_tok·N·h)
@@ -236,6 +246,29 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
         entry[0] += nb
         entry[1] += group_size(scn, coll.axis) - 1  # a ring or an exchange: n - 1 steps
     return c
+
+
+def attention_shape(scn) -> tuple:
+    """(b, s, heads, kv heads, qk head dim, v head dim) of one fused attention kernel on one GPU: the heads split
+    over TP; under all-to-all CP over CP too, each GPU attending the whole sequence (TE's
+    AttnFuncWithCPAndQKVOA2A); under the P2P ring each GPU runs CP kernels over chunks of s / CP (the ring's
+    steps, TE's AttnFuncWithCPAndKVP2P), counted here as one kernel of s / CP rows over its share, CP x the chunk's
+    (`symmem.steptime.kernels.attention_seconds` reads the share from the count). Multi-head latent attention's
+    query and key heads are d_h + d_hr wide, its values d_v (DeepSeek-V2/V3); grouped-query attention's KV heads
+    n_kv; one KV head a GPU at least."""
+    v = dict(scn.model.values)
+    if "n_h" not in v or "h" not in v:
+        return None
+    par = scn.parallel
+    a2a = par.cp_comm_type == "a2a"
+    split = par.tp * (par.cp if a2a else 1)
+    heads = v["n_h"] / split
+    kv = max(1.0, v.get("n_kv", v["n_h"]) / split)
+    d_h = v.get("d_h", v["h"] / v["n_h"])
+    qk = d_h + v.get("d_hr", 0)
+    vd = v.get("d_v", d_h)
+    s = scn.s if a2a or par.cp == 1 else scn.s / par.cp
+    return (scn.b * (1 if a2a else par.cp), s, heads, kv, qk, vd)
 
 
 # The output tile one SM computes, rows x columns: 128 x 256, the large BF16 tile of CUTLASS's Hopper and Blackwell
