@@ -197,22 +197,30 @@ def kernel_by_kind() -> tuple[dict, ...]:
     other run (its three remaining constants, `kernels.fit_rest`) and fitted on all runs, beside the fitted
     model's kind-out errors (`by_kind`)."""
     from symmem.scenario import load_scenario
+    from symmem.steptime import fit
     from symmem.steptime.kernels import fit_rest
     from symmem.steptime.model import seconds
 
     runs = kernel_rows()
-    k_all = fit_rest([r for rs in runs.values() for r in rs])
+
+    def errors(k, cases) -> list[float]:
+        return [100 * (seconds(f, g, k) - m) / m for case in cases for f, g, m in runs[case]]
+
+    def fitted_on(fitter, cases):
+        return fitter([r for case in cases for r in runs[case]])
+
+    k_all, s_all = fitted_on(fit_rest, runs), fitted_on(fit, runs)
     fitted_out = {r["kind"]: r["errors"] for r in by_kind()}
     out = []
     for kind, is_kind in KINDS:
         held = [case for case in runs if is_kind(load_scenario(case))]
-        k = fit_rest([r for case, rs in runs.items() if case not in held for r in rs])
-        out.append({"kind": kind, "constants": k,
-                    "errors": [100 * (seconds(f, g, k) - m) / m for case in held for f, g, m in runs[case]],
-                    "in": [100 * (seconds(f, g, k_all) - m) / m for case in held for f, g, m in runs[case]],
-                    "fitted_out": fitted_out[kind]})
-    every = [100 * (seconds(f, g, k_all) - m) / m for rs in runs.values() for f, g, m in rs]
+        rest = [case for case in runs if case not in held]
+        k, s = fitted_on(fit_rest, rest), fitted_on(fit, rest)
+        out.append({"kind": kind, "constants": k, "errors": errors(k, held), "in": errors(k_all, held),
+                    "slowed": errors(s, held), "slowed_constants": s, "fitted_out": fitted_out[kind]})
+    every = errors(k_all, runs)
     out.append({"kind": "all runs (in sample)", "constants": k_all, "errors": every, "in": every,
+                "slowed": errors(s_all, runs), "slowed_constants": s_all,
                 "fitted_out": [r["error"] for r in rows()]})
     return tuple(out)
 
@@ -246,7 +254,7 @@ def _kernel_tables() -> list[Table]:
     body = []
     for r in kinds:
         cells = [r["kind"], str(len(r["errors"]))]
-        for key in ("errors", "in", "fitted_out"):
+        for key in ("errors", "in", "slowed", "fitted_out"):
             mean, worst = _mean_worst(r[key])
             cells += [f"{mean:.2f}", f"{worst:.2f}"]
         body.append(tuple(cells))
@@ -254,6 +262,12 @@ def _kernel_tables() -> list[Table]:
     means = [_mean_worst(r["errors"])[0] for r in held]
     worst = max(_mean_worst(r["errors"])[1] for r in held)
     k = kinds[-1]["constants"]
+    s = kinds[-1]["slowed_constants"]
+    s_in = _mean_worst(kinds[-1]["slowed"])
+    s_means = [_mean_worst(r["slowed"])[0] for r in held]
+    s_worst, s_worst_kind, s_worst_runs = max((_mean_worst(r["slowed"])[1], r["kind"], len(r["slowed"]))
+                                              for r in held)
+    slowed_better = sum(_mean_worst(r["slowed"])[0] < _mean_worst(r["fitted_out"])[0] for r in held)
     p = profile("B200")
     better = sum(_mean_worst(r["fitted_out"])[0] < _mean_worst(r["errors"])[0] for r in held)
     cp_in = [abs(e) for e in held[0]["in"]]
@@ -266,7 +280,8 @@ def _kernel_tables() -> list[Table]:
         "The step-time model with SimuMax's measured B200 kernel times for every GEMM and attention, on the measured "
         "iterations: each kind of run held out whole (absolute error, % of measured)",
         ("kind held out", "iterations", "kernel times, kind out: mean", "worst", "kernel times, in sample: mean",
-         "worst", "fitted efficiencies, kind out: mean", "worst"), tuple(body),
+         "worst", "kernel times x fitted slowdowns, kind out: mean", "worst", "fitted efficiencies, kind out: mean",
+         "worst"), tuple(body),
         (f"With the kernel profile (symmem/data/kernels/B200.json: {len(p.gemm['TN'][1]) * 3} GEMM shapes and "
          f"passes, {sum(len(v[1]) for v in p.grouped.values())} grouped-GEMM shapes and "
          f"{len(p.attention[1])} attention shapes measured by SimuMax's authors on B200, SimuMax commit "
@@ -276,16 +291,28 @@ def _kernel_tables() -> list[Table]:
          "iteration on all runs. Over the six kinds held out: mean of the means "
          f"{sum(means) / len(means):.2f} %, worst iteration {worst:.2f} %; the fitted efficiencies' "
          f"(measured_step_times_by_kind) are better on {better} of the six kinds.",
-         "What this shows: the kernels as measured alone run faster than the measured iterations imply. At "
-         f"s = 32,768 the fitted attention efficiency gives {ratio32:.2f} times SimuMax's measured attention "
-         f"kernels' time or more (table attention_kernel_times), and with the kernels' times the CP runs come out "
-         f"{min(cp_in):.1f} to {max(cp_in):.1f} % {cp_side} even in sample: something the "
-         "model does not hold costs time in those iterations (candidates, none measured here: the all-to-all CP's "
+         "Kernel times x fitted slowdowns: the same kernel times, each GEMM's and each attention's multiplied by a "
+         "factor of at least 1 fitted with the other three (symmem.steptime.fit on these features: its GEMM and "
+         "attention efficiencies are the inverse factors). On all runs the GEMMs' factor is "
+         f"{1 / s.gemm_efficiency:.3f} and the attention's {1 / s.attention_efficiency:.3f} (link efficiency "
+         f"{s.link_efficiency:.4f}, {s.latency_s * 1e6:.2f} us per call, {s.fixed_s * 1000:.2f} ms per iteration): "
+         "the GEMMs run in the iterations as SimuMax measured them alone, within a few percent, the attention "
+         f"{100 * (1 / s.attention_efficiency - 1):.0f} % slower. In sample mean {s_in[0]:.2f} %, worst "
+         f"{s_in[1]:.2f} %; kind out, mean of the means {sum(s_means) / len(s_means):.2f} %, worst {s_worst:.2f} % "
+         f"(the {s_worst_kind} held out: {s_worst_runs} of the 22 iterations, the rest do not fix the link's "
+         "efficiency).",
+         "What this shows: SimuMax's GEMM times hold in the iterations; its attention times do not: at s = 32,768 "
+         f"the fitted attention efficiency gives {ratio32:.2f} times SimuMax's measured attention kernels' time or "
+         "more (table attention_kernel_times), and with the kernels' times as measured the CP runs come out "
+         f"{min(cp_in):.1f} to {max(cp_in):.1f} % {cp_side} even in sample: something the model does not hold costs "
+         "time around the attention in those iterations (candidates, none measured here: the all-to-all CP's "
          "layout copies before and after the attention, non-contiguous q, k and v at the kernel, clocks under "
          "sustained load). The iterations at 32 micro-batches come out under and those at 4 over, as with the "
-         "fitted model (a cost that grows with M faster than the model's). So the kernel profile is data the model "
-         "can read (symmem.steptime.kernels), not yet the model `symmem memory` and the sweep use."),
-        align="lrrrrrrr")
+         "fitted model (a cost that grows with M faster than the model's). With the slowdowns fitted the kernel "
+         f"times beat the fitted efficiencies in sample and on {slowed_better} of the six kinds, and lose on the "
+         "others, with a worse worst iteration; `symmem memory`, the sweep and the page keep the fitted model, "
+         "whose sweep tables and page read one efficiency per kind of kernel, not tables by shape."),
+        align="lrrrrrrrrr")
     att_body = []
     ratios: dict = {}
     for label, b, s, h, kv, qk, v in ATTENTION_SHAPES:

@@ -106,5 +106,10 @@ def test_kernel_tables_report_what_they_compute():
     direct = [100 * (seconds(f, g, every["constants"]) - m) / m for rs in runs.values() for f, g, m in rs]
     assert direct == every["errors"] and len(direct) == 22
     assert all(math.isfinite(e) for r in kinds for e in r["errors"])
-    # an efficiency is at most 1: the link's
+    # an efficiency is at most 1: the link's; the slowdowns' inverse factors too (a kernel in an iteration is not
+    # faster than alone)
     assert all(0 < r["constants"].link_efficiency <= 1 for r in kinds)
+    assert all(0 < getattr(r["slowed_constants"], e) <= 1 for r in kinds
+               for e in ("gemm_efficiency", "attention_efficiency", "link_efficiency"))
+    slowed = [100 * (seconds(f, g, every["slowed_constants"]) - m) / m for rs in runs.values() for f, g, m in rs]
+    assert slowed == every["slowed"]
