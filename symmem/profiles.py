@@ -84,6 +84,9 @@ class Profile:
     # gradients accumulated unsharded in the reduce dtype to the last micro-batch (symmem.accounting.timeline
     # `stage_events`), and each micro-batch's receive buffers kept (`_pipeline_recv_buffers`)
     pipelined_fsdp: bool = False
+    # FSDP2's prefetching: each unit's parameter all-gather issued on its own stream while the unit before computes,
+    # its gradients' reduce-scatter on another while the next computes (symmem.steptime.model `_dp_exposed`)
+    dp_prefetch: bool = False
 
 
 # --------------------------------------------------------------------------------------------- megatron-te
@@ -592,6 +595,7 @@ def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.
         name, name, f"{version} under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
         buffers=_with_pipeline_buffers(buffers) if pipelining else buffers, precision="fp32", zero=3,
         allocation_order=allocation_order, layout="torchtitan" if pipelining else None, pipelined_fsdp=pipelining,
+        dp_prefetch=True,
         states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
         dataflow="hf", attn_impl="sdpa", modules="torchtitan-gpu" if on_gpu else "torchtitan-cpu",
         # torchtitan's enable_sequence_parallel defaults to on (torchtitan/config/configs.py:160): under TP the

@@ -88,6 +88,15 @@ CAPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "measured_step_times": ("Iteration time: symmem's step-time model (symmem/steptime/) on " + _MEASURED
                             + "; distributed optimizer, no communication overlap",
                             ("simumax", "megatronlm", "transformerengine", "deepseekv2")),
+    "kernel_step_times": ("Iteration time: the step-time model with SimuMax's measured B200 kernel times "
+                          "(symmem/data/kernels/B200.json) for every GEMM and attention, on " + _MEASURED,
+                          ("simumax", "megatronlm", "transformerengine")),
+    "attention_kernel_times": ("One attention layer on B200: the fitted attention efficiency against "
+                               "TransformerEngine's fused attention as SimuMax measured it", ("simumax",
+                                                                                              "transformerengine")),
+    "torchtitan_published_throughput": ("Profile torchtitan-2412's step time (eager BF16, FSDP2's traffic "
+                                        "overlapped) beside torchtitan's published tokens per second per GPU",
+                                        ("torchtitanbench", "torchtitan", "fsdp2")),
     # figures of report.tex
     "fig:stage_memory": ("Scenario paper: " + _PAPER_ACTS + "; 1F1B, M = 16", ("zhang2025memory",)),
     "fig:memory_vs_microbatch": ("Scenario paper, s = 4096, recompute none, selective, deepseek and full; "

@@ -164,7 +164,18 @@ def features(scn, g: GPU | None = None, constants: Constants | None = None) -> S
     others = [f for j, f in enumerate(per_stage) if j != i] or [per_stage[i]]
     mean = _mean(others, bubble) if bubble else None
     return dataclasses.replace(per_stage[i], slots=float(scn.m), dp_bytes=dp, dp_calls=calls, dp_network=net,
-                               optimizer_bytes=opt, bubble=mean)
+                               optimizer_bytes=opt, bubble=mean, dp_units=fsdp_units(scn, scn.stages[i]))
+
+
+def fsdp_units(scn, stage) -> int:
+    """The FSDP units of `stage` whose traffic FSDP2 prefetches (`model._dp_exposed`), under a profile that says
+    so (`Profile.dp_prefetch`), else 0: one per transformer block (torchtitan's apply_fsdp wraps each) and one for
+    the rest (9dec370: the root, `fully_shard(model)`; 0.3.0 wraps the embedding, and the norm with the output,
+    apart, torchtitan/distributed/fsdp.py:176-207: counted as one, which changes the floor by under 1/L), and
+    only where the traffic is FSDP's (ZeRO-3)."""
+    if not scn.profile.dp_prefetch or int(scn.zero) != 3:
+        return 0
+    return len(stage.layers) + 1
 
 
 def _mean(fs: list[StepFeatures], slots: float) -> StepFeatures:

@@ -119,6 +119,20 @@ def _kernel_bytes(flow: Dataflow, axes, ev, act_bytes: int, fused_tags) -> list[
     return out
 
 
+def fused_tags(scn) -> tuple[str, ...]:
+    """The op groups run as one kernel: the rule set's (`RuleSet.fused_tags`: TE's fused attention and SwiGLU),
+    and the attention wherever the framework's modules call torch's scaled_dot_product_attention (the profile's
+    or scenario's `attn_impl` "sdpa": torchtitan's Llama 3, transformers with attn_implementation="sdpa"), which
+    on a GPU dispatches BF16 attention to a fused kernel, flash or memory-efficient, that never writes the s x s
+    scores (torch aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, `select_sdp_backend`). The costs read the
+    convention's dataflow, whose attention is its products and softmax: without this its softmax counted the
+    scores' bytes (17 GB a layer for Llama-3-8B at b 2, s 8,192)."""
+    tags = tuple(scn.rules.fused_tags)
+    if "core_attention" not in tags and getattr(scn.flow_impl, "attn", None) == "sdpa":
+        tags += ("core_attention",)
+    return tags
+
+
 def _group(scn, axis: str) -> tuple[int, int]:
     """(stride, size) of a group of `axis` in Megatron's rank order (tp-cp-ep-dp-pp for the dense layers; the
     expert layers' ETP then EP); DP is the distributed optimizer's DP x CP group."""
@@ -181,7 +195,7 @@ def part_costs(scn, part) -> StageCosts:
     axes = par.axis_sizes()
     low = scn.precision.low_precision is not None
     key = (part.flow, part.kind, part.is_layers, scn.model, scn.convention, scn.rules, scn.policy, scn.routing,
-           scn.act_bytes, axes, par.cp_comm_type, scn.size_key, scn.b, scn.s, low)
+           scn.act_bytes, axes, par.cp_comm_type, scn.size_key, scn.b, scn.s, low, fused_tags(scn))
     hit = _PARTS.get(key)
     if hit is None:
         if len(_PARTS) > 8192:
@@ -221,7 +235,7 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
         c.gemm_bytes += gemm_bytes(m, k, n, e, passes)
         c.kernels += e * passes
         c.gemms.append((m, k, n, e, 1, passes == 4, is_low))
-    for op, nb in _kernel_bytes(part.flow, axes, ev, scn.act_bytes, scn.rules.fused_tags):
+    for op, nb in _kernel_bytes(part.flow, axes, ev, scn.act_bytes, fused_tags(scn)):
         c.memory_bytes += nb * (3 + (1 if again(op) else 0))
         c.kernels += 3 + (1 if again(op) else 0)
     n_att = par.tp * par.cp
