@@ -40,6 +40,9 @@ class GPU:
     compute_capability: tuple[int, int] = (9, 0)  # CUDA's: A100 8.0, Hopper 9.0, B200 10.0
     network: float = 50 * GB  # bytes/s per direction, per GPU, between nodes (one 400 Gb/s adapter a GPU)
     sms: int = 132  # streaming multiprocessors: H100/H800/H200 SXM 132, A100 108, B200 148 (the datasheets)
+    # seconds per ring step of a collective, measured (`symmem calibrate --devices N`); None: the step-time
+    # model's fitted latency (named GPUs)
+    step_latency: float | None = None
 
     def rate(self, fmt: str) -> float:
         """Dense tensor-core FLOP/s in `fmt` (bf16, fp8, fp4); a format the part lacks is one line."""

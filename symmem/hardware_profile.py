@@ -6,8 +6,10 @@ small kernel, the memory capacity, and where every figure comes from. Read throu
 (symmem.hardware) whose BF16 rate is the best measured GEMM rate and whose HBM bandwidth the measured copy's, and
 the step-time model's constants are derived from the measurements, none fitted: GEMM efficiency 1 (the rate is
 one the device reached), attention efficiency the measured attention rate over that GEMM rate, the launch cost the
-measured small kernel's, no fixed term. Collectives are measured only with several devices; a profile without them
-times no step that communicates (refused in one line).
+measured small kernel's, no fixed term. Collectives are measured only with several devices (`symmem calibrate
+--devices N`: the link's bandwidth and its latency per ring step, `symmem.calibrate_collectives`); a profile without
+them times no step that communicates, one measured on one machine no step whose groups span machines (each
+refused in one line).
 
 The file is data: its numbers are checked (positive, finite, bounded), never evaluated; a bad file is one line.
 """
@@ -72,7 +74,17 @@ def load(path: str) -> dict:
     attention = _rows(raw, "attention", path, ("s", "flops_per_s"))
     links = raw.get("links")
     if links is not None:
-        links = {k: _number(links, k, f"--gpu {path}: links") for k in ("intra_bytes_per_s", "inter_bytes_per_s")}
+        where = f"--gpu {path}: links"
+        if not isinstance(links, dict):
+            raise SymmemError(f"{where}: must be an object (or null: no collectives measured)")
+        latency = links.get("step_latency_s")
+        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency <= 1:
+            raise SymmemError(f"{where}: step_latency_s = {str(latency)[:40]!r}: must be a number from 0 to 1")
+        links = {"intra_bytes_per_s": _number(links, "intra_bytes_per_s", where),
+                 # one machine measured: no figure between machines (None)
+                 "inter_bytes_per_s": None if links.get("inter_bytes_per_s") is None
+                 else _number(links, "inter_bytes_per_s", where),
+                 "step_latency_s": float(latency)}
     return {"name": name, "memory": int(_number(raw, "memory_bytes", f"--gpu {path}", 0, 1e18)),
             # the compute-bound rate: the best any measured GEMM reached
             "gemm_rate": max(r["flops_per_s"] for r in gemm),
@@ -108,9 +120,12 @@ def register(path: str) -> str:
     key = f"{p['name']} ({os.path.basename(path.strip())})".upper()
     links = p["links"]
     # no collectives measured: links of infinite speed, by which steptime.step_time refuses a step that communicates
+    # (and no link between machines measured: a network of infinite speed, by which a step spanning them is refused)
     hardware.GPUS[key] = hardware.GPU(
         key, p["memory"], p["gemm_rate"], None, p["copy_bandwidth"],
-        links["intra_bytes_per_s"] if links else math.inf, network=links["inter_bytes_per_s"] if links else math.inf)
+        links["intra_bytes_per_s"] if links else math.inf,
+        network=(links["inter_bytes_per_s"] or math.inf) if links else math.inf,
+        step_latency=links["step_latency_s"] if links else None)
     units.GPUS[key.lower()] = p["memory"]
     model.DEVICE_CONSTANTS[key] = model.Constants(
         gemm_efficiency=1.0, attention_efficiency=min(1.0, p["attention_rate"] / p["gemm_rate"]),

@@ -105,3 +105,83 @@ def test_a_bad_profile_is_one_line(tmp_path, capsys, text, words):
     assert main(["memory", "--model", "llama-3-8b", "--gpu", str(path)]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+def test_the_link_fit_recovers_a_known_link():
+    from symmem.calibrate_collectives import KINDS, link, steps_and_bytes
+
+    bandwidth, latency, n = 3e9, 25e-6, 4
+    rows = []
+    for kind in KINDS:
+        for size in (1 << 16, 1 << 20, 1 << 24):
+            steps, sent = steps_and_bytes(kind, size, n)
+            rows.append({"kind": kind, "bytes": size, "seconds": steps * latency + sent / bandwidth})
+    bw, lat = link(rows, n)
+    assert bw == pytest.approx(bandwidth, rel=1e-9) and lat == pytest.approx(latency, rel=1e-9)
+    assert steps_and_bytes("all_reduce", 800, 4) == (6, 1200.0)  # twice an all-gather's: 2 (n - 1), 2 (n - 1)/n
+
+
+@pytest.fixture(scope="module")
+def linked(tmp_path_factory):
+    """A profile with the collectives timed among two gloo processes of this CPU."""
+    path = tmp_path_factory.mktemp("calibrate") / "two.json"
+    assert main(["calibrate", "-o", str(path), "--quick", "--repeat", "3", "--devices", "2"]) == 0
+    return path
+
+
+def test_calibrate_times_the_collectives_among_processes(linked):
+    from symmem.calibrate_collectives import link
+
+    raw = json.loads(linked.read_text())
+    links = raw["links"]
+    assert links["processes"] == 2 and links["backend"] in ("gloo", "NCCL") and links["inter_bytes_per_s"] is None
+    assert sorted({r["kind"] for r in links["collectives"]}) == ["all_gather", "all_reduce", "reduce_scatter"]
+    assert len(links["collectives"]) == 9 and all(r["seconds"] > 0 for r in links["collectives"])
+    # the link written is the fit of the rows written
+    bw, lat = link(links["collectives"], 2)
+    assert links["intra_bytes_per_s"] == pytest.approx(bw) and links["step_latency_s"] == pytest.approx(lat)
+    assert bw > 0 and lat >= 0
+
+
+def test_a_communicating_step_is_timed_with_the_measured_link(linked, capsys):
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.hardware import gpu
+    from symmem.steptime import features
+
+    links = json.loads(linked.read_text())["links"]
+    argv = ["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(linked), "--tp", "2"]
+    assert main([*argv, "--json"]) == 0
+    parts = json.loads(capsys.readouterr().out)["step"]["seconds_by_part"]
+    scn = scenario_from_args(build_parser().parse_args(argv))
+    f = features(scn, gpu(scn.gpu_name))
+    nb, calls = next((nb, c) for a, nb, c, _net in f.comm if a == "tp")
+    want = f.slots * (nb / links["intra_bytes_per_s"] + calls * links["step_latency_s"])
+    assert parts["comm_tp"] == pytest.approx(want, rel=1e-12) and parts["comm_tp"] > 0
+
+
+def test_one_machine_measured_no_step_across_machines(linked, capsys):
+    # 16 GPUs of data parallelism: a group spanning two machines of 8
+    assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(linked), "--dp", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "measured the link within one machine only" in err and err.count("\n") == 1
+
+
+def test_too_many_devices_is_one_line(tmp_path, capsys):
+    assert main(["calibrate", "-o", str(tmp_path / "x.json"), "--quick", "--devices", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "--devices 64" in err and err.count("\n") == 1 and not (tmp_path / "x.json").exists()
+
+
+def test_malformed_links_are_one_line(tmp_path, capsys):
+    good = {"format": "symmem-hardware-profile/1", "name": "x", "memory_bytes": 2**34, "copy_bytes_per_s": 1e10,
+            "launch_s": 1e-6, "gemm": [{"m": 1, "k": 1, "n": 1, "seconds": 1, "flops_per_s": 1e12}],
+            "attention": [{"s": 1, "flops_per_s": 1e11}]}
+    for links, words in ((["x"], "links: must be an object"),
+                         ({"intra_bytes_per_s": 1e9}, "step_latency_s = 'None'"),
+                         ({"intra_bytes_per_s": 0, "step_latency_s": 0}, "intra_bytes_per_s = '0'")):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps({**good, "links": links}))
+        assert main(["memory", "--model", "llama-3-8b", "--gpu", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err

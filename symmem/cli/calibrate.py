@@ -9,8 +9,11 @@ process's performance counter, after a warm-up run of each kernel):
   lengths `--seq` names; FLOP/s = the causal products' 2·2·b·heads·s²·d / 2 over seconds (forward);
 * bandwidth: a copy of a large tensor, bytes read and written over seconds;
 * launch cost: one small elementwise kernel;
-* capacity: the GPU's total memory, or the machine's physical memory on the CPU.
-Collectives need several devices (torch.distributed); on one device the profile says they were not measured.
+* capacity: the GPU's total memory, or the machine's physical memory on the CPU;
+* with `--devices N` (N > 1), the collectives among N processes of this machine under torch.distributed (NCCL on
+  CUDA GPUs, gloo on the CPU): all-gather, reduce-scatter and all-reduce at four sizes, and the link's bandwidth and
+  latency per ring step they imply (`symmem.calibrate_collectives`). Without it the profile says they were not
+  measured, and it times no step that communicates.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                                   "1024x1024x1024 (default: five shapes from 512^3 to 8192x1024x1024)")
     p.add_argument("--seq", help="sequence lengths for the attention, e.g. 1024,4096 (default 512,1024,2048)")
     p.add_argument("--repeat", default="5", help="timed runs of each kernel, the median taken (default 5)")
+    p.add_argument("--devices", default="1", help="processes to time the collectives among (NCCL on CUDA GPUs, one "
+                                                  "a process; gloo on the CPU); 1 (default): none timed")
     p.add_argument("--quick", action="store_true", help="small shapes, for a test (seconds on a CPU)")
     p.add_argument("--json", action="store_true", help="say what was written as JSON")
 
@@ -125,6 +130,11 @@ def measure(args) -> dict:
                                                                                               is_causal=True), repeat)
         attention.append({"b": 1, "heads": heads, "s": s, "head_dim": d, "causal": True, "seconds": t,
                           "flops_per_s": 2 * heads * s * s * d / t})  # 2 products x 2 FLOPs x b h s^2 d / 2
+    devices = num.int_text(args.devices, "--devices", 1, 64)
+    limit = torch.cuda.device_count() if device == "cuda" else min(8, os.cpu_count() or 1)
+    if devices > max(limit, 1):
+        why = "the GPUs torch sees" if device == "cuda" else "the CPU: up to 8 processes, one a core"
+        raise SymmemError(f"--devices {devices}: this machine runs at most {limit} here ({why})")
     big = torch.empty((8 if args.quick else 64) << 20, dtype=torch.uint8, device=device)
     out = torch.empty_like(big)
     t_copy = seconds(lambda: out.copy_(big), repeat)
@@ -139,9 +149,25 @@ def measure(args) -> dict:
                    f"({'CUDA events' if device == 'cuda' else 'the CPU clock'})"),
         "memory_bytes": _memory_bytes(torch, device), "gemm": gemm, "attention": attention,
         "copy_bytes_per_s": 2 * big.numel() / t_copy, "launch_s": t_launch,
-        "links": None,
-        "links_note": "collectives not measured: one device (they need several, under torch.distributed)",
+        **_links(devices, args.quick, repeat, device),
     }
+
+
+def _links(devices: int, quick: bool, repeat: int, device: str) -> dict:
+    """The profile's `links`: the collectives timed among `devices` processes and the link they imply, or None."""
+    if devices == 1:
+        return {"links": None,
+                "links_note": "collectives not measured: one device (symmem calibrate --devices N times them)"}
+    from symmem import calibrate_collectives as cc
+
+    rows = cc.measure(devices, quick, repeat, device)
+    bandwidth, latency = cc.link(rows, devices)
+    backend = "NCCL" if device == "cuda" else "gloo"
+    return {"links": {"intra_bytes_per_s": bandwidth, "inter_bytes_per_s": None, "step_latency_s": latency,
+                      "processes": devices, "backend": backend, "collectives": rows},
+            "links_note": (f"{backend} among {devices} processes of this machine: seconds = ring steps x "
+                           "step_latency_s + bytes sent / intra_bytes_per_s, least squares on the relative error; "
+                           "between machines not measured")}
 
 
 def _run(args) -> int:

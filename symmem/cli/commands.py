@@ -242,9 +242,14 @@ def _constants_said(step) -> str:
     k = DEVICE_CONSTANTS.get(step.gpu)
     if k is None:
         return "five constants fitted on measured B200 runs"
+    from symmem.hardware import GPUS
+
+    g = GPUS.get(step.gpu)
+    links = ("" if g is None or g.step_latency is None else
+             f", collectives at {g.nvlink / 1e9:,.2f} GB/s and {g.step_latency * 1e6:,.1f} us a ring step")
     return (f"rates measured on the device (--gpu profile), nothing fitted: GEMMs at the best measured GEMM rate, "
-            f"attention at {k.attention_efficiency:.3f} of it, {k.latency_s * 1e6:.2f} us a kernel, MFU of the "
-            "measured GEMM rate")
+            f"attention at {k.attention_efficiency:.3f} of it, {k.latency_s * 1e6:.2f} us a kernel{links}, MFU of "
+            "the measured GEMM rate")
 
 
 def _stages(rows) -> str:

@@ -240,8 +240,14 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     # a measured profile without collectives has links of infinite speed (`hardware_profile.register`)
     if math.isinf(g.nvlink) and (any(nb for _a, nb, _c, _n in f.comm) or _any_dp(f)):
         raise SymmemError(f"gpu {g.name}: its profile measured no collectives (one device), and this step "
-                          "communicates; measure on several devices (symmem calibrate under torchrun) or use a "
+                          "communicates; measure on several devices (symmem calibrate --devices N) or use a "
                           "GPU by name")
+    from symmem.steptime.costs import GPUS_PER_NODE
+
+    if math.isinf(g.network) and _spans_nodes(f):
+        raise SymmemError(f"gpu {g.name}: its profile measured the link within one machine only, and this step has "
+                          f"groups spanning machines of {GPUS_PER_NODE} GPUs; use a GPU by name, or fewer GPUs a "
+                          "group")
     parts = breakdown(f, g, k)
     t = sum(parts.values())
     par = scn.parallel
@@ -259,6 +265,12 @@ def _constants_of(gpu_key: str) -> Constants:
     from symmem.steptime.model import DEVICE_CONSTANTS
 
     return DEVICE_CONSTANTS.get(gpu_key, CONSTANTS)
+
+
+def _spans_nodes(f) -> bool:
+    """Whether any of the step's traffic crosses machines (a group spanning nodes: `costs.span`)."""
+    stages = [f] + ([f.bubble] if f.bubble is not None else [])
+    return (bool(f.dp_bytes) and f.dp_network) or any(net and nb for s in stages for _a, nb, _c, net in s.comm)
 
 
 def _any_dp(f) -> bool:

@@ -112,15 +112,20 @@ def _terms(f: StepFeatures, g) -> dict[str, tuple[list[float], float]]:
            "memory_bound": ([0.0] * 5, n * f.memory_bytes / g.hbm),
            "launches": ([0.0, 0.0, 0.0, n * f.kernels, 0.0], 0.0)}
     for axis, nb, calls, net in f.comm:
-        row, _ = out.setdefault(f"comm_{axis}", ([0.0] * 5, 0.0))
+        row, known = out.setdefault(f"comm_{axis}", ([0.0] * 5, 0.0))
         row[2] += n * nb / _link(g, net)
-        row[3] += n * calls
+        if g.step_latency is None:
+            row[3] += n * calls
+        else:  # a measured profile's own latency per ring step (`hardware.GPU.step_latency`)
+            out[f"comm_{axis}"] = (row, known + n * calls * g.step_latency)
     return out
 
 
 def _once(f: StepFeatures, g) -> dict[str, tuple[list[float], float]]:
     """The iteration's once-only components, in the same form."""
-    return {"comm_dp": ([0.0, 0.0, f.dp_bytes / _link(g, f.dp_network), f.dp_calls, 0.0], 0.0),
+    fitted = g.step_latency is None  # (else a measured profile's own latency per ring step)
+    return {"comm_dp": ([0.0, 0.0, f.dp_bytes / _link(g, f.dp_network), f.dp_calls if fitted else 0.0, 0.0],
+                        0.0 if fitted else f.dp_calls * g.step_latency),
             "optimizer": ([0.0] * 5, f.optimizer_bytes / g.hbm),
             "fixed": ([0.0, 0.0, 0.0, 0.0, 1.0], 0.0)}
 
