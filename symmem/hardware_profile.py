@@ -103,8 +103,9 @@ def measured(gpu_key: object) -> bool:
 
 
 def refuse_measured(gpu_key: object, where: str) -> None:
-    """The sweep's time tables and the page carry the named GPUs' figures and the fitted constants: a measured
-    profile there would be timed by another model than `symmem memory`'s, so it is refused in one line."""
+    """The page carries the named GPUs' figures and the fitted constants to its script: a measured profile there
+    would be timed by another model than `symmem memory`'s, so it is refused in one line. (The sweep ranks by a
+    measured profile one configuration at a time, by `symmem memory`'s model: `sweep.timetable.block_times`.)"""
     if measured(gpu_key):
         raise SymmemError(f"--gpu {gpu_key}: a measured profile times the step in `symmem memory`; {where} "
                           "uses the named GPUs' figures (--gpu H100, H800, H200, B200, A100)")

@@ -73,15 +73,41 @@ def test_the_step_is_timed_with_the_measured_rates(profile, capsys):
     assert "rates measured on the device (--gpu profile), nothing fitted" in capsys.readouterr().out
 
 
-def test_the_sweep_and_the_page_refuse_a_measured_profile(profile, capsys, tmp_path):
-    # they time with the named GPUs' fitted model: a profile there would be timed otherwise than by memory
-    assert main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "-s", "512", "--gpu", str(profile)]) == 2
-    err = capsys.readouterr().err
-    assert "a measured profile times the step in `symmem memory`" in err and err.count("\n") == 1
+def test_the_page_refuses_a_measured_profile(profile, capsys, tmp_path):
+    # the page's script times with the named GPUs' figures and the fitted constants
     assert main(["html", "--model", "llama-3-8b", "-s", "512", "--gpu", str(profile), "-o",
                  str(tmp_path / "p.html")]) == 2
-    assert "the page uses the named GPUs' figures" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the page uses the named GPUs' figures" in err and err.count("\n") == 1
     assert not (tmp_path / "p.html").exists()
+
+
+def test_a_sweep_without_measured_links_times_nothing(profile, capsys):
+    # one device measured: every configuration of 8 GPUs communicates, none can be timed: one line
+    assert main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "-s", "512", "--gpu", str(profile)]) == 2
+    err = capsys.readouterr().err
+    assert "none of the" in err and "measured no collectives" in err and err.count("\n") == 1
+
+
+def test_the_sweep_ranks_by_the_measured_profile(linked, capsys):
+    """Under a profile with its link measured the sweep ranks by `symmem memory`'s model: each listed time is the
+    one `symmem memory` prints for that configuration."""
+    argv = ["sweep", "--model", "llama-3-8b", "--gpus", "8", "-s", "512", "--gpu", str(linked), "--top", "3",
+            "--replay", "0", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["ranked"]
+    assert len(rows) == 3 and out["rank_by"] == "time" and out["counts"]["untimed"] == 0
+    assert [r["time_s"] for r in rows] == sorted(r["time_s"] for r in rows)
+    for r in rows:
+        flags = ["--tp", r["tp"], "--pp", r["pp"], "--dp", r["dp"], "--recompute", r["recompute"], "--zero",
+                 r["zero"], "-b", r["b"], "--microbatches", r["microbatches"], "--schedule", r["schedule"]]
+        assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(linked), "--json",
+                     *map(str, flags)]) == 0
+        assert json.loads(capsys.readouterr().out)["step"]["time_s"] == pytest.approx(r["time_s"], rel=1e-12)
+    # 16 GPUs: a group spans two machines, which one machine's profile did not measure
+    assert main(["sweep", "--model", "llama-3-8b", "--gpus", "16", "-s", "512", "--gpu", str(linked)]) == 2
+    assert "measured the link within one machine only" in capsys.readouterr().err
 
 
 def test_no_collectives_measured_no_communicating_step(profile, capsys):

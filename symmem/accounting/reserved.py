@@ -210,8 +210,8 @@ def _micro_batch_ops(scn, parts: tuple, head: bool, embedding: bool, dummy: bool
 
 def _build_ops(scn, parts: tuple, dummy: bool, stage) -> _MicroBatchOps:
     from symmem.accounting.activations import tensor_bytes
-    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
     from symmem.accounting.allocator import pack
+    from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
     from symmem.profiles import te_weight_shape_by_op
 
     vals = values(scn)

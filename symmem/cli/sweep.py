@@ -397,7 +397,7 @@ def _compact(values: tuple[int, ...]) -> list[int] | str:
 def _counts(summary) -> dict:
     return {"configurations": summary.total, "valid": summary.valid, "rejected": summary.rejected,
             "fit": summary.fits, "fit_only_at_low_end": summary.marginal, "do_not_fit": summary.does_not_fit,
-            "structural_cases": summary.cases}
+            "structural_cases": summary.cases, "untimed": len(getattr(summary, "untimed", ()))}
 
 
 # what a ranked row carries beyond COLUMNS when the sweep times or replays it: the ranking key (time_s) and what
@@ -459,6 +459,8 @@ def _text(summary, top: int, rejected: bool) -> str:
          if summary.exact else
          f"compiled: {summary.cases} structural case(s) derived once ({summary.derive_seconds:.2f} s); ")
         + f"sweep {summary.seconds:.2f} s ({summary.valid / max(summary.seconds, 1e-9):,.0f} configurations/s)",
+        *([f"{len(summary.untimed):,} that fit left untimed (not ranked): {summary.untimed[0]}"]
+          if getattr(summary, "untimed", None) else []),
     ]
     if summary.ranked:
         what = "fit or fit at the low end" if any(r["verdict"] != "fits" for r in summary.ranked) else "fit"
@@ -547,8 +549,11 @@ def run(args: argparse.Namespace) -> int:
         from symmem.sweep.timing import rank_by_time
 
         if exact:
-            summary.ranked = rank_by_time(space, summary.ranked, top)
+            summary.ranked = rank_by_time(space, summary.ranked, top, summary.untimed)
         summary.ranked = finish_events(summary.ranked)
+        if summary.untimed and not summary.ranked:
+            raise SymmemError(f"--gpu {space.base.gpu_name}: none of the {len(summary.untimed):,} configurations "
+                              f"that fit can be timed with it: {summary.untimed[0]}")
     summary.rank_by = rank_by
     summary.global_batch_default = getattr(args, "global_batch_default", False)
     from symmem.sweep.replayed import with_reserved

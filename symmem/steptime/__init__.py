@@ -23,7 +23,7 @@ from symmem.errors import SymmemError
 from symmem.hardware import GPU, gpu
 from symmem.steptime.model import Constants, StepFeatures, breakdown, fit, leave_one_run_out, leave_out, seconds
 
-__all__ = ["CONSTANTS", "NEUTRAL", "Constants", "StepFeatures", "StepTime", "breakdown", "bubble_slots", "check_gpu",
+__all__ = ["CONSTANTS", "NEUTRAL", "Constants", "StepFeatures", "StepTime", "UnmeasuredLink", "breakdown", "bubble_slots", "check_gpu",
            "features", "fit", "leave_one_run_out", "leave_out", "model_flops_value", "once_costs", "rates", "seconds",
            "stage_features", "step_time"]
 
@@ -239,13 +239,13 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     k = _constants_of(g.name)  # a measured profile's own (`--gpu FILE`), else the fitted ones
     # a measured profile without collectives has links of infinite speed (`hardware_profile.register`)
     if math.isinf(g.nvlink) and (any(nb for _a, nb, _c, _n in f.comm) or _any_dp(f)):
-        raise SymmemError(f"gpu {g.name}: its profile measured no collectives (one device), and this step "
+        raise UnmeasuredLink(f"gpu {g.name}: its profile measured no collectives (one device), and this step "
                           "communicates; measure on several devices (symmem calibrate --devices N) or use a "
                           "GPU by name")
     from symmem.steptime.costs import GPUS_PER_NODE
 
     if math.isinf(g.network) and _spans_nodes(f):
-        raise SymmemError(f"gpu {g.name}: its profile measured the link within one machine only, and this step has "
+        raise UnmeasuredLink(f"gpu {g.name}: its profile measured the link within one machine only, and this step has "
                           f"groups spanning machines of {GPUS_PER_NODE} GPUs; use a GPU by name, or fewer GPUs a "
                           "group")
     parts = breakdown(f, g, k)
@@ -258,6 +258,11 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     comm["tp"] += int(f.comm_bytes("etp") * scn.m)
     comm["dp"] = int(f.dp_bytes)
     return StepTime(g.name, fm, fh, t, tokens_per_s, mfu, comm, parts, par.world_size)
+
+
+class UnmeasuredLink(SymmemError):
+    """A measured profile (`--gpu FILE`) lacks the link this step's traffic takes: the sweep leaves such a
+    configuration untimed, `symmem memory` refuses it."""
 
 
 def _constants_of(gpu_key: str) -> Constants:

@@ -177,6 +177,9 @@ class Summary:
     region: dict = field(default_factory=dict)  # TP·PP -> (best headroom at high, at low) per b (plot)
     rank_by: str = "headroom"  # how `ranked` is ordered: "headroom" here; the CLI may rank by "time"
     exact: bool = False  # evaluated one by one (symmem.sweep.exact), not by the compiled path
+    # ranked by time under a measured profile: why each configuration that fits was left untimed (a link the
+    # profile did not measure: `steptime.UnmeasuredLink`)
+    untimed: list = field(default_factory=list)
 
     @property
     def does_not_fit(self) -> int:
@@ -266,7 +269,7 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     items = kept if not top else [((h, o), r) for h, o, r in heap]
     out.ranked = [r for _, r in sorted(items, key=lambda x: (-x[0][0], -x[0][1]))]
     if timed:
-        out.ranked = timing.ranked(space, out.ranked, one_by_one, top)
+        out.ranked = timing.ranked(space, out.ranked, one_by_one, top, out.untimed)
         out.rank_by = "time"
     agg: dict[tuple, int] = {}
     for rule, where, reason, count in raw_rej:

@@ -150,9 +150,12 @@ def block_times(blk, flat: np.ndarray) -> np.ndarray | None:
     """Seconds of one iteration at the flat positions `flat` of the tile `blk` (`evaluate.Block`), or None when
     one of their arrangements has no table (the caller times those one by one). Only the arrangements `flat`
     reaches are tabled (the others of the tile may never fit)."""
+    from symmem.hardware_profile import measured
     from symmem.steptime import CONSTANTS
 
     sp = blk.space
+    if measured(sp.base.gpu_name):  # its own constants and measured links: one by one, by steptime.step_time
+        return None
     per_space = _BLOCKS.get(sp)
     if per_space is None:
         if len(_BLOCKS) > 8:

@@ -33,10 +33,7 @@ def check_timed(space) -> None:
     """Ranking by time needs a GPU by name with speed figures (one line otherwise)."""
     from symmem.hardware import GPUS, has_speeds
 
-    from symmem.hardware_profile import refuse_measured
-
     name = space.base.gpu_name
-    refuse_measured(name, "symmem sweep's ranking by time")
     if name is None:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
     if not has_speeds(name):
@@ -56,21 +53,22 @@ def with_rates(space, record: dict) -> dict:
             "mfu": mfu, "global_batch_size": scn.b * scn.m * scn.parallel.dp}
 
 
-def ranked(space, fast: list[dict], one_by_one: list[dict], top: int) -> list[dict]:
+def ranked(space, fast: list[dict], one_by_one: list[dict], top: int, untimed: list | None = None) -> list[dict]:
     """The fastest `top` (all with 0) of `fast` (timed on arrays, fastest first) and `one_by_one` (untimed),
-    ties in sweep order, each with its rates."""
-    slow = rank_by_time(space, one_by_one, 0) if one_by_one else []
+    ties in sweep order, each with its rates; `untimed` collects why a configuration could not be timed."""
+    slow = rank_by_time(space, one_by_one, 0, untimed) if one_by_one else []
     merged = sorted([*fast, *slow], key=lambda r: (r["time_s"], r["ordinal"]))
     merged = merged[:top] if top else merged
     return [r if "mfu" in r else with_rates(space, r) for r in merged]
 
 
-def rank_by_time(space, records: list[dict], top: int) -> list[dict]:
+def rank_by_time(space, records: list[dict], top: int, untimed: list | None = None) -> list[dict]:
     """`records` (configurations that fit) with `time_s`, `tokens_per_s`, `tokens_per_s_per_gpu` and `mfu`, fastest
     first (ties in sweep order), the first `top` (all with 0). At the space's global batch every record trains on
     the same tokens per iteration, so fastest first is most tokens/s (per GPU: the GPU count is the sweep's) first;
-    without one the CLI refuses to rank by time."""
-    from symmem.steptime import step_time
+    without one the CLI refuses to rank by time. Under a measured profile (`--gpu FILE`) a configuration whose
+    traffic takes a link it did not measure is left out, its reason appended to `untimed`."""
+    from symmem.steptime import UnmeasuredLink, step_time
 
     if space.base.gpu_name is None:
         raise SymmemError("--rank-by time: needs a GPU by name for its speed (--gpu H100, H800, H200, B200, A100)")
@@ -79,7 +77,13 @@ def rank_by_time(space, records: list[dict], top: int) -> list[dict]:
                           "one by one; narrow the sweep, or rank by headroom (--rank-by headroom)")
     out = []
     for r in records:
-        st = step_time(scenario_of(space, r))
+        try:
+            st = step_time(scenario_of(space, r))
+        except UnmeasuredLink as e:
+            if untimed is not None:
+                untimed.append(str(e))
+                continue
+            raise
         out.append({**r, "time_s": st.time_s, "tokens_per_s": st.tokens_per_s,
                     "tokens_per_s_per_gpu": st.tokens_per_s_per_gpu, "mfu": st.mfu,
                     "global_batch_size": r["b"] * r["microbatches"] * r["dp"]})
