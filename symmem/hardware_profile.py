@@ -102,15 +102,6 @@ def measured(gpu_key: object) -> bool:
     return gpu_key in DEVICE_CONSTANTS
 
 
-def refuse_measured(gpu_key: object, where: str) -> None:
-    """The page carries the named GPUs' figures and the fitted constants to its script: a measured profile there
-    would be timed by another model than `symmem memory`'s, so it is refused in one line. (The sweep ranks by a
-    measured profile one configuration at a time, by `symmem memory`'s model: `sweep.timetable.block_times`.)"""
-    if measured(gpu_key):
-        raise SymmemError(f"--gpu {gpu_key}: a measured profile times the step in `symmem memory`; {where} "
-                          "uses the named GPUs' figures (--gpu H100, H800, H200, B200, A100)")
-
-
 def register(path: str) -> str:
     """Load the profile at `path` and make it a GPU of this process (symmem.hardware's speeds, symmem.units'
     capacity, the step-time constants derived from it); its key, which `--gpu` then stands for."""

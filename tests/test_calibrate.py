@@ -73,13 +73,20 @@ def test_the_step_is_timed_with_the_measured_rates(profile, capsys):
     assert "rates measured on the device (--gpu profile), nothing fitted" in capsys.readouterr().out
 
 
-def test_the_page_refuses_a_measured_profile(profile, capsys, tmp_path):
-    # the page's script times with the named GPUs' figures and the fitted constants
+def test_the_page_carries_a_measured_profile(profile, capsys, tmp_path):
+    # its figures and its own constants go to the page's script (tests/test_html_measured_gpu.py reads the step
+    # back from a browser); a link it did not measure goes as null, never as a non-JSON Infinity
+    from symmem.render.page_steptime import gpus
+
     assert main(["html", "--model", "llama-3-8b", "-s", "512", "--gpu", str(profile), "-o",
-                 str(tmp_path / "p.html")]) == 2
-    err = capsys.readouterr().err
-    assert "the page uses the named GPUs' figures" in err and err.count("\n") == 1
-    assert not (tmp_path / "p.html").exists()
+                 str(tmp_path / "p.html")]) == 0
+    speeds = gpus()
+    key = next(k for k in speeds["gpu_constants"])
+    raw = json.loads(profile.read_text())
+    assert speeds["gpus"][key]["nvlink"] is None and speeds["gpus"][key]["network"] is None
+    assert speeds["gpu_constants"][key]["latency_s"] == pytest.approx(raw["launch_s"])
+    json.dumps(speeds, allow_nan=False)  # no Infinity for the script
+    assert "Infinity" not in (tmp_path / "p.html").read_text()
 
 
 def test_a_sweep_without_measured_links_times_nothing(profile, capsys):

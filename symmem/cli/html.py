@@ -59,10 +59,9 @@ def _parse_list(text: str, key: str) -> list:
 
 def _gpu_table(capacity: int) -> tuple[dict, str]:
     """The GPUs the page offers (symmem.units.GPUS, capacities as sold), and the name of the scenario's."""
-    from symmem.hardware_profile import measured
     from symmem.units import GPUS
 
-    table = {name.upper(): cap for name, cap in GPUS.items() if not measured(name.upper())}
+    table = {name.upper(): cap for name, cap in GPUS.items()}  # (a measured profile's too: `--gpu FILE`)
     for name, cap in table.items():
         if cap == capacity:
             return table, name
@@ -107,10 +106,7 @@ def _run(args) -> int:
         raise SymmemError("--microbatches: the page sets M from --global-batch-size (or PP by default); give "
                           "--global-batch-size instead")
     base = scenario_from_args(args)
-    from symmem.hardware_profile import refuse_measured
     from symmem.render.page import refusal
-
-    refuse_measured(base.gpu_name, "the page")
 
     why = refusal(base)  # a scenario the page cannot carry is refused before its choices are rebuilt from it
     if why:

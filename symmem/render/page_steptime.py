@@ -18,14 +18,20 @@ def template(scn) -> dict:
 
 
 def gpus() -> dict:
-    """The speed figures of `symmem.hardware.GPUS` and the model's constants, for the page."""
+    """The speed figures of `symmem.hardware.GPUS` and the model's constants, for the page: the named GPUs' and a
+    measured profile's registered by `--gpu FILE` (its own constants, its measured latency per ring step, and null
+    for a link it did not measure, which the page's script then refuses to time, as `symmem memory` does)."""
+    import math
+
     from symmem.hardware import GPUS
     from symmem.steptime import CONSTANTS
     from symmem.steptime.costs import GPUS_PER_NODE
+    from symmem.steptime.model import DEVICE_CONSTANTS
 
-    from symmem.hardware_profile import measured
+    def link(x: float) -> float | None:
+        return None if math.isinf(x) else x
 
-    named = {name: g for name, g in GPUS.items() if not measured(name)}  # (a measured profile is memory's alone)
-    speeds = {name: {"bf16": g.bf16, "hbm": g.hbm, "nvlink": g.nvlink, "network": g.network, "sms": g.sms}
-              for name, g in named.items()}
-    return {"node": GPUS_PER_NODE, "names": list(named), "gpus": speeds, "constants": CONSTANTS.as_dict()}
+    speeds = {name: {"bf16": g.bf16, "hbm": g.hbm, "nvlink": link(g.nvlink), "network": link(g.network),
+                     "sms": g.sms, "step_latency": g.step_latency} for name, g in GPUS.items()}
+    return {"node": GPUS_PER_NODE, "names": list(GPUS), "gpus": speeds, "constants": CONSTANTS.as_dict(),
+            "gpu_constants": {name: k.as_dict() for name, k in DEVICE_CONSTANTS.items() if name in GPUS}}

@@ -1,0 +1,67 @@
+"""`symmem html --gpu FILE`: the page carries a measured profile (`symmem calibrate`) and times the step with it as
+`symmem memory --gpu FILE` does (its own constants, its measured link and latency per ring step), read back from a
+real headless Chromium; a step over a link the profile did not measure shows a note, not a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_html_page import _assert_equal, _open, browser, browser_only, memory_json, run_cli  # noqa: F401
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def registries():
+    """`--gpu FILE` registers the profile for the process; undone after this module (the other page tests list
+    every registered GPU)."""
+    from symmem import hardware, units
+    from symmem.steptime import model
+
+    saved = dict(hardware.GPUS), dict(units.GPUS), dict(model.DEVICE_CONSTANTS)
+    yield
+    for registry, old in zip((hardware.GPUS, units.GPUS, model.DEVICE_CONSTANTS), saved, strict=True):
+        registry.clear()
+        registry.update(old)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory, registries):
+    folder = tmp_path_factory.mktemp("measured")
+    profile = folder / "two.json"
+    code, _, err = run_cli("calibrate", "-o", str(profile), "--quick", "--repeat", "3", "--devices", "2")
+    assert code == 0, err
+    flags = ("--model", "llama-3-8b", "--profile", "megatron-te", "-s", "512", "--tp", "2", "--dp", "4",
+             "--gpu", str(profile))
+    page = folder / "page.html"
+    code, _, err = run_cli("html", *flags, "--pp-choices", "1,2", "--recompute-choices", "none,full", "-o",
+                           str(page))
+    assert code == 0, err
+    return profile, flags, page
+
+
+@browser_only
+def test_the_page_times_the_step_with_the_measured_profile(browser, measured):
+    profile, flags, path = measured
+    want = memory_json(*flags)
+    assert want["step"] is not None and want["step"]["seconds_by_part"]["comm_tp"] > 0
+    for query, extra in (("", ()),
+                         ("?pp=2&dp=2&recompute=full", ("--pp", "2", "--dp", "2", "--recompute", "full"))):
+        page, errors = _open(browser, path, query)
+        try:
+            _assert_equal(page, memory_json(*flags, *extra))
+            assert not errors
+        finally:
+            page.close()
+
+
+@browser_only
+def test_the_page_does_not_time_an_unmeasured_link(browser, measured):
+    _profile, _flags, path = measured
+    page, errors = _open(browser, path, "?dp=16&tp=2")  # 32 GPUs: groups across machines of 8
+    try:
+        note = page.inner_text("[data-field=step_note]")
+        assert "measured the link within one machine only" in note
+        assert not errors
+    finally:
+        page.close()
