@@ -41,7 +41,7 @@ def measured(tmp_path_factory, registries):
 
 
 @browser_only
-def test_the_page_times_the_step_with_the_measured_profile(browser, measured):
+def test_the_page_times_the_step_with_the_measured_profile(browser, measured):  # noqa: F811
     profile, flags, path = measured
     want = memory_json(*flags)
     assert want["step"] is not None and want["step"]["seconds_by_part"]["comm_tp"] > 0
@@ -56,7 +56,7 @@ def test_the_page_times_the_step_with_the_measured_profile(browser, measured):
 
 
 @browser_only
-def test_the_page_does_not_time_an_unmeasured_link(browser, measured):
+def test_the_page_does_not_time_an_unmeasured_link(browser, measured):  # noqa: F811
     _profile, _flags, path = measured
     page, errors = _open(browser, path, "?dp=16&tp=2")  # 32 GPUs: groups across machines of 8
     try:
