@@ -41,6 +41,8 @@ def _worker(rank: int, world: int, port: int, sizes: tuple, repeat: int, device:
 
     if device == "cuda":
         torch.cuda.set_device(rank)
+    else:  # (this process's own environment: gloo over the loopback, whatever interfaces the machine has)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=world,
                             init_method=f"tcp://127.0.0.1:{port}")
     # torch 2.13's names (the *_into_tensor / *_tensor ones warn that they are deprecated); older torch's
@@ -85,7 +87,6 @@ def measure(world: int, quick: bool, repeat: int, device: str) -> list[dict]:
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     sizes = QUICK_SIZES if quick else SIZES
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:  # (every process is joined before this returns or raises)
         mp.start_processes(_worker, args=(world, _free_port(), sizes, repeat, device, queue), nprocs=world,
                            start_method="spawn")

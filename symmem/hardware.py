@@ -43,6 +43,8 @@ class GPU:
     # seconds per ring step of a collective, measured (`symmem calibrate --devices N`); None: the step-time
     # model's fitted latency (named GPUs)
     step_latency: float | None = None
+    # the largest group its collectives were measured among (`symmem calibrate --devices N`); None: any
+    measured_group: int | None = None
 
     def rate(self, fmt: str) -> float:
         """Dense tensor-core FLOP/s in `fmt` (bf16, fp8, fp4); a format the part lacks is one line."""

@@ -79,12 +79,17 @@ def load(path: str) -> dict:
             raise SymmemError(f"{where}: must be an object (or null: no collectives measured)")
         latency = links.get("step_latency_s")
         if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency <= 1:
-            raise SymmemError(f"{where}: step_latency_s = {str(latency)[:40]!r}: must be a number from 0 to 1")
+            raise SymmemError(f"{where}: step_latency_s = {str(latency)[:40]!r}: must be a number from 0 to 1 "
+                              "(symmem calibrate --devices N writes it)")
+        processes = links.get("processes")
+        if isinstance(processes, bool) or not isinstance(processes, int) or not 2 <= processes <= 64:
+            raise SymmemError(f"{where}: processes = {str(processes)[:40]!r}: must be a whole number from 2 to 64 "
+                              "(symmem calibrate --devices N writes it)")
         links = {"intra_bytes_per_s": _number(links, "intra_bytes_per_s", where),
                  # one machine measured: no figure between machines (None)
                  "inter_bytes_per_s": None if links.get("inter_bytes_per_s") is None
                  else _number(links, "inter_bytes_per_s", where),
-                 "step_latency_s": float(latency)}
+                 "step_latency_s": float(latency), "processes": processes}
     return {"name": name, "memory": int(_number(raw, "memory_bytes", f"--gpu {path}", 0, 1e18)),
             # the compute-bound rate: the best any measured GEMM reached
             "gemm_rate": max(r["flops_per_s"] for r in gemm),
@@ -117,7 +122,8 @@ def register(path: str) -> str:
         key, p["memory"], p["gemm_rate"], None, p["copy_bandwidth"],
         links["intra_bytes_per_s"] if links else math.inf,
         network=(links["inter_bytes_per_s"] or math.inf) if links else math.inf,
-        step_latency=links["step_latency_s"] if links else None)
+        step_latency=links["step_latency_s"] if links else None,
+        measured_group=links["processes"] if links else None)
     units.GPUS[key.lower()] = p["memory"]
     model.DEVICE_CONSTANTS[key] = model.Constants(
         gemm_efficiency=1.0, attention_efficiency=min(1.0, p["attention_rate"] / p["gemm_rate"]),

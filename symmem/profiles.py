@@ -47,7 +47,8 @@ class Profile:
     padded_vocabulary: Callable[[int, int], int] | None = None
     # static buffers of one GPU of a stage: (scenario, stage, parts, values) -> buffers
     buffers: Callable | None = None
-    # tensors alive during every backward event of a stage: (scenario, stage) -> [(name, Tensor)]
+    # tensors alive during every backward event of a stage: (scenario, stage) -> [(name, Tensor)]; it may read of the
+    # stage only `head` and `embedding` (the replay's ops are cached on those: accounting.reserved._micro_batch_ops)
     backward_tensors: Callable | None = None
     # the model-state layout it implies when chosen on the command line (None: the scenario's)
     precision: str | None = None  # a recipe of symmem.accounting.states
@@ -85,8 +86,11 @@ class Profile:
     # `stage_events`), and each micro-batch's receive buffers kept (`_pipeline_recv_buffers`)
     pipelined_fsdp: bool = False
     # FSDP2's prefetching: each unit's parameter all-gather issued on its own stream while the unit before computes,
-    # its gradients' reduce-scatter on another while the next computes (symmem.steptime.model `_dp_exposed`)
-    dp_prefetch: bool = False
+    # its gradients' reduce-scatter on another while the next computes (symmem.steptime.model `_dp_exposed`); what
+    # the first forward all-gather and the last backward reduce-scatter gather: "root" (torchtitan 9dec370:
+    # `fully_shard(model)` holds the embedding, the final norm and the output) or "embedding" (torchtitan 0.3.0:
+    # the embedding its own unit, torchtitan/distributed/fsdp.py:185-190); None: no overlap
+    dp_prefetch: str | None = None
 
 
 # --------------------------------------------------------------------------------------------- megatron-te
@@ -585,7 +589,7 @@ def _with_pipeline_buffers(buffers: Callable) -> Callable:
 def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.0's Llama 3",
                         buffers: Callable = _rope_cache, step_on_host: bool = False,
                         allocation_order: str | None = None, where: str | None = None,
-                        pipelining: bool = True) -> Profile:
+                        pipelining: bool = True, first_unit: str = "embedding") -> Profile:
     """`pipelining`: torchtitan 0.3.0 under PP is modelled (its split, torch.distributed.pipelining's FSDP2 handling
     and receive buffers); 9dec370's is not."""
     from functools import partial
@@ -595,7 +599,7 @@ def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.
         name, name, f"{version} under FSDP2 (BF16 compute, FP32 reduce), as it runs on {where}",
         buffers=_with_pipeline_buffers(buffers) if pipelining else buffers, precision="fp32", zero=3,
         allocation_order=allocation_order, layout="torchtitan" if pipelining else None, pipelined_fsdp=pipelining,
-        dp_prefetch=True,
+        dp_prefetch=first_unit,
         states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
         dataflow="hf", attn_impl="sdpa", modules="torchtitan-gpu" if on_gpu else "torchtitan-cpu",
         # torchtitan's enable_sequence_parallel defaults to on (torchtitan/config/configs.py:160): under TP the
@@ -632,7 +636,8 @@ PROFILES = {
     TORCHTITAN_9DEC370: _torchtitan_profile(TORCHTITAN_9DEC370, on_gpu=True,
                                             version="torchtitan 9dec370's Llama 3 (2024-12-26)",
                                             buffers=_freqs_cis_2412, step_on_host=True, allocation_order="fsdp2",
-                                            where="a GPU: its own RMSNorm, foreach AdamW", pipelining=False),
+                                            where="a GPU: its own RMSNorm, foreach AdamW", pipelining=False,
+                                            first_unit="root"),
 }
 
 

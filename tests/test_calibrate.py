@@ -104,7 +104,9 @@ def test_the_sweep_ranks_by_the_measured_profile(linked, capsys):
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     rows = out["ranked"]
-    assert len(rows) == 3 and out["rank_by"] == "time" and out["counts"]["untimed"] == 0
+    # (those with a group larger than the 2 processes measured are left untimed and counted)
+    assert len(rows) == 3 and out["rank_by"] == "time" and out["counts"]["untimed"] > 0
+    assert all(max(r["tp"], r["dp"], r["cp"], 2 if r["pp"] > 1 else 1) <= 2 for r in rows)
     assert [r["time_s"] for r in rows] == sorted(r["time_s"] for r in rows)
     for r in rows:
         flags = ["--tp", r["tp"], "--pp", r["pp"], "--dp", r["dp"], "--recompute", r["recompute"], "--zero",
@@ -200,6 +202,13 @@ def test_one_machine_measured_no_step_across_machines(linked, capsys):
     assert "measured the link within one machine only" in err and err.count("\n") == 1
 
 
+def test_no_group_larger_than_the_processes_measured(linked, capsys):
+    # two processes measured: a TP group of 4 runs over a link it did not see
+    assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(linked), "--tp", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "measured collectives among 2 processes" in err and "tp groups have 4" in err and err.count("\n") == 1
+
+
 def test_too_many_devices_is_one_line(tmp_path, capsys):
     assert main(["calibrate", "-o", str(tmp_path / "x.json"), "--quick", "--devices", "64"]) == 2
     err = capsys.readouterr().err
@@ -212,7 +221,8 @@ def test_malformed_links_are_one_line(tmp_path, capsys):
             "attention": [{"s": 1, "flops_per_s": 1e11}]}
     for links, words in ((["x"], "links: must be an object"),
                          ({"intra_bytes_per_s": 1e9}, "step_latency_s = 'None'"),
-                         ({"intra_bytes_per_s": 0, "step_latency_s": 0}, "intra_bytes_per_s = '0'")):
+                         ({"intra_bytes_per_s": 1e9, "step_latency_s": 0}, "processes = 'None'"),
+                         ({"intra_bytes_per_s": 0, "step_latency_s": 0, "processes": 2}, "intra_bytes_per_s = '0'")):
         path = tmp_path / "bad.json"
         path.write_text(json.dumps({**good, "links": links}))
         assert main(["memory", "--model", "llama-3-8b", "--gpu", str(path)]) == 2

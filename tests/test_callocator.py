@@ -106,7 +106,17 @@ def test_pack_refuses_keys_that_are_not_storage_ids():
 
     assert pack([(("wgrad", (4, 4)), 512)]) is None and pack([(-1, 512)]) is None
     a = callocator.Allocator()
+    from array import array
+
     with pytest.raises(ValueError, match="negative size"):
-        a.run_packed(pack([(1, 512)]).tobytes()[:8] + (-5).to_bytes(8, "little", signed=True))
+        a.run_packed(array("q", [1, -5]))
     with pytest.raises(SymmemError, match="freed but not allocated"):
         a.run_packed(pack([(3, 0)]))
+    for alloc in (a, CachingAllocator()):  # a negative move: one error, never a read outside the ids (it crashed)
+        with pytest.raises(ValueError):
+            alloc.run_packed(pack([(0, 512)]), -1)
+    with pytest.raises(ValueError, match="beyond the storage ids"):
+        a.run_packed(pack([(0, 512)]), -10**9)
+    with pytest.raises(ValueError, match="int64"):  # a buffer of other items than int64 pairs
+        a.run_packed(array("d", [0.0, 512.0]))
+    assert a.live() == 0 and a.allocated == 0  # every refusal before any allocation

@@ -31,8 +31,8 @@ def measured(tmp_path_factory, registries):
     profile = folder / "two.json"
     code, _, err = run_cli("calibrate", "-o", str(profile), "--quick", "--repeat", "3", "--devices", "2")
     assert code == 0, err
-    flags = ("--model", "llama-3-8b", "--profile", "megatron-te", "-s", "512", "--tp", "2", "--dp", "4",
-             "--gpu", str(profile))
+    flags = ("--model", "llama-3-8b", "--profile", "megatron-te", "-s", "512", "--tp", "2", "--dp", "1",
+             "--gpu", str(profile))  # (groups of 2 at most: the processes measured)
     page = folder / "page.html"
     code, _, err = run_cli("html", *flags, "--pp-choices", "1,2", "--recompute-choices", "none,full", "-o",
                            str(page))
@@ -40,13 +40,26 @@ def measured(tmp_path_factory, registries):
     return profile, flags, page
 
 
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory, registries):
+    """A profile without collectives (one device) and its page at one GPU."""
+    folder = tmp_path_factory.mktemp("one")
+    profile = folder / "one.json"
+    code, _, err = run_cli("calibrate", "-o", str(profile), "--quick", "--repeat", "3")
+    assert code == 0, err
+    flags = ("--model", "llama-3-8b", "--profile", "megatron-te", "-s", "512", "--gpu", str(profile))
+    page = folder / "page.html"
+    code, _, err = run_cli("html", *flags, "--tp-choices", "1,2", "--pp-choices", "1", "-o", str(page))
+    assert code == 0, err
+    return flags, page
+
+
 @browser_only
 def test_the_page_times_the_step_with_the_measured_profile(browser, measured):  # noqa: F811
     profile, flags, path = measured
     want = memory_json(*flags)
     assert want["step"] is not None and want["step"]["seconds_by_part"]["comm_tp"] > 0
-    for query, extra in (("", ()),
-                         ("?pp=2&dp=2&recompute=full", ("--pp", "2", "--dp", "2", "--recompute", "full"))):
+    for query, extra in (("", ()), ("?pp=2&recompute=full", ("--pp", "2", "--recompute", "full"))):
         page, errors = _open(browser, path, query)
         try:
             _assert_equal(page, memory_json(*flags, *extra))
@@ -62,6 +75,36 @@ def test_the_page_does_not_time_an_unmeasured_link(browser, measured):  # noqa: 
     try:
         note = page.inner_text("[data-field=step_note]")
         assert "measured the link within one machine only" in note
+        assert not errors
+    finally:
+        page.close()
+
+
+@browser_only
+def test_one_device_times_one_gpu_and_notes_the_rest(browser, one_device):  # noqa: F811
+    """No collectives measured: one GPU is timed as `symmem memory` times it (no NaN from a null link), two show the
+    note."""
+    flags, path = one_device
+    page, errors = _open(browser, path, "")
+    try:
+        _assert_equal(page, memory_json(*flags))
+        assert not errors
+    finally:
+        page.close()
+    page, errors = _open(browser, path, "?tp=2")
+    try:
+        assert "measured no collectives (one device)" in page.inner_text("[data-field=step_note]")
+        assert not errors
+    finally:
+        page.close()
+
+
+@browser_only
+def test_the_page_does_not_time_a_group_beyond_the_processes_measured(browser, measured):  # noqa: F811
+    _profile, _flags, path = measured
+    page, errors = _open(browser, path, "?tp=4&dp=2")  # TP 4: two processes measured
+    try:
+        assert "measured collectives among 2 processes" in page.inner_text("[data-field=step_note]")
         assert not errors
     finally:
         page.close()

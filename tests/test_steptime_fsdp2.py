@@ -10,7 +10,7 @@ from symmem.cli.args import scenario_from_args
 from symmem.cli.main import build_parser
 from symmem.errors import SymmemError
 from symmem.hardware import gpu
-from symmem.steptime import CONSTANTS, breakdown, features, fsdp_units
+from symmem.steptime import CONSTANTS, breakdown, features, fsdp_floor
 from symmem.steptime.model import COMPUTE, _dp_exposed, coefficients
 
 
@@ -22,9 +22,23 @@ TITAN = "--model llama-3-8b --profile torchtitan-2412 -s 8192 -b 2 --recompute s
 
 
 def test_exposed_traffic_by_hand():
-    assert _dp_exposed(1.0, 10.0, 33) == pytest.approx(1 / 33)  # far less traffic than compute: one unit's share
-    assert _dp_exposed(10.0, 4.0, 33) == pytest.approx(6.0)  # more: what exceeds the compute
-    assert _dp_exposed(2.0, 5.0, 0) == 2.0  # no prefetching: all of it
+    assert _dp_exposed(1.0, 10.0, 0.13) == pytest.approx(0.13)  # far less traffic than compute: the first unit's
+    assert _dp_exposed(10.0, 4.0, 0.13) == pytest.approx(6.0)  # more: what exceeds the compute
+    assert _dp_exposed(2.0, 5.0, 0.0) == 2.0  # no prefetching: all of it
+
+
+# Llama-3-8B's parameters (the Hugging Face checkpoint's count) and those outside its 32 blocks: the embedding and
+# the output, 128,256 x 4,096 each, and the final norm's 4,096
+LLAMA3_8B = 8_030_261_248
+EMBEDDING = 128_256 * 4_096
+
+
+@pytest.mark.parametrize("profile, unit", [("torchtitan-2412", 2 * EMBEDDING + 4_096), ("torchtitan", EMBEDDING)])
+def test_the_first_unit_is_the_embedding_s(profile, unit):
+    """9dec370's first and last unit is the root (the embedding, the final norm and the output); 0.3.0 wraps the
+    embedding alone."""
+    scn = _scn(f"--model llama-3-8b --profile {profile} -s 1024 --dp 8")
+    assert fsdp_floor(scn, scn.stages[0]) == pytest.approx(unit / LLAMA3_8B, rel=1e-12)
 
 
 @pytest.mark.parametrize("dp", [8, 128])
@@ -32,14 +46,15 @@ def test_fsdp2_traffic_overlapped_with_the_compute(dp):
     scn = _scn(f"{TITAN} --dp {dp}")
     g = gpu("H100")
     f = features(scn, g)
-    assert f.dp_units == len(scn.stages[0].layers) + 1 == 33
+    share = (2 * EMBEDDING + 4_096) / LLAMA3_8B
+    assert f.dp_floor == pytest.approx(share, rel=1e-12)
     parts = breakdown(f, g, CONSTANTS)
     k = CONSTANTS
     link = g.network if f.dp_network else g.nvlink
     raw = f.dp_bytes / (link * k.link_efficiency) + f.dp_calls * k.latency_s  # the traffic, nothing overlapped
     compute = sum(parts[c] for c in COMPUTE)
-    assert parts["comm_dp"] == pytest.approx(max(raw - compute, raw / 33), rel=1e-12)
-    assert parts["comm_dp"] < raw / 10  # here the traffic is far below the compute
+    assert parts["comm_dp"] == pytest.approx(max(raw - compute, raw * share), rel=1e-12)
+    assert raw * share == pytest.approx(parts["comm_dp"])  # here the traffic is far below the compute: the floor
     assert (dp == 128) == f.dp_network  # FSDP 128 spans 16 nodes: the network
 
 
@@ -47,7 +62,7 @@ def test_megatron_traffic_is_not_overlapped():
     scn = _scn("--model llama-3-8b --profile megatron-te -s 4096 --tp 2 --dp 4 --gpu H100")
     g = gpu("H100")
     f = features(scn, g)
-    assert fsdp_units(scn, scn.stages[0]) == 0 and f.dp_units == 0
+    assert fsdp_floor(scn, scn.stages[0]) == 0 and f.dp_floor == 0
     parts = breakdown(f, g, CONSTANTS)
     link = g.network if f.dp_network else g.nvlink
     raw = f.dp_bytes / (link * CONSTANTS.link_efficiency) + f.dp_calls * CONSTANTS.latency_s

@@ -210,24 +210,31 @@ static int slot_op(Alloc *a, long key, long long size) {
 /* `run` over a buffer of int64 (key, size) pairs (`allocator.pack`): the same ops without a Python object each;
  * every key a storage id, moved on by `by` */
 static PyObject *Alloc_run_packed(Alloc *a, PyObject *args) {
-    Py_buffer view;
+    PyObject *obj;
     long by = 0;
-    if (!PyArg_ParseTuple(args, "y*|l", &view, &by)) return NULL;
-    if (view.len % (2 * (Py_ssize_t)sizeof(long long))) {
+    if (!PyArg_ParseTuple(args, "O|l", &obj, &by)) return NULL;
+    if (by < 0 || by >= SLOT_LIMIT) {
+        PyErr_SetString(PyExc_ValueError, "run_packed: `by` beyond the storage ids' range");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (view.itemsize != 8 || view.format == NULL || (strcmp(view.format, "q") && strcmp(view.format, "l")
+            && strcmp(view.format, "=q") && strcmp(view.format, "<q")) || view.len % 16) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "packed ops are int64 (key, size) pairs");
+        PyErr_SetString(PyExc_ValueError, "packed ops are int64 (key, size) pairs (allocator.pack)");
         return NULL;
     }
     const long long *op = (const long long *)view.buf;
     Py_ssize_t n = view.len / (Py_ssize_t)sizeof(long long);
     for (Py_ssize_t j = 0; j < n; j += 2) {
-        long long key = op[j] + by;
-        if (op[j] < 0 || key >= SLOT_LIMIT || op[j + 1] < 0) {
+        /* (the key moved on by `by` stays below SLOT_LIMIT: checked without overflow) */
+        if (op[j] < 0 || op[j] >= SLOT_LIMIT - by || op[j + 1] < 0) {
             PyBuffer_Release(&view);
             PyErr_SetString(PyExc_ValueError, "a packed op's key beyond the storage ids' range, or a negative size");
             return NULL;
         }
-        if (slot_op(a, (long)key, op[j + 1]) < 0) {
+        if (slot_op(a, (long)(op[j] + by), op[j + 1]) < 0) {
             PyBuffer_Release(&view);
             return NULL;
         }

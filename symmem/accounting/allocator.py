@@ -139,7 +139,10 @@ class CachingAllocator:
         self.run(((key, 0),))
 
     def run_packed(self, packed, by: int = 0) -> None:
-        """`run` over `pack(ops)` (the C allocator's fast path; here the same ops unpacked)."""
+        """`run` over `pack(ops)` (the C allocator's fast path; here the same ops unpacked), with its checks: every
+        key a storage id, moved on by `by` >= 0, every size >= 0."""
+        if by < 0 or any(x < 0 for x in packed):
+            raise ValueError("run_packed: a negative key, size or `by`")
         self.run(list(zip(packed[0::2], packed[1::2], strict=True)), by)
 
     def run(self, ops, by: int = 0) -> None:

@@ -115,6 +115,11 @@ def measure(args) -> dict:
     dtype, repeat = dtypes[args.dtype], num.int_text(args.repeat, "--repeat", 1, 1000)
     shapes, seqs = _shapes(args.gemm, args.quick), _seqs(args.seq, args.quick)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    devices = num.int_text(args.devices, "--devices", 1, 64)  # (checked before any timing)
+    limit = torch.cuda.device_count() if device == "cuda" else min(8, os.cpu_count() or 1)
+    if devices > max(limit, 1):
+        why = "the GPUs torch sees" if device == "cuda" else "the CPU: up to 8 processes, one a core"
+        raise SymmemError(f"--devices {devices}: this machine runs at most {limit} here ({why})")
     seconds = _timer(torch, device)
     name = args.name or (torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({os.cpu_count()} threads)")
     gemm = []
@@ -130,11 +135,6 @@ def measure(args) -> dict:
                                                                                               is_causal=True), repeat)
         attention.append({"b": 1, "heads": heads, "s": s, "head_dim": d, "causal": True, "seconds": t,
                           "flops_per_s": 2 * heads * s * s * d / t})  # 2 products x 2 FLOPs x b h s^2 d / 2
-    devices = num.int_text(args.devices, "--devices", 1, 64)
-    limit = torch.cuda.device_count() if device == "cuda" else min(8, os.cpu_count() or 1)
-    if devices > max(limit, 1):
-        why = "the GPUs torch sees" if device == "cuda" else "the CPU: up to 8 processes, one a core"
-        raise SymmemError(f"--devices {devices}: this machine runs at most {limit} here ({why})")
     big = torch.empty((8 if args.quick else 64) << 20, dtype=torch.uint8, device=device)
     out = torch.empty_like(big)
     t_copy = seconds(lambda: out.copy_(big), repeat)

@@ -32,6 +32,7 @@ def gpus() -> dict:
         return None if math.isinf(x) else x
 
     speeds = {name: {"bf16": g.bf16, "hbm": g.hbm, "nvlink": link(g.nvlink), "network": link(g.network),
-                     "sms": g.sms, "step_latency": g.step_latency} for name, g in GPUS.items()}
+                     "sms": g.sms, "step_latency": g.step_latency, "group": g.measured_group}
+              for name, g in GPUS.items()}
     return {"node": GPUS_PER_NODE, "names": list(GPUS), "gpus": speeds, "constants": CONSTANTS.as_dict(),
             "gpu_constants": {name: k.as_dict() for name, k in DEVICE_CONSTANTS.items() if name in GPUS}}

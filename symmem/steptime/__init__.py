@@ -23,9 +23,9 @@ from symmem.errors import SymmemError
 from symmem.hardware import GPU, gpu
 from symmem.steptime.model import Constants, StepFeatures, breakdown, fit, leave_one_run_out, leave_out, seconds
 
-__all__ = ["CONSTANTS", "NEUTRAL", "Constants", "StepFeatures", "StepTime", "UnmeasuredLink", "breakdown", "bubble_slots", "check_gpu",
-           "features", "fit", "leave_one_run_out", "leave_out", "model_flops_value", "once_costs", "rates", "seconds",
-           "stage_features", "step_time"]
+__all__ = ["CONSTANTS", "NEUTRAL", "Constants", "StepFeatures", "StepTime", "UnmeasuredLink", "breakdown",
+           "bubble_slots", "check_gpu", "features", "fit", "fsdp_floor", "leave_one_run_out", "leave_out",
+           "model_flops_value", "once_costs", "rates", "seconds", "stage_features", "step_time"]
 
 # fitted by `fit` on the 22 measured iterations (derivations/measured_step_times.py shows the fit and each run's
 # leave-one-run-out figure; a test checks these are its result to the digits shown)
@@ -164,18 +164,33 @@ def features(scn, g: GPU | None = None, constants: Constants | None = None) -> S
     others = [f for j, f in enumerate(per_stage) if j != i] or [per_stage[i]]
     mean = _mean(others, bubble) if bubble else None
     return dataclasses.replace(per_stage[i], slots=float(scn.m), dp_bytes=dp, dp_calls=calls, dp_network=net,
-                               optimizer_bytes=opt, bubble=mean, dp_units=fsdp_units(scn, scn.stages[i]))
+                               optimizer_bytes=opt, bubble=mean, dp_floor=fsdp_floor(scn, scn.stages[i]))
 
 
-def fsdp_units(scn, stage) -> int:
-    """The FSDP units of `stage` whose traffic FSDP2 prefetches (`model._dp_exposed`), under a profile that says
-    so (`Profile.dp_prefetch`), else 0: one per transformer block (torchtitan's apply_fsdp wraps each) and one for
-    the rest (9dec370: the root, `fully_shard(model)`; 0.3.0 wraps the embedding, and the norm with the output,
-    apart, torchtitan/distributed/fsdp.py:176-207: counted as one, which changes the floor by under 1/L), and
-    only where the traffic is FSDP's (ZeRO-3)."""
-    if not scn.profile.dp_prefetch or int(scn.zero) != 3:
-        return 0
-    return len(stage.layers) + 1
+def fsdp_floor(scn, stage) -> float:
+    """The share of `stage`'s parameters in the FSDP unit whose traffic nothing hides (`model._dp_exposed`): the
+    unit that holds the embedding, gathered first in the forward and reduced last in the backward (9dec370: the
+    root, `fully_shard(model)`, with the final norm and the output; 0.3.0: the embedding alone,
+    torchtitan/distributed/fsdp.py:185-190); on a stage without it, its first transformer block. 0 under a profile
+    without FSDP2's prefetching (`Profile.dp_prefetch`) or where the traffic is not FSDP's (ZeRO-3)."""
+    from symmem.accounting.analysis import _stage_counts
+    from symmem.model import stage_parts
+
+    first = scn.profile.dp_prefetch
+    if not first or int(scn.zero) != 3:
+        return 0.0
+    parts = stage_parts(scn.model, stage, scn.convention)
+
+    def params(ps) -> int:
+        return sum(dict(_stage_counts(scn.size_key, scn.parallel, tuple(ps), False)[0]).values())
+
+    total = params(parts)
+    layers = [p for p in parts if p.is_layers]
+    if stage.embedding:
+        unit = [p for p in parts if not p.is_layers] if first == "root" else [p for p in parts if p.kind == "embedding"]
+        return params(unit) / total
+    blocks = sum(p.count for p in layers)
+    return params(layers) / blocks / total if blocks else 1.0
 
 
 def _mean(fs: list[StepFeatures], slots: float) -> StepFeatures:
@@ -238,16 +253,7 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     f = features(scn, g)
     k = _constants_of(g.name)  # a measured profile's own (`--gpu FILE`), else the fitted ones
     # a measured profile without collectives has links of infinite speed (`hardware_profile.register`)
-    if math.isinf(g.nvlink) and (any(nb for _a, nb, _c, _n in f.comm) or _any_dp(f)):
-        raise UnmeasuredLink(f"gpu {g.name}: its profile measured no collectives (one device), and this step "
-                          "communicates; measure on several devices (symmem calibrate --devices N) or use a "
-                          "GPU by name")
-    from symmem.steptime.costs import GPUS_PER_NODE
-
-    if math.isinf(g.network) and _spans_nodes(f):
-        raise UnmeasuredLink(f"gpu {g.name}: its profile measured the link within one machine only, and this step has "
-                          f"groups spanning machines of {GPUS_PER_NODE} GPUs; use a GPU by name, or fewer GPUs a "
-                          "group")
+    _check_links(scn, f, g)
     parts = breakdown(f, g, k)
     t = sum(parts.values())
     par = scn.parallel
@@ -272,17 +278,41 @@ def _constants_of(gpu_key: str) -> Constants:
     return DEVICE_CONSTANTS.get(gpu_key, CONSTANTS)
 
 
+def _check_links(scn, f, g) -> None:
+    """A measured profile (`--gpu FILE`) times no traffic over a link it did not measure: none at all when it
+    measured no collectives, none across machines when it measured one, none in a group larger than the processes
+    it measured among (`UnmeasuredLink`, one line)."""
+    from symmem.steptime.costs import GPUS_PER_NODE, group_size
+
+    stages = [f] + ([f.bubble] if f.bubble is not None else [])
+    sent = {a for s in stages for a, nb, _c, _n in s.comm if nb}
+    if f.dp_bytes:
+        sent.add("dp")
+    if any(s.cp_ring_bytes for s in stages):
+        sent.add("cp")
+    if math.isinf(g.nvlink) and sent:
+        raise UnmeasuredLink(f"gpu {g.name}: its profile measured no collectives (one device), and this step "
+                             "communicates; measure on several devices (symmem calibrate --devices N) or use a "
+                             "GPU by name")
+    if math.isinf(g.network) and _spans_nodes(f):
+        raise UnmeasuredLink(f"gpu {g.name}: its profile measured the link within one machine only, and this step "
+                             f"has groups spanning machines of {GPUS_PER_NODE} GPUs; use a GPU by name, or fewer "
+                             "GPUs a group")
+    if g.measured_group is not None:
+        for axis in sorted(sent):
+            par = scn.parallel  # (the data-parallel traffic: the dense and the expert buffers' groups)
+            moe = scn.model.family.routed_experts is not None
+            n = max(par.dense_shard, par.expert_dp if moe else 0) if axis == "dp" else group_size(scn, axis)
+            if n > g.measured_group:
+                raise UnmeasuredLink(f"gpu {g.name}: its profile measured collectives among {g.measured_group} "
+                                     f"processes, and this step's {axis} groups have {n} GPUs; measure with "
+                                     f"symmem calibrate --devices {n} or use a GPU by name")
+
+
 def _spans_nodes(f) -> bool:
     """Whether any of the step's traffic crosses machines (a group spanning nodes: `costs.span`)."""
     stages = [f] + ([f.bubble] if f.bubble is not None else [])
     return (bool(f.dp_bytes) and f.dp_network) or any(net and nb for s in stages for _a, nb, _c, net in s.comm)
-
-
-def _any_dp(f) -> bool:
-    """Whether the step sends anything between GPUs beyond a stage's own collectives: the data-parallel traffic,
-    the pipeline's (in the bubble's stages too)."""
-    return bool(f.dp_bytes) or (f.bubble is not None and (any(nb for _a, nb, _c, _n in f.bubble.comm)
-                                                           or _any_dp(f.bubble)))
 
 
 def rates(scn, g: GPU, t: float) -> tuple[int, float, float]:

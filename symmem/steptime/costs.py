@@ -265,11 +265,11 @@ def _part_costs(scn, part, axes, low: bool) -> StageCosts:
 def attention_shape(scn) -> tuple:
     """(b, s, heads, kv heads, qk head dim, v head dim) of one fused attention kernel on one GPU: the heads split
     over TP; under all-to-all CP over CP too, each GPU attending the whole sequence (TE's
-    AttnFuncWithCPAndQKVOA2A); under the P2P ring each GPU runs CP kernels over chunks of s / CP (the ring's
-    steps, TE's AttnFuncWithCPAndKVP2P), counted here as one kernel of s / CP rows over its share, CP x the chunk's
-    (`symmem.steptime.kernels.attention_seconds` reads the share from the count). Multi-head latent attention's
-    query and key heads are d_h + d_hr wide, its values d_v (DeepSeek-V2/V3); grouped-query attention's KV heads
-    n_kv; one KV head a GPU at least."""
+    AttnFuncWithCPAndQKVOA2A); under the P2P ring each GPU runs CP kernels over chunks of s / CP (the ring's steps,
+    TE's AttnFuncWithCPAndKVP2P), written as one kernel of b x CP sequences of s / CP tokens, whose b·CP·(s/CP)²
+    = b·s²/CP is the GPU's share of the score matrix. Multi-head latent attention's query and key heads are
+    d_h + d_hr wide, its values d_v (DeepSeek-V2/V3); grouped-query attention's KV heads n_kv; one KV head a GPU at
+    least. None for a model without n_h."""
     v = dict(scn.model.values)
     if "n_h" not in v or "h" not in v:
         return None

@@ -142,7 +142,8 @@ def stage_kernel_features(c, g, p: KernelProfile):
 
 def kernel_features(scn, g, p: KernelProfile):
     """`steptime.features` with the stages timed by `stage_kernel_features` (the slowest stage under link
-    efficiency 1 and 10 us a call, round figures, as `steptime.NEUTRAL` chooses it)."""
+    efficiency 1 and 10 us a call, round figures, as `steptime.NEUTRAL` chooses it). For the measured Megatron-LM
+    runs (derivations/measured_step_times.py): no FSDP2 overlap (`dp_floor` stays 0)."""
     import dataclasses
 
     from symmem.steptime import _mean, _stage_costs, bubble_slots, once_costs

@@ -70,9 +70,10 @@ class StepFeatures:
     dp_network: bool
     optimizer_bytes: float
     kernels: float = 0.0
-    # FSDP2's prefetching (`Profile.dp_prefetch`): the FSDP units of the stage, whose data-parallel traffic runs
-    # beside the compute (`_dp_exposed`); 0: none overlapped (Megatron's runs as measured)
-    dp_units: int = 0
+    # FSDP2's prefetching (`Profile.dp_prefetch`): the share of the stage's parameters in the unit whose traffic
+    # nothing hides (`steptime.fsdp_floor`), the rest of the data-parallel traffic running beside the compute
+    # (`_dp_exposed`); 0: none overlapped (Megatron's runs as measured)
+    dp_floor: float = 0.0
     # the pipeline's bubble: the other stages' mean slot (its `slots` the schedule's bubble, no once-only costs):
     # 1F1B takes (M - 1) slots of the slowest stage and one of every stage, M·max + (PP - 1)·mean(others)
     bubble: StepFeatures | None = None
@@ -133,7 +134,7 @@ def _once(f: StepFeatures, g) -> dict[str, tuple[list[float], float]]:
 def coefficients(f: StepFeatures, g) -> tuple[list[float], float]:
     """The iteration's time as `row · (1/gemm_eff, 1/attention_eff, 1/link_eff, latency, fixed) + known`, the CP
     ring's overlap and FSDP2's left out (they make the model nonlinear; no measured run has either)."""
-    if f.dp_units:
+    if f.dp_floor:
         raise SymmemError("step-time fit: a row with FSDP2's overlapped traffic is not linear in the constants")
     parts = [*_terms(f, g).values(), *_once(f, g).values()]
     if f.bubble is not None:
@@ -153,18 +154,20 @@ def _slot_breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
 COMPUTE = ("gemm", "attention", "memory_bound", "launches")
 
 
-def _dp_exposed(dp: float, compute: float, units: int) -> float:
+def _dp_exposed(dp: float, compute: float, floor: float) -> float:
     """The seconds of FSDP2's data-parallel traffic (`dp`) the step waits for, beside `compute` seconds on the
-    compute stream, over `units` FSDP units (torch 2.13 torch/distributed/fsdp/_fully_shard/): each unit's
-    all-gather runs on the all-gather stream (_fsdp_param_group.py:89) ahead of the unit's own compute, issued while
-    the unit before computes (forward: when the CPU, running ahead, reaches the unit's pre-forward; backward: the
-    previous unit's pre-backward prefetches it, `_backward_prefetch`, :795-830); each unit's gradient
-    reduce-scatter runs on the reduce-scatter stream (:92) after its backward (`post_backward`, :588) beside the
-    next unit's. What waits: the first unit's all-gather (nothing computes before it) and the last unit's
-    reduce-scatter (the root's post-backward callback waits for it, _fsdp_state.py:395-430), one unit's share, and
-    whatever traffic exceeds the compute it runs beside. An approximation by totals: a unit whose traffic exceeds
-    its own compute waits even where the step's totals do not."""
-    return max(dp - compute, dp / units) if units else dp
+    compute stream (torch 2.13 torch/distributed/fsdp/_fully_shard/): each unit's all-gather runs on the all-gather
+    stream (_fsdp_param_group.py:89) ahead of the unit's own compute, issued while the unit before computes
+    (forward: when the CPU, running ahead, reaches the unit's pre-forward; backward: the previous unit's
+    pre-backward prefetches it, `_backward_prefetch`, :795-830); each unit's gradient reduce-scatter runs on the
+    reduce-scatter stream (:92) after its backward (`post_backward`, :588) beside the next unit's. What waits: the
+    first unit's all-gather (nothing computes before it) and the last unit's reduce-scatter (the root's
+    post-backward callback waits for it, _fsdp_state.py:395-430), both the unit that holds the embedding, whose
+    share of the stage's parameters is `floor` (`steptime.fsdp_floor`), and whatever traffic exceeds the compute
+    it runs beside. Approximations by totals: the floor is that share of all the traffic (its backward all-gather
+    counted too, which a unit not resharded after forward does not make), and a unit whose traffic exceeds its own
+    compute waits even where the step's totals do not."""
+    return max(dp - compute, dp * floor) if floor else dp
 
 
 def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
@@ -173,8 +176,8 @@ def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
     if f.bubble is not None:
         out["bubble"] = sum(_slot_breakdown(f.bubble, g, k).values())
     out.update({name: _dot(row, known, k) for name, (row, known) in _once(f, g).items()})
-    if f.dp_units:
-        out["comm_dp"] = _dp_exposed(out["comm_dp"], sum(out.get(c, 0.0) for c in COMPUTE), f.dp_units)
+    if f.dp_floor:
+        out["comm_dp"] = _dp_exposed(out["comm_dp"], sum(out.get(c, 0.0) for c in COMPUTE), f.dp_floor)
     return out
 
 

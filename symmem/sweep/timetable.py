@@ -156,6 +156,8 @@ def block_times(blk, flat: np.ndarray) -> np.ndarray | None:
     sp = blk.space
     if measured(sp.base.gpu_name):  # its own constants and measured links: one by one, by steptime.step_time
         return None
+    if sp.base.profile.dp_prefetch:  # FSDP2's overlapped traffic (`model._dp_exposed`): not in these tables
+        return None
     per_space = _BLOCKS.get(sp)
     if per_space is None:
         if len(_BLOCKS) > 8:
