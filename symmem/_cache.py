@@ -57,3 +57,14 @@ def hash_once(cls):
     cls.__hash__ = __hash__
     cls.__getstate__ = __getstate__
     return cls
+
+
+def bounded(cache: dict, key, limit: int, make):
+    """`cache[key]`, made by `make()` on a miss; the cache emptied first when it holds more than `limit` entries
+    (the step-time costs and the replays' ops: a sweep asks for thousands of alike, a process for a bounded few)."""
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) > limit:
+            cache.clear()
+        hit = cache[key] = make()
+    return hit

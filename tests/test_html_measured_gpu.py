@@ -54,6 +54,16 @@ def one_device(tmp_path_factory, registries):
     return flags, page
 
 
+def _note(browser, path, query: str) -> str:  # noqa: F811
+    """The page's step note at `query` (no script error)."""
+    page, errors = _open(browser, path, query)
+    try:
+        assert not errors
+        return page.inner_text("[data-field=step_note]")
+    finally:
+        page.close()
+
+
 @browser_only
 def test_the_page_times_the_step_with_the_measured_profile(browser, measured):  # noqa: F811
     profile, flags, path = measured
@@ -71,13 +81,8 @@ def test_the_page_times_the_step_with_the_measured_profile(browser, measured):  
 @browser_only
 def test_the_page_does_not_time_an_unmeasured_link(browser, measured):  # noqa: F811
     _profile, _flags, path = measured
-    page, errors = _open(browser, path, "?dp=16&tp=2")  # 32 GPUs: groups across machines of 8
-    try:
-        note = page.inner_text("[data-field=step_note]")
-        assert "measured the link within one machine only" in note
-        assert not errors
-    finally:
-        page.close()
+    # 32 GPUs: groups across machines of 8
+    assert "measured the link within one machine only" in _note(browser, path, "?dp=16&tp=2")
 
 
 @browser_only
@@ -91,20 +96,11 @@ def test_one_device_times_one_gpu_and_notes_the_rest(browser, one_device):  # no
         assert not errors
     finally:
         page.close()
-    page, errors = _open(browser, path, "?tp=2")
-    try:
-        assert "measured no collectives (one device)" in page.inner_text("[data-field=step_note]")
-        assert not errors
-    finally:
-        page.close()
+    assert "measured no collectives (one device)" in _note(browser, path, "?tp=2")
 
 
 @browser_only
 def test_the_page_does_not_time_a_group_beyond_the_processes_measured(browser, measured):  # noqa: F811
     _profile, _flags, path = measured
-    page, errors = _open(browser, path, "?tp=4&dp=2")  # TP 4: two processes measured
-    try:
-        assert "measured collectives among 2 processes" in page.inner_text("[data-field=step_note]")
-        assert not errors
-    finally:
-        page.close()
+    # TP 4: two processes measured
+    assert "measured collectives among 2 processes" in _note(browser, path, "?tp=4&dp=2")

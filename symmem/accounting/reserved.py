@@ -20,9 +20,9 @@ distributed optimizer) as a sequence of individual mallocs and frees:
    storage of every layer copy and micro-batch as the timeline has it (`timeline.part_timeline`: a storage is
    allocated at the first op it is alive at and freed after the last one; saved storages live until their layer's
    backward releases them), micro-batches in 1F1B order (warm-up forwards, then one forward and one backward, at
-   most `REPLAYED_PAIRS` of them, then the cool-down backwards); TE's dummy weight-gradient buffers, one tensor per weight shape made at the first
-   backward GEMM of that shape (`get_dummy_wgrad` caches them by shape, TE pytorch/module/base.py:64-92); the
-   pipeline's gradient buffers through each micro-batch's backward.
+   most `REPLAYED_PAIRS` of them, then the cool-down backwards); TE's dummy weight-gradient buffers, one tensor
+   per weight shape made at the first backward GEMM of that shape (`get_dummy_wgrad` caches them by shape, TE
+   pytorch/module/base.py:64-92); the pipeline's gradient buffers through each micro-batch's backward.
 5. **Optimizer step**: Adam's FP32 `exp_avg` and `exp_avg_sq` of each main-parameter piece, created by the first
    `step()` (TE FusedAdam, MLM megatron/core/optimizer/__init__.py:11), after the backward.
 6. **The next iteration**, with the moments alive (the measured window logs several iterations and its peak is the
@@ -199,13 +199,9 @@ def _micro_batch_ops(scn, parts: tuple, head: bool, embedding: bool, dummy: bool
     """`_MicroBatchOps` of a stage of `parts` (compared without their layer indices) with or without the head and
     the embedding (which decide the pipeline's kept gradients) and TE's dummy weight gradients: cached on those,
     not on the stage (`stage` is read only for what they decide)."""
-    key = (scn, parts, head, embedding, dummy)
-    hit = _OPS.get(key)
-    if hit is None:
-        if len(_OPS) > 64:
-            _OPS.clear()
-        hit = _OPS[key] = _build_ops(scn, parts, dummy, stage)
-    return hit
+    from symmem._cache import bounded
+
+    return bounded(_OPS, (scn, parts, head, embedding, dummy), 64, lambda: _build_ops(scn, parts, dummy, stage))
 
 
 def _build_ops(scn, parts: tuple, dummy: bool, stage) -> _MicroBatchOps:

@@ -19,6 +19,7 @@ from fractions import Fraction
 
 import sympy
 
+from symmem._cache import bounded
 from symmem.errors import SymmemError
 from symmem.hardware import GPU, gpu
 from symmem.steptime.model import Constants, StepFeatures, breakdown, fit, leave_one_run_out, leave_out, seconds
@@ -118,11 +119,7 @@ def _stage_costs(scn) -> dict:
     # the schedule too: an interleaved pipeline sends once per chunk (`comm.pipeline_bytes`)
     key = (scn.activation_key, scn.size_key, scn.b, scn.s, scn.stages, scn.precision.low_precision is not None,
            scn.schedule)
-    if key not in _COSTS:
-        if len(_COSTS) > 512:
-            _COSTS.clear()
-        _COSTS[key] = {st: stage_costs(scn, st) for st in scn.stages}
-    return _COSTS[key]
+    return bounded(_COSTS, key, 512, lambda: {st: stage_costs(scn, st) for st in scn.stages})
 
 
 def stage_features(c, lp, sms: int, ceil=math.ceil) -> StepFeatures:

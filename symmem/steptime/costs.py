@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from symmem._cache import bounded
 from symmem.graph import Dataflow, Dim, Op, Tensor, local_size
 
 SEQ_AXES = ("sp", "sp_moe")
@@ -196,12 +197,7 @@ def part_costs(scn, part) -> StageCosts:
     low = scn.precision.low_precision is not None
     key = (part.flow, part.kind, part.is_layers, scn.model, scn.convention, scn.rules, scn.policy, scn.routing,
            scn.act_bytes, axes, par.cp_comm_type, scn.size_key, scn.b, scn.s, low, fused_tags(scn))
-    hit = _PARTS.get(key)
-    if hit is None:
-        if len(_PARTS) > 8192:
-            _PARTS.clear()
-        hit = _PARTS[key] = _part_costs(scn, part, axes, low)
-    return hit
+    return bounded(_PARTS, key, 8192, lambda: _part_costs(scn, part, axes, low))
 
 
 def _part_costs(scn, part, axes, low: bool) -> StageCosts:
@@ -350,10 +346,6 @@ def dp_cost(scn, stage) -> tuple[float, int, bool]:
     z = int(scn.zero)
     key = (scn.model, scn.convention, scn.size_key, scn.parallel, z, scn.m if z == 3 else None, scn.precision,
            scn.profile.name, stage, scn.schedule)
-    if key not in _DP:
-        if len(_DP) > 8192:
-            _DP.clear()
-        _DP[key] = float(Fraction(dp_bytes(scn, stage)))
-    nb = _DP[key]
+    nb = bounded(_DP, key, 8192, lambda: float(Fraction(dp_bytes(scn, stage))))
     calls = 0 if nb == 0 else (2 if int(scn.zero) >= 1 else 1) * (2 if scn.model.family.routed_experts else 1)
     return nb, calls, span(scn, "dp")
