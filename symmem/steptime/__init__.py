@@ -145,15 +145,17 @@ def once_costs(scn) -> tuple[float, int, bool, float]:
     return max(per_stage, key=lambda x: x[0] + x[3])
 
 
-def features(scn, g: GPU | None = None, constants: Constants | None = None) -> StepFeatures:
+def features(scn, g: GPU | None = None, constants: Constants | None = None, per_stage=None) -> StepFeatures:
     """The model's reading of `scn` on `g` (B200 by default): M slots of the slowest stage (under `constants`,
     CONSTANTS by default), the bubble's slots at the other stages' mean, and the iteration's once-only costs (the
-    data-parallel traffic and the optimizer step of the stage with the most)."""
+    data-parallel traffic and the optimizer step of the stage with the most). `per_stage` reads one stage's
+    `costs.StageCosts` (default `stage_features`; `kernels.kernel_features` passes the kernel profile's)."""
     import dataclasses
 
     g = g or gpu("B200")
     k = constants or CONSTANTS
-    per_stage = [stage_features(c, scn.precision.low_precision, g.sms) for c in _stage_costs(scn).values()]
+    read = per_stage or (lambda c: stage_features(c, scn.precision.low_precision, g.sms))
+    per_stage = [read(c) for c in _stage_costs(scn).values()]
     slot = [seconds(f, g, k) for f in per_stage]
     i = max(range(len(per_stage)), key=slot.__getitem__)
     dp, calls, net, opt = once_costs(scn)

@@ -142,24 +142,18 @@ def stage_kernel_features(c, g, p: KernelProfile):
 
 def kernel_features(scn, g, p: KernelProfile):
     """`steptime.features` with the stages timed by `stage_kernel_features` (the slowest stage under link
-    efficiency 1 and 10 us a call, round figures, as `steptime.NEUTRAL` chooses it). For the measured Megatron-LM
-    runs (derivations/measured_step_times.py): no FSDP2 overlap (`dp_floor` stays 0)."""
+    efficiency 1 and 10 us a call, round figures, as `steptime.NEUTRAL` chooses it), the optimizer step's bytes at
+    the profile's bandwidth fraction. For the measured Megatron-LM runs (derivations/measured_step_times.py): no
+    FSDP2 overlap. None when a stage's attention has no shape the profile can read."""
     import dataclasses
 
-    from symmem.steptime import _mean, _stage_costs, bubble_slots, once_costs
-    from symmem.steptime.model import Constants, seconds
+    from symmem.steptime import _stage_costs, features
+    from symmem.steptime.model import Constants
 
-    per = [stage_kernel_features(c, g, p) for c in _stage_costs(scn).values()]
-    if any(f is None for f in per):
+    if any(stage_kernel_features(c, g, p) is None for c in _stage_costs(scn).values()):
         return None
-    neutral = Constants(1.0, 1.0, 1.0, 1e-05, 0.0)
-    slot = [seconds(f, g, neutral) for f in per]
-    i = max(range(len(per)), key=slot.__getitem__)
-    dp, calls, net, opt = once_costs(scn)
-    bubble = bubble_slots(scn.schedule, scn.parallel.pp)
-    others = [f for j, f in enumerate(per) if j != i] or [per[i]]
-    return dataclasses.replace(per[i], slots=float(scn.m), dp_bytes=dp, dp_calls=calls, dp_network=net,
-                               optimizer_bytes=opt / p.memory_bound, bubble=_mean(others, bubble) if bubble else None)
+    f = features(scn, g, Constants(1.0, 1.0, 1.0, 1e-05, 0.0), lambda c: stage_kernel_features(c, g, p))
+    return dataclasses.replace(f, optimizer_bytes=f.optimizer_bytes / p.memory_bound, dp_floor=0.0)
 
 
 def fit_rest(rows):
