@@ -125,7 +125,9 @@ def register(path: str) -> str:
         step_latency=links["step_latency_s"] if links else None,
         measured_group=links["processes"] if links else None)
     units.GPUS[key.lower()] = p["memory"]
+    # the attention's rate relative to the measured GEMM rate, as measured: above 1 when this machine's attention
+    # runs faster per FLOP than its fastest GEMM shape (a "peak" that is itself a measurement, not a datasheet's)
     model.DEVICE_CONSTANTS[key] = model.Constants(
-        gemm_efficiency=1.0, attention_efficiency=min(1.0, p["attention_rate"] / p["gemm_rate"]),
+        gemm_efficiency=1.0, attention_efficiency=p["attention_rate"] / p["gemm_rate"],
         link_efficiency=1.0, latency_s=p["launch_s"], fixed_s=0.0)
     return key

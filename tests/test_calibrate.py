@@ -156,11 +156,30 @@ def test_the_link_fit_recovers_a_known_link():
     assert steps_and_bytes("all_reduce", 800, 4) == (6, 1200.0)  # twice an all-gather's: 2 (n - 1), 2 (n - 1)/n
 
 
+NOISE = "the collectives' times do not grow with their size"
+
+
+def calibrate_two_processes(path) -> None:
+    """`symmem calibrate --devices 2` into `path`. The machines running the tests are shared: a neighbour's burst
+    can make the small collectives as slow as the large ones, which calibrate refuses (rightly) as unmeasurable. A
+    refusal for that reason alone is measured again, up to three times; any other failure fails at once."""
+    import contextlib
+    import io
+
+    for _ in range(3):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(["calibrate", "-o", str(path), "--quick", "--repeat", "5", "--devices", "2"])
+        if code == 0 or NOISE not in err.getvalue():
+            break
+    assert code == 0, err.getvalue()
+
+
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory):
     """A profile with the collectives timed among two gloo processes of this CPU."""
     path = tmp_path_factory.mktemp("calibrate") / "two.json"
-    assert main(["calibrate", "-o", str(path), "--quick", "--repeat", "3", "--devices", "2"]) == 0
+    calibrate_two_processes(path)
     return path
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.test_calibrate import calibrate_two_processes
 from tests.test_html_page import _assert_equal, _open, browser, browser_only, memory_json, run_cli  # noqa: F401
 
 pytest.importorskip("torch")
@@ -29,8 +30,7 @@ def registries():
 def measured(tmp_path_factory, registries):
     folder = tmp_path_factory.mktemp("measured")
     profile = folder / "two.json"
-    code, _, err = run_cli("calibrate", "-o", str(profile), "--quick", "--repeat", "3", "--devices", "2")
-    assert code == 0, err
+    calibrate_two_processes(profile)
     flags = ("--model", "llama-3-8b", "--profile", "megatron-te", "-s", "512", "--tp", "2", "--dp", "1",
              "--gpu", str(profile))  # (groups of 2 at most: the processes measured)
     page = folder / "page.html"
