@@ -221,7 +221,8 @@ def test_tp_with_sequence_parallel_by_hand():
     block = (2 * (2 * b * s // t * h + 4 * b * s // t) + 2 * 2 * b * s * h
              + 2 * b * (nh // t) * s * dh * 2 + 2 * 2 * b * (nkv // t) * s * dh + 4 * b * (nh // t) * s
              + 4 * 2 * b * s * hf // t)
-    outside = 8 * b * s + 2 * b * s + 2 * b * s // t * h + 4 * b * s // t + 2 * b * s * h + 4 * b * s * v // t + 8 * b * s
+    outside = (8 * b * s + 2 * b * s + 2 * b * s // t * h + 4 * b * s // t + 2 * b * s * h + 4 * b * s * v // t
+               + 8 * b * s)
     held = 2 * 2 * b * s * h
     assert m.activation_per_microbatch == 32 * (block + 2 * held) + outside + held
     assert 65 * held == 8_724_152_320
@@ -250,7 +251,8 @@ def test_tp_with_per_op_checkpointing_by_hand():
     b, s, h, t, nh, nkv, dh, hf, v = 1, 8192, 4096, 2, 32, 8, 128, 14336, 128256
     block = (2 * b * s // t * h + 2 * b * s * (nh + 2 * nkv) // t * dh + 2 * b * s // t * h + 2 * b * s * hf // t
              + 2 * b * s * h + 2 * b * s // t * h + 2 * b * s * (nh // t) * dh + 4 * b * (nh // t) * s)
-    outside = 8 * b * s + 2 * b * s + 2 * b * s // t * h + 4 * b * s // t + 2 * b * s * h + 4 * b * s * v // t + 8 * b * s
+    outside = (8 * b * s + 2 * b * s + 2 * b * s // t * h + 4 * b * s // t + 2 * b * s * h + 4 * b * s * v // t
+               + 8 * b * s)
     assert m.activation_per_microbatch == 32 * block + outside + 2 * 2 * b * s * h
 
 
@@ -365,7 +367,8 @@ def test_deepseek_v3_sweep_under_torchtitan_equals_memory(capsys):
 def test_deepseek_v3_under_torchtitan_says_its_slots_are_every_slot(capsys):
     # the header names what the routed slots are (b s N_r per rank, the local dispatcher's), not the routing model's
     # E_tok, which its dataflow does not read
-    assert main(["memory", "--model", "deepseek-v3", "--profile", "torchtitan", "--dp", "256", "--no-mtp", "--json"]) == 0
+    argv = ["memory", "--model", "deepseek-v3", "--profile", "torchtitan", "--dp", "256", "--no-mtp", "--json"]
+    assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["routing"] == "every slot kept (b s N_r per rank: torchtitan's local token dispatcher)"
 

@@ -348,7 +348,7 @@ def replay(scn) -> Fsdp2Reserved:
                         all_gather(it, units.embedding)
                 elif unit is not None and unit is units.head and blocks:
                     # [norm, lm_head]'s pre-backward, when the logits' gradient arrives: it prefetches the last block
-                    before = {units.head_first_op: lambda: all_gather(it, blocks[last])}
+                    before = {units.head_first_op: lambda it=it: all_gather(it, blocks[last])}
                 live = run(it, part, copy, bw, kept[(part.name, copy)], grads, before)
                 for name in live:
                     alloc.free((it, part.name, copy, name))

@@ -257,7 +257,7 @@ def _stages(rows) -> str:
 
 
 def memory_rows(scn):
-    from symmem.accounting.analysis import QUANTIZED, memory, stage_params, verdict
+    from symmem.accounting.analysis import QUANTIZED, memory, stage_params
     from symmem.accounting.reserved import replay_refusal, replayed_microbatches, stage_reserved
 
     mems = memory(scn)

@@ -13,7 +13,8 @@ BIBLIOGRAPHY: dict[str, str] = {
                   r"LLM pre-training}. arXiv:2410.06511, 2024; pytorch/torchtitan 0.3.0.",
     "torchtitanbench": r"The torchtitan team. \emph{Llama 3.1 performance benchmarks on H100}, "
                        r"pytorch/torchtitan \texttt{benchmarks/llama3\_h100\_202412\_torchtitan.md} (torchtitan "
-                       r"9dec370, 2024-12-26); Trainy, \texttt{benchmarks/llama3-8b\_h200\_202506\_trainy-whitefiber.md}.",
+                       r"9dec370, 2024-12-26); Trainy, "
+                       r"\texttt{benchmarks/llama3-8b\_h200\_202506\_trainy-whitefiber.md}.",
     "fsdp2": r"PyTorch 2.13, \texttt{torch.distributed.fsdp.fully\_shard} (FSDP2), "
              r"torch/distributed/fsdp/\_fully\_shard/.",
     "zhang2025memory": r"Ping Zhang and Lei Su. \emph{Memory Analysis on the Training Course of DeepSeek Models}. "
@@ -107,8 +108,8 @@ CAPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fig:deepseek_generations_activations": ("Rule set paper, b = 1, no recomputation, 1F1B with M = PP, BF16",
                                              ("zhang2025memory", "deepseekv3")),
     "torchtitan_configs": ("Profile torchtitan: FSDP2 with torchtitan 0.3.0's Llama 3, BF16 compute, FP32 states "
-                           "and reduce; the engine's timeline peak (two layers gathered) and the step replayed through the caching "
-                           "allocator with expandable segments",
+                           "and reduce; the engine's timeline peak (two layers gathered) and the step replayed "
+                           "through the caching allocator with expandable segments",
                            ("torchtitan", "fsdp2")),
     "torchtitan_published": ("Profile torchtitan-2412 (torchtitan 9dec370, eager BF16, FSDP2, per-op selective "
                              "checkpointing) replayed through the caching allocator with expandable segments, "

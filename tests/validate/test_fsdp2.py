@@ -257,7 +257,8 @@ def test_measure_cli_exits_0_and_refuses_what_it_does_not_predict(tmp_path, caps
     main(["measure", "--framework", "fsdp2", "--config", str(cfg), "--dp", "2", "-b", "1", "-s", "16"])
     text = capsys.readouterr().out
     assert text.count("forward: ") == 2 and "(DIFFERENT)" not in text, text
-    for extra, words in ((["--ac", "selective-layer:x"], "--ac = 'selective-layer:x'"), (["--tp", "3"], "--tp = 3: must divide num_attention_heads"),
+    for extra, words in ((["--ac", "selective-layer:x"], "--ac = 'selective-layer:x'"),
+                         (["--tp", "3"], "--tp = 3: must divide num_attention_heads"),
                          (["--dp", "3", "--hsdp-replicate", "2"], "--hsdp-replicate = 2")):
         assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), *extra]) == 2
         err = capsys.readouterr().err
