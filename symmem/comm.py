@@ -291,7 +291,7 @@ def _dp_one(scn, stage) -> Fraction:
         from symmem.model import stage_parts
         from symmem.profiles import ddp_padding
 
-        pads = ddp_padding(scn, stage_parts(scn.model, stage, scn.convention), scn.size_values())
+        pads = ddp_padding(scn, stage, stage_parts(scn.model, stage, scn.convention), scn.size_values())
     float8_gather = _float8_gather(scn, stage) if z >= 3 else None
     total = Fraction(0)
     for groups, n, pad in ((("dense",), par.dense_shard, pads["dense"]), (MOE_GROUPS, par.expert_dp, pads["expert"])):

@@ -16,7 +16,6 @@ layout and the framework's own buffers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -97,8 +96,7 @@ class Profile:
 TE_CUBLAS_WORKSPACE = 32 * MiB + 1024  # TE pytorch/cpp_extensions/gemm.py:31-36 (sm >= 9.0), one per device
 TE_GROUPED_GEMM_STREAMS = 4  # TE gemm.py:50-56, tex.get_num_cublas_streams() (common/util/multi_stream.cpp:52-55)
 TORCH_CUBLAS_WORKSPACE = 32 * MiB  # ATen CublasHandlePool.cpp parseChosenWorkspaceSize (sm90/sm100); uncertain
-PARAM_ALIGN = 64  # MLM megatron/core/distributed/param_and_grad_buffer.py:569-576: each param start, in elements
-BUCKET_ALIGN = 128  # param_and_grad_buffer.py:550-567: the bucket end to a multiple of lcm(DP, 128)
+from symmem.parallel.ddp_buckets import BUCKET_ALIGN, PARAM_ALIGN  # noqa: E402,F401 - Megatron's buffer alignment
 
 
 def megatron_vocabulary(v: int, tp: int) -> int:
@@ -148,16 +146,13 @@ def te_weight_shape_by_op(parts, axes, values) -> dict[tuple[str, str], tuple[in
     return shapes
 
 
-def _ddp_padding(weights: list[int], dp: int) -> int:
-    """Extra elements of one DDP buffer of Megatron's parameters `weights` in registration order: the buffer is
-    filled in reverse order (MLM param_and_grad_buffer.py:711 at megatron-core 0.16.1), each parameter's start
-    padded to 64 elements (:658-666), so every one but the first registered is followed by padding; the bucket end
-    is padded to lcm(DP, 128) (:638-656; one bucket: overlap_grad_reduce is off, distributed_data_parallel.py)."""
-    if not weights:
-        return 0
-    n = ddp_span(weights)
-    step = math.lcm(dp, BUCKET_ALIGN)
-    return -(-n // step) * step - sum(weights)
+def _ddp_padding(weights: list[int], dp: int, bucket_size: int | None = None) -> int:
+    """Extra elements of one DDP buffer of Megatron's parameters `weights` in registration order
+    (`symmem.parallel.ddp_buckets.layout`: filled in reverse order, each parameter's start padded to 64 elements,
+    each bucket's end to lcm(DP, 128); one bucket unless `bucket_size` is given)."""
+    from symmem.parallel.ddp_buckets import layout
+
+    return layout(weights, dp, bucket_size).padding
 
 
 def ddp_span(weights: list[int]) -> int:
@@ -172,11 +167,15 @@ def ddp_padding_bytes(pad: int, group: int, p) -> int:
     return pad * (p.weight_bytes + p.grad_bytes) + -(-pad // group) * (p.master_bytes + p.optimizer_bytes)
 
 
-def ddp_padding(scn, parts, values) -> dict[str, int]:
-    """Padding elements of the stage's DDP buffers, {"dense": ..., "expert": ...} (see `_ddp_padding`)."""
+def ddp_padding(scn, stage, parts, values) -> dict[str, int]:
+    """Padding elements of the stage's DDP buffers, {"dense": ..., "expert": ...} (see `_ddp_padding`; bucketed
+    as `ddp_buckets.bucket_size_for` says)."""
+    from symmem.parallel.ddp_buckets import bucket_size_for
+
     dense, expert = ddp_weights(scn, parts, values)
-    return {"dense": _ddp_padding(dense, scn.parallel.dense_shard),
-            "expert": _ddp_padding(expert, scn.parallel.expert_dp)}
+    size = bucket_size_for(scn, stage.index)
+    return {"dense": _ddp_padding(dense, scn.parallel.dense_shard, size),
+            "expert": _ddp_padding(expert, scn.parallel.expert_dp, size)}
 
 
 def ddp_weights(scn, parts, values) -> tuple[list[int], list[int]]:
@@ -226,7 +225,7 @@ def _megatron_buffers(scn, stage, parts, values) -> list[Buffer]:
     axes = scn.parallel.axis_sizes()
     out: list[Buffer] = []
     p = scn.precision
-    pads = ddp_padding(scn, parts, values)
+    pads = ddp_padding(scn, stage, parts, values)
     for label, group in (("dense", scn.parallel.dense_shard), ("expert", scn.parallel.expert_dp)):
         pad = pads[label]
         if pad:
@@ -293,9 +292,11 @@ def _local_buffers(scn, stage, parts, values) -> list[Buffer]:
         keep += ["decoder.final_layernorm.", "output_layer."]
     ws = [w for w in ml.weights(d, tp, 1, 0) if w.name.startswith(tuple(keep))]
     p = scn.precision
-    bufs = ml.ddp_buffers(ws, dp, True, p.weight_bytes == 2)
+    from symmem.parallel.ddp_buckets import bucket_size_for
+
+    bufs = ml.ddp_buffers(ws, dp, True, p.weight_bytes == 2, bucket_size_for(scn, stage.index))
     pad = sum(buf.numel - sum(w.numel for w, _, _ in buf.ranges) for buf in bufs)
-    steps = sum(1 for buf in bufs for _w, a, c in buf.ranges if a < buf.numel // dp)
+    steps = sum(len(buf.shard(dp, 0)) for buf in bufs)
     b_, s_ = values[b_symbol], values[s_symbol]
     return [
         Buffer(f"DDP buffer padding ({pad:,} elements)", pad * (p.weight_bytes + p.grad_bytes),

@@ -17,6 +17,7 @@ from symmem.accounting.states import Precision, ZeroStage, recipe, zero_stage
 from symmem.config import ModelConfig, load_model
 from symmem.errors import SymmemError
 from symmem.implementations import ATTN_IMPLS, EXPERTS_IMPLS
+from symmem.parallel.ddp_buckets import DDP
 from symmem.parallel.layout import LayoutSpec, Stage, build_stages
 from symmem.parallel.routing import Routing
 from symmem.parallel.schedule import Schedule
@@ -80,6 +81,7 @@ class Scenario:
     hf_router: str | None = None  # hf dataflow: router variant; None: from the config (topk_method, norm_topk_prob)
     flops_convention: str = "paper"  # how FLOPs are counted (symmem.flops: `paper`, matmuls only)
     gpu_name: str | None = None  # the GPU by name (symmem.hardware), for the step time; None: not said
+    ddp: DDP = DDP()  # Megatron's DDP bucketing and overlap (megatron profiles)
 
     def __post_init__(self) -> None:
         if self.convention not in self.model.family.conventions:
@@ -121,6 +123,7 @@ class Scenario:
             raise SymmemError("dataflow = 'hf': Hugging Face's dataflow needs a rule set with its ops, and the "
                               f"'paper' rule set has none; use {fix}")
         self.schedule.check(self.parallel.pp, self.m, self.schedule_runtime)
+        self.ddp.check(self)
         if not any(st.chunk_layers for st in self.stages):  # (torchtitan's chunks are its own split)
             self.schedule.check_layout(tuple(len(st.layers) for st in self.stages))
         if self.flow_impl is None and (self.attn_impl, self.experts_impl) != ("eager", "eager"):

@@ -91,33 +91,6 @@ def _parameters(scn, parts, axes, values) -> tuple[list[int], list[int]]:
     return dense, expert
 
 
-def _layout(params: list[int], dp: int) -> tuple[list[tuple[int, int]], int]:
-    """(start, numel) of each parameter in Megatron's buffer (filled in reverse order, each start padded to 64
-    elements), and the buffer's numel (padded to lcm(DP, 128)): param_and_grad_buffer.py:550-576."""
-    from symmem.profiles import BUCKET_ALIGN, PARAM_ALIGN
-
-    spans: list[tuple[int, int]] = [(0, 0)] * len(params)
-    at = 0
-    for i in range(len(params) - 1, -1, -1):
-        spans[i] = (at, params[i])
-        at += params[i]
-        if i:
-            at = -(-at // PARAM_ALIGN) * PARAM_ALIGN
-    step = math.lcm(dp, BUCKET_ALIGN)
-    return spans, -(-at // step) * step
-
-
-def _shard_pieces(spans: list[tuple[int, int]], numel: int, dp: int, rank: int) -> list[int]:
-    """Elements of each parameter inside DP rank `rank`'s shard of the buffer, in buffer order."""
-    lo, hi = rank * numel // dp, (rank + 1) * numel // dp
-    pieces = []
-    for start, n in sorted(spans):
-        k = min(hi, start + n) - max(lo, start)
-        if k > 0:
-            pieces.append(k)
-    return pieces
-
-
 @dataclass(frozen=True)
 class _Phases:
     """One iteration of one GPU of a stage as `CachingAllocator.run` takes it, by phase: one micro-batch's forward
@@ -291,16 +264,19 @@ def replay_stage(scn, stage, rank: int = 0) -> Reserved:
     then DP (parallel_state, order tp-cp-ep-dp-pp), so its index in the dense optimizer's DP×CP group is rank // TP;
     the expert layers regroup them ETP fastest, then EP, then EDP: its expert shard index is rank // (ETP·EP).
     Ranks whose shards split the parameters alike replay alike, once."""
+    from symmem.parallel.ddp_buckets import bucket_size_for, layout, shard_pieces
+
     par = scn.parallel
     dense, expert = _stage_parameters(scn, stage)
+    size = bucket_size_for(scn, stage.index)
     shards = []
     for params, shard, index in ((dense, par.dense_shard, rank // par.tp),
                                  (expert, par.expert_dp, rank // (par.etp * par.ep))):
         if not params:
             shards.append((0, ()))
             continue
-        spans, numel = _layout(params, shard)
-        shards.append((numel, tuple(_shard_pieces(spans, numel, shard, index % shard))))
+        lay = layout(params, shard, size)
+        shards.append((lay.numel, tuple(shard_pieces(lay, shard, index % shard))))
     return _replay(scn, stage, tuple(shards))
 
 

@@ -38,10 +38,10 @@ The peak of the iteration is `symmem.rules.megatron_local_peak`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from symmem.errors import SymmemError
+from symmem.parallel.ddp_buckets import BufferLayout, layout, shard
 
 SUPPORTED = ("llama", "gpt2", "qwen2_moe", "qwen3", "mixtral")
 
@@ -169,56 +169,60 @@ def weights(d: Dims, tp: int, pp: int, pp_rank: int, ep: int = 1, vpp: int = 1, 
 
 @dataclass(frozen=True)
 class Buffer:
-    """One DDP buffer: its parameters' (start, end) in elements and its padded size."""
+    """One DDP buffer: its parameters' (start, end) in elements, its padded size and its layout (buckets)."""
 
     fp32_params: bool
     expert: bool
     ranges: tuple[tuple[Weight, int, int], ...]
     numel: int
+    layout: BufferLayout
+    members: tuple[Weight, ...]  # registration order (the layout's spans')
+
+    def shard(self, dp: int, dp_rank: int) -> list[tuple[Weight, int]]:
+        """(parameter, elements) of each piece in DP rank `dp_rank`'s shard of each bucket (distributed
+        optimizer), in buffer order."""
+        return [(self.members[i], n) for i, n in shard(self.layout, dp, dp_rank)]
 
 
-def ddp_buffers(ws: list[Weight], dp: int, distributed: bool, bf16: bool) -> list[Buffer]:
-    """param_and_grad_buffer.py:635-735, one bucket (overlap_grad_reduce off)."""
+def ddp_buffers(ws: list[Weight], dp: int, distributed: bool, bf16: bool,
+                bucket_size: int | None = None) -> list[Buffer]:
+    """param_and_grad_buffer.py:635-735 (`symmem.parallel.ddp_buckets.layout`): one buffer per (parameter dtype,
+    expert or not), buckets of `bucket_size` parameters (None: one bucket, overlap_grad_reduce off)."""
     groups: dict[tuple[bool, bool], list[Weight]] = {}
     for w in ws:
         groups.setdefault((w.fp32 or not bf16, w.expert), []).append(w)
     out = []
     for (fp32, expert), members in groups.items():
-        start, ranges = 0, []
-        for w in reversed(members):
-            if distributed:
-                start = -(-start // 64) * 64
-            ranges.append((w, start, start + w.numel))
-            start += w.numel
-        numel = -(-start // math.lcm(dp, 128)) * math.lcm(dp, 128) if distributed else start
-        out.append(Buffer(fp32, expert, tuple(ranges), numel))
+        lay = layout([w.numel for w in members], dp, bucket_size, distributed)
+        ranges = tuple((w, a, a + n) for w, (a, n) in zip(members, lay.spans, strict=True))[::-1]
+        out.append(Buffer(fp32, expert, ranges, lay.numel, lay, tuple(members)))
     return out
 
 
 def rank_buffers(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, distributed: bool, bf16: bool,
-                 vpp: int = 1) -> list[Buffer]:
+                 vpp: int = 1, bucket_size: int | None = None) -> list[Buffer]:
     """The DDP buffers of a rank: each model chunk has its own DistributedDataParallel and buffers, in chunk order,
     the order in which the distributed optimizer takes them (`optimizer/__init__.py`, `get_megatron_optimizer`
-    over `model_chunks`; `optimizer/distrib_optimizer.py:290-297`)."""
-    return [buf for c in range(vpp) for buf in ddp_buffers(weights(d, tp, pp, pp_rank, vpp=vpp, chunk=c), dp,
-                                                               distributed, bf16)]
+    over `model_chunks`; `optimizer/distrib_optimizer.py:290-297`). `bucket_size` (overlap_grad_reduce) buckets
+    only the first stage's first chunk (distributed_data_parallel.py:94-100)."""
+    return [buf for c in range(vpp)
+            for buf in ddp_buffers(weights(d, tp, pp, pp_rank, vpp=vpp, chunk=c), dp, distributed, bf16,
+                                   bucket_size if pp_rank == 0 and c == 0 else None)]
 
 
 def states(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, bf16: bool,
-           distributed: bool = True, vpp: int = 1) -> dict[str, int]:
+           distributed: bool = True, vpp: int = 1, bucket_size: int | None = None) -> dict[str, int]:
     """Bytes of one rank's parameters, gradient buffers and optimizer tensors (EP 1: every rank holds all experts;
-    vpp model chunks, each with its own buffers, each buffer sharded over DP)."""
+    vpp model chunks, each with its own buffers, each bucket of each buffer sharded over DP)."""
     out = {"params": 0, "grad_buffers": 0, "optimizer": 0}
-    for buf in rank_buffers(d, tp, pp, dp, pp_rank, distributed, bf16, vpp):
+    for buf in rank_buffers(d, tp, pp, dp, pp_rank, distributed, bf16, vpp, bucket_size):
         pbytes = 4 if buf.fp32_params else 2
         out["params"] += buf.numel * pbytes if distributed else sum(w.numel for w, _, _ in buf.ranges) * pbytes
         out["grad_buffers"] += 4 * buf.numel
-        lo, hi = (dp_rank * buf.numel // dp, (dp_rank + 1) * buf.numel // dp) if distributed else (0, buf.numel)
-        for _w, a, b in buf.ranges:
-            n = max(0, min(b, hi) - max(a, lo))
-            if n:
-                main = 0 if buf.fp32_params else 4 * n  # a 16-bit parameter's FP32 main shard
-                out["optimizer"] += main + 8 * n + 4  # exp_avg, exp_avg_sq, step
+        pieces = [n for _w, n in buf.shard(dp, dp_rank)] if distributed else [w.numel for w, _, _ in buf.ranges]
+        for n in pieces:
+            main = 0 if buf.fp32_params else 4 * n  # a 16-bit parameter's FP32 main shard
+            out["optimizer"] += main + 8 * n + 4  # exp_avg, exp_avg_sq, step
     out["total"] = sum(out.values())
     return out
 

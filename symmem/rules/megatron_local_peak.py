@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from symmem.rules.megatron_local import (
     Dims,
-    Weight,
     layer_saved,
     rank_buffers,
     saved_per_layer,
@@ -76,26 +75,20 @@ from symmem.rules.megatron_local import (
 
 
 def step_peak(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
-              microbatches: int, vpp: int = 1) -> tuple[int, str] | None:
+              microbatches: int, vpp: int = 1, bucket_size: int | None = None) -> tuple[int, str] | None:
     """The most bytes a rank holds in the optimizer step, and the parameter at it; None where not modelled."""
     if d.experts and tp > 1:
         return None
     e = 2 if bf16 else 4
-    bufs = rank_buffers(d, tp, pp, dp, pp_rank, True, bf16, vpp)
+    bufs = rank_buffers(d, tp, pp, dp, pp_rank, True, bf16, vpp, bucket_size)
     # the rank's shard of each parameter, in buffer order, with its buffer's kind
-    shards: list[tuple[Weight, int, bool]] = []
-    for buf in bufs:
-        lo, hi = dp_rank * buf.numel // dp, (dp_rank + 1) * buf.numel // dp
-        for w, a, c in buf.ranges:
-            n = max(0, min(c, hi) - max(a, lo))
-            if n:
-                shards.append((w, n, buf.fp32_params))
+    shards = [(w, n, buf.fp32_params) for buf in bufs for w, n in buf.shard(dp, dp_rank)]
     left = _forward_left(d, tp, b, s, e) + (vpp - 1) * _rope_table(d, s)  # a cached table per chunk
     receiving = vpp - (pp_rank == 0)  # chunks fed by a previous stage: all but the first stage's first
     left += receiving * 2 * s * b * d.h * e
     if d.experts:
         left += moe_leftovers(d, pp, b, s, e)
-    held = _before(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, vpp) + left
+    held = _before(d, tp, pp, dp, pp_rank, dp_rank, b, s, bf16, microbatches, vpp, bucket_size) + left
     best, at = 0, ""
     for expert in (False, True):  # the dense optimizer, then the expert one (optimizer/__init__.py:630, :668)
         for decayed in (True, False):
@@ -120,16 +113,15 @@ def moe_leftovers(d: Dims, pp: int, b: int, s: int, e: int) -> int:
 
 
 def _before(d: Dims, tp: int, pp: int, dp: int, pp_rank: int, dp_rank: int, b: int, s: int, bf16: bool,
-            microbatches: int, vpp: int = 1) -> int:
+            microbatches: int, vpp: int = 1, bucket_size: int | None = None) -> int:
     """What a rank holds before the iteration (see the notes above): states without Adam's tensors, the scalars,
     the buffers and the runner's inputs."""
-    st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16, vpp=vpp)
+    st = states(d, tp, pp, dp, pp_rank, dp_rank, bf16, vpp=vpp, bucket_size=bucket_size)
     ws = weights(d, tp, pp, pp_rank)
     main = 0
-    for buf in rank_buffers(d, tp, pp, dp, pp_rank, True, bf16, vpp):
+    for buf in rank_buffers(d, tp, pp, dp, pp_rank, True, bf16, vpp, bucket_size):
         if not buf.fp32_params:
-            lo, hi = dp_rank * buf.numel // dp, (dp_rank + 1) * buf.numel // dp
-            main += sum(4 * max(0, min(c, hi) - max(a, lo)) for _w, a, c in buf.ranges)
+            main += sum(4 * n for _w, n in buf.shard(dp, dp_rank))
     n_opt = 2 if any(w.expert for w in ws) else 1
     rope = d.kind != "gpt2"
     # each model chunk builds its own RotaryEmbedding (models/gpt/gpt_model.py:160), with its inv_freq

@@ -157,3 +157,46 @@ def test_dp2_gpt2_tied(measure):
     st, ranks = measure(dp=2, raw=gpt2)
     for got, _kinds in _check(st, ranks):
         assert got == {"dp": params * (FP32 + FP32) // 2}
+
+
+def test_buckets_by_hand():
+    """`--overlap-grad-reduce --ddp-bucket-size 20000` on the tiny Llama at DP 2: Megatron closes a bucket once it
+    holds 20,000 elements, filling the buffer from the last parameter registered (param_and_grad_buffer.py:701-735):
+    the output layer (8,192) and the final norm (64), then layer 2's fc2 (3,072) ... each start padded to 64 and each
+    bucket's end to lcm(2, 128) = 128. Three buckets of 26,752, 30,848 and 20,608 elements: the same 78,208 in all
+    as one bucket here (each bucket's padding happens to fill what the single bucket's end padding did)."""
+    from symmem.parallel.ddp_buckets import layout
+
+    # the tiny Llama's parameters in registration order: embedding, per layer (input norm, qkv, proj, pre-MLP
+    # norm, fc1, fc2), final norm, output layer
+    layer = [H, (4 + 2 * 2) * 16 * H, H * H, H, 2 * 96 * H, 96 * H]
+    params = [128 * H, *layer, *layer, H, 128 * H]
+    assert sum(params) == PARAMS
+    lay = layout(params, 2, 20000)
+    assert [e - s for s, e in lay.buckets] == [26752, 30848, 20608] and lay.numel == 78208
+    assert layout(params, 2).buckets == ((0, 78208),)
+
+
+@pytest.mark.megatron
+def test_dp2_buckets_overlapped(measure):
+    """Megatron-Core with overlap_grad_reduce and overlap_param_gather, buckets of 20,000 parameters: one
+    reduce-scatter per bucket in the gradient reduction and one all-gather per bucket (in the next forward), each
+    of its bucket's padded size; the states per rank (a bucket's shard splits parameters where the whole buffer's
+    did not: more Adam step scalars) equal `megatron_local.states` with the same buckets."""
+    from symmem.rules import megatron_local as ml
+
+    st, ranks = measure(dp=2, microbatches=2, overlap_grad_reduce=True, overlap_param_gather=True,
+                        bucket_size=20000)
+    buckets = [26752 * FP32, 30848 * FP32, 20608 * FP32]
+    d = ml.Dims.from_hf(LLAMA)
+    for got, kinds in _check(st, ranks):
+        assert kinds == {"dp reduce-scatter (gradient reduction)": sum(buckets) // 2,
+                         "dp all-gather (forward)": sum(buckets) // 2}
+        assert got == {"dp": sum(buckets)}
+    for r in ranks:
+        records = [c for c in r["collectives"] if c["group"] == "dp-cp"]
+        assert sorted(c["nbytes"] for c in records if c["kind"] == "reduce-scatter") == sorted(buckets)
+        assert sorted(c["nbytes"] for c in records if c["kind"] == "all-gather") == sorted(b // 2 for b in buckets)
+        assert r["states_by_kind"] == {**ml.states(d, 1, 1, 2, 0, r["dp_rank"], bf16=False, bucket_size=20000)}
+    one_bucket = ml.states(d, 1, 1, 2, 0, 0, bf16=False)
+    assert ranks[0]["states"] == one_bucket["total"] + 12  # three more pieces on rank 0, 4 bytes of step each

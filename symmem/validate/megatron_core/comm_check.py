@@ -66,6 +66,10 @@ def scenario(st):
                    act_bytes=ACT_DTYPES[st.dtype])
     if prof.convention in model.family.conventions:
         changes["convention"] = prof.convention
+    if st.overlap_grad_reduce:  # (--overlap-grad-reduce, --overlap-param-gather, --ddp-bucket-size)
+        from symmem.parallel.ddp_buckets import DDP
+
+        changes["ddp"] = DDP(st.overlap_grad_reduce, st.overlap_param_gather, st.bucket_size)
     return scn.replace(**changes)
 
 

@@ -41,6 +41,11 @@ class Settings:
     distributed_optimizer: bool = True
     seed: int = 0
     collectives: bool = False  # record every c10d collective (collectives.Recorder)
+    # Megatron's --overlap-grad-reduce, --overlap-param-gather and --ddp-bucket-size (None: Megatron's default,
+    # max(40M, 1M x DP) parameters, distributed_data_parallel.py:63-67)
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    bucket_size: int | None = None
 
     @property
     def world(self) -> int:
@@ -135,7 +140,9 @@ def _iteration(rank: int, st: Settings) -> dict:
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts if moe else None, moe_grouped_gemm=False,
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     vocab = st.raw["vocab_size"]
-    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=st.overlap_grad_reduce,
+                                               overlap_param_gather=st.overlap_param_gather,
+                                               bucket_size=st.bucket_size,
                                                use_distributed_optimizer=st.distributed_optimizer)
     # one model chunk per virtual stage, as Megatron-LM's get_model builds them (megatron/training/training.py):
     # pre/post_process of the chunk (parallel_state.py:1622, :1632, vp_stage given), vp_stage to GPTModel (its
