@@ -178,6 +178,18 @@ def ddp_padding(scn, stage, parts, values) -> dict[str, int]:
             "expert": _ddp_padding(expert, scn.parallel.expert_dp, size)}
 
 
+def ddp_layouts(scn, stage) -> list[tuple[int, object]]:
+    """(data-parallel group size, `ddp_buckets.BufferLayout`) of each of the stage's DDP buffers that holds
+    parameters (dense, then expert), bucketed as `ddp_buckets.bucket_size_for` says."""
+    from symmem.model import stage_parts
+    from symmem.parallel.ddp_buckets import bucket_size_for, layout
+
+    dense, expert = ddp_weights(scn, stage_parts(scn.model, stage, scn.convention), scn.size_values())
+    size = bucket_size_for(scn, stage.index)
+    return [(group, layout(ws, group, size)) for ws, group in ((dense, scn.parallel.dense_shard),
+                                                               (expert, scn.parallel.expert_dp)) if ws]
+
+
 def ddp_weights(scn, parts, values) -> tuple[list[int], list[int]]:
     """The local parameter sizes of the stage's dense and expert DDP buffers, in registration order. The ops of
     one fused Megatron module (tag `module:NAME`: linear_qkv, linear_fc1) are one parameter, padded once."""

@@ -38,7 +38,8 @@ FLAGS = [
     ("--histogram", "HISTOGRAM"), ("--dataflow", "hf"), ("--dataflow", "paper"), ("--attn-impl", "sdpa"),
     ("--attn-impl", "eager"), ("--experts-impl", "grouped_mm"), ("--activation-dtype", "fp32"),
     ("--flops-convention", "exact"), ("--flops-convention", "paper"), ("--gpu-memory", "141GB"),
-    ("--gpu", "B200"), ("--profile", "megatron-te"),
+    ("--gpu", "B200"), ("--profile", "megatron-te"), ("--overlap-grad-reduce",), ("--overlap-param-gather",),
+    ("--ddp-bucket-size", "20000000"),
 ]
 # what is not a setting of the scenario: output, the scenario itself, the model
 NOT_SETTINGS = {"-h", "--help", "--json", "--scenario", "--model"}

@@ -11,10 +11,11 @@ distributed optimizer) as a sequence of individual mallocs and frees:
    `module:NAME`, e.g. linear_kv_down_proj) are one tensor, each local expert's its own (TE's grouped linear).
 2. **DDP buffers**: per buffer (dense parameters, then expert parameters; MLM
    megatron/core/distributed/distributed_data_parallel.py:196-284), the BF16 parameter buffer and the FP32 gradient
-   buffer, whole (`torch.zeros(numel)`, param_and_grad_buffer.py:700-714, numel padded as `profiles._ddp_padding`
-   pads it: each parameter's start to 64 elements, the end to lcm(DP, 128)); then each parameter is copied into its
-   slice of the buffer and its own tensor freed, in reverse order (param_and_grad_buffer.py:719-736).
-3. **Distributed optimizer**: the FP32 main copy of each parameter's piece of this rank's shard of the buffer
+   buffer, whole (`torch.zeros(numel)`, param_and_grad_buffer.py:700-714, numel as `parallel.ddp_buckets.layout`
+   lays it out: each parameter's start padded to 64 elements, each bucket's end to lcm(DP, 128), buckets under
+   --overlap-grad-reduce on the first stage); then each parameter is copied into its slice of the buffer and its own
+   tensor freed, in reverse order (param_and_grad_buffer.py:719-736).
+3. **Distributed optimizer**: the FP32 main copy of each parameter's piece of this rank's shard of each bucket
    (`shard_model_param.clone().float()`, distrib_optimizer.py:379), in buffer order.
 4. **First step**: TransformerEngine's cuBLAS workspaces and the RoPE table at the first forward; every activation
    storage of every layer copy and micro-batch as the timeline has it (`timeline.part_timeline`: a storage is

@@ -67,6 +67,18 @@ def notes(args: argparse.Namespace, scn) -> list[str]:
                                           "slots, however they spread over the experts (--ep)"))
     if _given(args, "routing") and not moe:
         out.append((_flag(args, "routing"), f"{model.name} has no routed experts"))
+    if scn.ddp.overlap_grad_reduce and par.dense_shard == 1 and par.expert_dp == 1:
+        from symmem.parallel.ddp_buckets import DDP
+        from symmem.profiles import ddp_layouts
+
+        def sizes(s):
+            return [lay.numel for _g, lay in ddp_layouts(s, s.stages[0])]
+
+        if sizes(scn) == sizes(scn.replace(ddp=DDP())):
+            for field in ("overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size"):
+                if getattr(args, field, None):
+                    out.append((_flag(args, field), "at DP·CP 1 there is no gradient reduction to overlap (--dp), "
+                                                    "and the buckets' ends add no padding to these parameters"))
     if _given(args, "flops_convention"):
         out.append((_flag(args, "flops_convention"), "it counts FLOPs for `symmem check` (its model_flops and "
                                                      "layer_flops quantities); the step time's MFU counts "

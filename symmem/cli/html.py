@@ -106,6 +106,9 @@ def _run(args) -> int:
         raise SymmemError("--microbatches: the page sets M from --global-batch-size (or PP by default); give "
                           "--global-batch-size instead")
     base = scenario_from_args(args)
+    if base.ddp.flags:
+        raise SymmemError(f"{base.ddp.flags}: Megatron's DDP buckets are not modelled by the page (its tables read "
+                          "one bucket per buffer); use symmem memory")
     from symmem.render.page import refusal
 
     why = refusal(base)  # a scenario the page cannot carry is refused before its choices are rebuilt from it

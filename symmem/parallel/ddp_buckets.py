@@ -51,8 +51,8 @@ class DDP:
         return ", ".join(out)
 
     def check(self, scn) -> None:
-        """Megatron's own rules for these flags (megatron/training/arguments.py:1025-1030 at Megatron-LM
-        23e00ed0) and what symmem models of them, each refusal one line naming the flag."""
+        """Megatron's own rules for these flags (Megatron-LM megatron/training/arguments.py:1024-1029 at d98e8a6)
+        and what symmem models of them, each refusal one line naming the flag."""
         from symmem.errors import SymmemError
 
         if self == DDP():

@@ -145,6 +145,13 @@ def once_costs(scn) -> tuple[float, int, bool, float]:
     return max(per_stage, key=lambda x: x[0] + x[3])
 
 
+def _once_stage(scn):
+    """The stage whose once-only costs `once_costs` gives (the first with the most)."""
+    from symmem.steptime.costs import dp_cost, optimizer_bytes
+
+    return max(scn.stages, key=lambda st: dp_cost(scn, st)[0] + optimizer_bytes(scn, st))
+
+
 def features(scn, g: GPU | None = None, constants: Constants | None = None, per_stage=None) -> StepFeatures:
     """The model's reading of `scn` on `g` (B200 by default): M slots of the slowest stage (under `constants`,
     CONSTANTS by default), the bubble's slots at the other stages' mean, and the iteration's once-only costs (the
@@ -163,8 +170,58 @@ def features(scn, g: GPU | None = None, constants: Constants | None = None, per_
     others = [f for j, f in enumerate(per_stage) if j != i] or [per_stage[i]]
     mean = _mean(others, bubble) if bubble else None
     return dataclasses.replace(per_stage[i], slots=float(scn.m), dp_bytes=dp, dp_calls=calls, dp_network=net,
-                               optimizer_bytes=opt, bubble=mean, dp_floor=fsdp_floor(scn, scn.stages[i]))
+                               optimizer_bytes=opt, bubble=mean, dp_floor=fsdp_floor(scn, scn.stages[i]),
+                               dp_overlap=megatron_overlaps(scn, dp) if dp else None)
 
+
+def megatron_overlaps(scn, dp_most: float) -> tuple | None:
+    """Under --overlap-grad-reduce, each stage's (its DP bytes over `dp_most`'s, the stage's index, then
+    `megatron_overlap`'s four shares), for `model._megatron_dp`; None without it."""
+    from symmem.steptime.costs import dp_cost
+
+    if not scn.ddp.overlap_grad_reduce or int(scn.zero) > 2:
+        return None
+    out = []
+    for st in scn.stages:
+        nb = dp_cost(scn, st)[0]
+        shares = megatron_overlap(scn, st) if nb else None
+        if shares is not None:
+            out.append((nb / dp_most, st.index, *shares))
+    return tuple(out) or None
+
+
+def megatron_overlap(scn, stage) -> tuple[float, float, float, float | None] | None:
+    """What of `stage`'s data-parallel traffic Megatron's overlap flags run beside compute (`model._megatron_dp`),
+    as (the gradient reduction's share of the bytes, the share of it nothing hides, the parameter gather's share,
+    the share of it nothing hides, None without --overlap-param-gather); None without --overlap-grad-reduce.
+
+    megatron-core 0.16.1: with overlap_grad_reduce each bucket's reduce-scatter (all-reduce without the distributed
+    optimizer) is issued by the backward hook of the last micro-batch once every gradient of the bucket is ready
+    (distributed/param_and_grad_buffer.py:530-561, `register_grad_ready`), on the communication stream, beside the
+    rest of that backward; the bucket filled last, the one holding the first parameters registered (the buffer is
+    laid out in reverse, :711), is reduced after the backward ends. With overlap_param_gather the optimizer step
+    leaves the parameters' all-gather to the next forward: each bucket's forward pre-hook waits for its own gather
+    and dispatches the next bucket's (distributed_data_parallel.py `_make_forward_pre_hook`,
+    param_and_grad_buffer.py `finish_param_sync`), so all but the first bucket's gather (the same, embedding-side
+    bucket) run beside the first micro-batch's forward; without it the gather follows the step
+    (distrib_optimizer.py `step_with_ready_grads`). Only the first stage is bucketed
+    (distributed_data_parallel.py:94-100): elsewhere the one bucket is reduced after the stage's backward (share
+    1), which under 1F1B ends before the first stage's (`model._megatron_dp`)."""
+    from symmem.profiles import ddp_layouts
+
+    ddp, z = scn.ddp, int(scn.zero)
+    if not ddp.overlap_grad_reduce or z > 2:
+        return None
+    lays = [lay for group, lay in ddp_layouts(scn, stage) if group > 1]
+    total = sum(lay.numel for lay in lays)
+    if not total:
+        return None
+    last = sum(lay.buckets[-1][1] - lay.buckets[-1][0] for lay in lays) / total
+    p = scn.precision
+    if z == 0:  # one all-reduce of the gradients
+        return (1.0, last, 0.0, None)
+    reduce = p.grad_bytes / (p.grad_bytes + p.weight_bytes)  # `comm.dp_bytes`: params x (grad + weight) bytes
+    return (reduce, last, 1.0 - reduce, last if ddp.overlap_param_gather else None)
 
 def fsdp_floor(scn, stage) -> float:
     """The share of `stage`'s parameters in the FSDP unit whose traffic nothing hides (`model._dp_exposed`): the

@@ -345,7 +345,12 @@ def dp_cost(scn, stage) -> tuple[float, int, bool]:
 
     z = int(scn.zero)
     key = (scn.model, scn.convention, scn.size_key, scn.parallel, z, scn.m if z == 3 else None, scn.precision,
-           scn.profile.name, stage, scn.schedule)
+           scn.profile.name, stage, scn.schedule, scn.ddp)
     nb = bounded(_DP, key, 8192, lambda: float(Fraction(dp_bytes(scn, stage))))
-    calls = 0 if nb == 0 else (2 if int(scn.zero) >= 1 else 1) * (2 if scn.model.family.routed_experts else 1)
+    buffers = 2 if scn.model.family.routed_experts else 1
+    if nb and scn.ddp.overlap_grad_reduce:  # one collective per bucket (Megatron's bucket groups)
+        from symmem.profiles import ddp_layouts
+
+        buffers = sum(len(lay.buckets) for group, lay in ddp_layouts(scn, stage) if group > 1)
+    calls = 0 if nb == 0 else (2 if int(scn.zero) >= 1 else 1) * buffers
     return nb, calls, span(scn, "dp")

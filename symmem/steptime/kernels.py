@@ -153,7 +153,7 @@ def kernel_features(scn, g, p: KernelProfile):
     if any(stage_kernel_features(c, g, p) is None for c in _stage_costs(scn).values()):
         return None
     f = features(scn, g, Constants(1.0, 1.0, 1.0, 1e-05, 0.0), lambda c: stage_kernel_features(c, g, p))
-    return dataclasses.replace(f, optimizer_bytes=f.optimizer_bytes / p.memory_bound, dp_floor=0.0)
+    return dataclasses.replace(f, optimizer_bytes=f.optimizer_bytes / p.memory_bound, dp_floor=0.0, dp_overlap=None)
 
 
 def fit_rest(rows):

@@ -74,6 +74,9 @@ class StepFeatures:
     # nothing hides (`steptime.fsdp_floor`), the rest of the data-parallel traffic running beside the compute
     # (`_dp_exposed`); 0: none overlapped (Megatron's runs as measured)
     dp_floor: float = 0.0
+    # Megatron's --overlap-grad-reduce / --overlap-param-gather (`steptime.megatron_overlap`): (the gradient
+    # reduction's share of the DP bytes, its unhidden share, the parameter gather's share, its unhidden share)
+    dp_overlap: tuple | None = None
     # the pipeline's bubble: the other stages' mean slot (its `slots` the schedule's bubble, no once-only costs):
     # 1F1B takes (M - 1) slots of the slowest stage and one of every stage, M·max + (PP - 1)·mean(others)
     bubble: StepFeatures | None = None
@@ -134,8 +137,8 @@ def _once(f: StepFeatures, g) -> dict[str, tuple[list[float], float]]:
 def coefficients(f: StepFeatures, g) -> tuple[list[float], float]:
     """The iteration's time as `row · (1/gemm_eff, 1/attention_eff, 1/link_eff, latency, fixed) + known`, the CP
     ring's overlap and FSDP2's left out (they make the model nonlinear; no measured run has either)."""
-    if f.dp_floor:
-        raise SymmemError("step-time fit: a row with FSDP2's overlapped traffic is not linear in the constants")
+    if f.dp_floor or f.dp_overlap:
+        raise SymmemError("step-time fit: a row with overlapped data-parallel traffic is not linear in the constants")
     parts = [*_terms(f, g).values(), *_once(f, g).values()]
     if f.bubble is not None:
         parts += _terms(f.bubble, g).values()
@@ -170,6 +173,36 @@ def _dp_exposed(dp: float, compute: float, floor: float) -> float:
     return max(dp - compute, dp * floor) if floor else dp
 
 
+# of a slot's compute, the backward's: a GEMM's backward is two GEMMs of its forward's FLOPs (data and weight
+# gradients), so two thirds of the GEMMs' time (the attention's backward, 2.5 forwards, and recomputation's extra
+# forward are not told apart: a recomputing step's backward is longer, and this under-states what it can hide)
+BACKWARD_SHARE = 2 / 3
+
+
+def _megatron_dp(dp: float, slot_compute: float, overlaps: tuple) -> float:
+    """The seconds of Megatron's data-parallel traffic the step waits for under --overlap-grad-reduce (and
+    --overlap-param-gather): `dp` the seconds of the stage with the most, `overlaps` each stage's (its traffic
+    over that one's, its index, and `steptime.megatron_overlap`'s shares), `slot_compute` the seconds of one
+    micro-batch's compute on the slowest stage. On a stage, the gradient reduction runs beside the last
+    micro-batch's backward and the parameter gather beside the first one's forward, each at least its last
+    bucket's share (`_dp_exposed`'s form). Stage i's backward ends i backward slots before the first stage's under
+    1F1B (the first stage runs the last backward), and its first forward starts i forward slots after: that much
+    of its traffic is hidden too (the gradient norm's all-reduce over the pipeline, megatron/core/optimizer/
+    clip_grads.py, makes every stage's step wait for the first stage's backward). The step waits for the stage
+    that finishes last. (Without the overlap flags the model counts the busiest stage's traffic whole, as its
+    constants were fitted on the measured runs, none of which overlapped.)"""
+    backward, forward = slot_compute * BACKWARD_SHARE, slot_compute * (1 - BACKWARD_SHARE)
+    worst = 0.0
+    for ratio, i, reduce, reduce_floor, gather, gather_floor in overlaps:
+        wait = max(0.0, _dp_exposed(dp * ratio * reduce, backward, reduce_floor) - i * backward)
+        if gather_floor is None:  # gathered after the step (no --overlap-param-gather): every stage at once
+            wait += dp * ratio * gather
+        else:
+            wait += max(0.0, _dp_exposed(dp * ratio * gather, forward, gather_floor) - i * forward)
+        worst = max(worst, wait)
+    return worst
+
+
 def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
     """Seconds of one iteration by component (their sum is the iteration)."""
     out = _slot_breakdown(f, g, k)
@@ -178,6 +211,9 @@ def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
     out.update({name: _dot(row, known, k) for name, (row, known) in _once(f, g).items()})
     if f.dp_floor:
         out["comm_dp"] = _dp_exposed(out["comm_dp"], sum(out.get(c, 0.0) for c in COMPUTE), f.dp_floor)
+    if f.dp_overlap:
+        out["comm_dp"] = _megatron_dp(out["comm_dp"], sum(out.get(c, 0.0) for c in COMPUTE) / f.slots,
+                                      f.dp_overlap)
     return out
 
 
