@@ -186,8 +186,9 @@ def ddp_layouts(scn, stage) -> list[tuple[int, object]]:
 
     dense, expert = ddp_weights(scn, stage_parts(scn.model, stage, scn.convention), scn.size_values())
     size = bucket_size_for(scn, stage.index)
-    return [(group, layout(ws, group, size)) for ws, group in ((dense, scn.parallel.dense_shard),
-                                                               (expert, scn.parallel.expert_dp)) if ws]
+    distributed = int(scn.zero) in (1, 2)  # (without the distributed optimizer nothing is padded)
+    return [(group, layout(ws, group, size, distributed))
+            for ws, group in ((dense, scn.parallel.dense_shard), (expert, scn.parallel.expert_dp)) if ws]
 
 
 def ddp_weights(scn, parts, values) -> tuple[list[int], list[int]]:

@@ -54,6 +54,8 @@ def test_default_bucket_size():
     (["--ddp-bucket-size", "1000"], "--ddp-bucket-size = 1000: without --overlap-grad-reduce"),
     (["--overlap-grad-reduce", "--overlap-param-gather", "--zero", "0"], "only with the distributed optimizer"),
     (["--overlap-grad-reduce", "--pp", "2", "--schedule", "interleaved:2"], "--schedule interleaved"),
+    (["--overlap-grad-reduce", "--pp", "2", "--schedule", "gpipe"], "modelled under 1F1B only"),
+    (["--overlap-grad-reduce", "--zero", "3", "--dp", "2"], "--zero 3 is not Megatron's DDP"),
 ])
 def test_refusals_are_one_line(flags, words):
     code, out, err = _run([*BASE, *flags])
@@ -123,19 +125,25 @@ def test_overlap_time_by_hand():
     assert grads["comm_dp"] == pytest.approx(want, rel=1e-9)
 
 
-def test_megatron_dp_hides_behind_later_stages():
-    """Stage i's traffic ends i backward slots before the first stage's backward (its gather starts i forward slots
-    after, under --overlap-param-gather): made-up figures, the wait by hand."""
+def test_megatron_dp_over_the_pipeline():
+    """Made-up figures, the wait by hand: stage i's reduction ends i backward slots before the first stage's
+    backward; a later stage's gather (one bucket) delays the first micro-batch's way through the pipeline whole,
+    under --overlap-param-gather; without it every stage gathers after the step, at once."""
     from symmem.steptime.model import _megatron_dp
 
     # one stage: 10 s of traffic, 6 of it reduced beside 4 s of backward (floor 0.1), 4 gathered beside 2 s
     assert _megatron_dp(10.0, 6.0, ((1.0, 0, 0.6, 0.1, 0.4, 0.1),)) == pytest.approx((6 - 4) + (4 - 2))
     # without --overlap-param-gather the gather waits whole
     assert _megatron_dp(10.0, 6.0, ((1.0, 0, 0.6, 0.1, 0.4, None),)) == pytest.approx(2 + 4)
-    # a second stage with one bucket (floor 1) and 80 % of the traffic: 4.8 s reduced, 4 s of slack; 3.2 s
-    # gathered, 2 s of slack
+    # a second stage with one bucket (floor 1) and 80 % of the traffic: 4.8 s reduced, 4 s of slack, so the first
+    # stage's 2 s waits; its 3.2 s gather adds to the first stage's 2 s unhidden
     two = ((1.0, 0, 0.6, 0.1, 0.4, 0.1), (0.8, 1, 0.6, 1.0, 0.4, 1.0))
-    assert _megatron_dp(10.0, 6.0, two) == pytest.approx(max(4.0, (4.8 - 4) + (3.2 - 2)))
+    assert _megatron_dp(10.0, 6.0, two) == pytest.approx(max(2.0, 4.8 - 4) + (2.0 + 3.2))
+    # a third stage: its gather adds too; the gathers after the step instead: the largest, 4 s
+    three = two + ((0.5, 2, 0.6, 1.0, 0.4, 1.0),)
+    assert _megatron_dp(10.0, 6.0, three) == pytest.approx(2.0 + (2.0 + 3.2 + 2.0))
+    after = tuple((*o[:5], None) for o in three)
+    assert _megatron_dp(10.0, 6.0, after) == pytest.approx(2.0 + 4.0)
     # the floor binds when the compute is long: 20 s of backward would hide all 6 s, the last bucket's 6 x 0.5 = 3
     # do not hide; and when it is short, the traffic beyond it: 6 - 0.2
     assert _megatron_dp(10.0, 30.0, ((1.0, 0, 0.6, 0.5, 0.4, None),)) == pytest.approx(3 + 4)

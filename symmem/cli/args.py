@@ -78,14 +78,6 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
     g.add_argument("--enable-fsdp-float8-all-gather", dest="fsdp_float8_all_gather", action="store_true",
                    help="FSDP2 gathers the Float8 linears' weights in float8 (torchao's Float8LinearConfig option; "
                         "torchtitan profiles, --precision torchao-float8-tensorwise)")
-    g.add_argument("--overlap-grad-reduce", dest="overlap_grad_reduce", action="store_true",
-                   help="Megatron's DDP: buckets on the first stage, each reduced while the backward goes on "
-                        "(megatron profiles)")
-    g.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true",
-                   help="Megatron's distributed optimizer gathers each bucket's parameters beside the next forward "
-                        "(with --overlap-grad-reduce)")
-    g.add_argument("--ddp-bucket-size", dest="ddp_bucket_size", type=int_arg(1, 2**40),
-                   help="parameters per DDP bucket (default max(40M, 1M x DP); with --overlap-grad-reduce)")
     if not swept:
         g.add_argument("--layers-per-stage", help="explicit pipeline layout, e.g. 4,4,4,...,1")
         g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first",
@@ -100,6 +92,15 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
         g.add_argument("--profile", help="implementation profile: paper, torch-eager, megatron-te, megatron-local, "
                                          "torchtitan, torchtitan-cpu, torchtitan-2412 (its rules, state layout and "
                                          "framework buffers; --precision/--zero override)")
+        # Megatron's DDP settings (megatron profiles, which only these commands take)
+        g.add_argument("--overlap-grad-reduce", dest="overlap_grad_reduce", action="store_true",
+                       help="Megatron's DDP: buckets on the first stage, each reduced while the backward goes on "
+                            "(megatron profiles)")
+        g.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true",
+                       help="Megatron's distributed optimizer gathers each bucket's parameters beside the next forward "
+                            "(with --overlap-grad-reduce)")
+        g.add_argument("--ddp-bucket-size", dest="ddp_bucket_size", type=int_arg(1, 2**40),
+                       help="parameters per DDP bucket (default max(40M, 1M x DP); with --overlap-grad-reduce)")
         if not swept:
             g.add_argument("--recompute", help="none, full, selective, deepseek, selective-op (torchtitan's per-op "
                                                 "SAC), selective-layer:N (every N-th layer full) or custom:OPS")

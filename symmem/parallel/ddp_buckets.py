@@ -70,9 +70,12 @@ class DDP:
             raise SymmemError(f"--ddp-bucket-size = {self.bucket_size}: without --overlap-grad-reduce Megatron makes "
                               "one bucket whatever the size (distributed_data_parallel.py:66-67); add "
                               "--overlap-grad-reduce")
-        if self.overlap_grad_reduce and scn.schedule.name == "interleaved":
-            raise SymmemError("--overlap-grad-reduce with --schedule interleaved: the model chunks' own buckets "
-                              "are not modelled")
+        if int(scn.zero) > 2:
+            raise SymmemError(f"{self.flags}: Megatron's DDP buckets; --zero 3 is not Megatron's DDP (use --zero 0, "
+                              "1 or 2)")
+        if scn.parallel.pp > 1 and scn.schedule.name != "1f1b":
+            raise SymmemError(f"{self.flags} with --schedule {scn.schedule.name}: the overlap is modelled under "
+                              "1F1B only (the interleaved schedule's model chunks have their own buckets)")
 
 
 def default_bucket_size(dp: int) -> int:

@@ -145,12 +145,6 @@ def once_costs(scn) -> tuple[float, int, bool, float]:
     return max(per_stage, key=lambda x: x[0] + x[3])
 
 
-def _once_stage(scn):
-    """The stage whose once-only costs `once_costs` gives (the first with the most)."""
-    from symmem.steptime.costs import dp_cost, optimizer_bytes
-
-    return max(scn.stages, key=lambda st: dp_cost(scn, st)[0] + optimizer_bytes(scn, st))
-
 
 def features(scn, g: GPU | None = None, constants: Constants | None = None, per_stage=None) -> StepFeatures:
     """The model's reading of `scn` on `g` (B200 by default): M slots of the slowest stage (under `constants`,
@@ -201,10 +195,11 @@ def megatron_overlap(scn, stage) -> tuple[float, float, float, float | None] | N
     rest of that backward; the bucket filled last, the one holding the first parameters registered (the buffer is
     laid out in reverse, :711), is reduced after the backward ends. With overlap_param_gather the optimizer step
     leaves the parameters' all-gather to the next forward: each bucket's forward pre-hook waits for its own gather
-    and dispatches the next bucket's (distributed_data_parallel.py `_make_forward_pre_hook`,
-    param_and_grad_buffer.py `finish_param_sync`), so all but the first bucket's gather (the same, embedding-side
-    bucket) run beside the first micro-batch's forward; without it the gather follows the step
-    (distrib_optimizer.py `step_with_ready_grads`). Only the first stage is bucketed
+    and dispatches the next bucket's (distributed_data_parallel.py:406-416, param_and_grad_buffer.py:302-330
+    `finish_param_sync`; Megatron-LM turns align_param_gather off outside the interleaved schedule,
+    megatron/training/arguments.py:1013), so all but the first bucket's gather (the same, embedding-side bucket)
+    run beside the first micro-batch's forward; without it the gather follows the step (distrib_optimizer.py
+    `step_with_ready_grads`). Only the first stage is bucketed
     (distributed_data_parallel.py:94-100): elsewhere the one bucket is reduced after the stage's backward (share
     1), which under 1F1B ends before the first stage's (`model._megatron_dp`)."""
     from symmem.profiles import ddp_layouts

@@ -181,26 +181,33 @@ BACKWARD_SHARE = 2 / 3
 
 def _megatron_dp(dp: float, slot_compute: float, overlaps: tuple) -> float:
     """The seconds of Megatron's data-parallel traffic the step waits for under --overlap-grad-reduce (and
-    --overlap-param-gather): `dp` the seconds of the stage with the most, `overlaps` each stage's (its traffic
-    over that one's, its index, and `steptime.megatron_overlap`'s shares), `slot_compute` the seconds of one
-    micro-batch's compute on the slowest stage. On a stage, the gradient reduction runs beside the last
-    micro-batch's backward and the parameter gather beside the first one's forward, each at least its last
-    bucket's share (`_dp_exposed`'s form). Stage i's backward ends i backward slots before the first stage's under
-    1F1B (the first stage runs the last backward), and its first forward starts i forward slots after: that much
-    of its traffic is hidden too (the gradient norm's all-reduce over the pipeline, megatron/core/optimizer/
-    clip_grads.py, makes every stage's step wait for the first stage's backward). The step waits for the stage
-    that finishes last. (Without the overlap flags the model counts the busiest stage's traffic whole, as its
-    constants were fitted on the measured runs, none of which overlapped.)"""
+    --overlap-param-gather): `dp` the seconds of the stage `steptime.once_costs` chose, `overlaps` each stage's
+    (its traffic over that one's, its index, and `steptime.megatron_overlap`'s shares), `slot_compute` the seconds
+    of one micro-batch's compute on the slowest stage (1F1B; other schedules are refused).
+
+    * The gradient reduction: on a stage it runs beside the last micro-batch's backward, at least its last bucket's
+      share waited for (`_dp_exposed`'s form); stage i's backward ends i backward slots before the first stage's
+      (the first stage runs the last backward), and the gradient norm's all-reduce over the pipeline
+      (megatron/core/optimizer/clip_grads.py) makes every stage's step wait for the first stage: that much of
+      stage i's reduction is hidden too. The step waits for the latest stage.
+    * The parameter gather, under --overlap-param-gather (Megatron-LM sets align_param_gather off outside the
+      interleaved schedule, megatron/training/arguments.py:1013 at d98e8a6, so each bucket's forward pre-hook
+      dispatches the next bucket's gather, distributed_data_parallel.py:406-416): the first stage's beside its
+      first forward, at least its first bucket's share; a later stage has one bucket, gathered whole by the
+      pre-hook of its first forward, which cannot start before it (its input arrives then): each later stage's
+      gather delays the first micro-batch's way through the pipeline, so their sum is waited for. Without the flag
+      every stage gathers after the optimizer step, at once: the largest is waited for.
+
+    (Without the overlap flags the model counts the busiest stage's traffic whole, as its constants were fitted on
+    the measured runs, none of which overlapped. The traffic of a stage is `dp` scaled by its bytes, latency
+    included.)"""
     backward, forward = slot_compute * BACKWARD_SHARE, slot_compute * (1 - BACKWARD_SHARE)
-    worst = 0.0
-    for ratio, i, reduce, reduce_floor, gather, gather_floor in overlaps:
-        wait = max(0.0, _dp_exposed(dp * ratio * reduce, backward, reduce_floor) - i * backward)
-        if gather_floor is None:  # gathered after the step (no --overlap-param-gather): every stage at once
-            wait += dp * ratio * gather
-        else:
-            wait += max(0.0, _dp_exposed(dp * ratio * gather, forward, gather_floor) - i * forward)
-        worst = max(worst, wait)
-    return worst
+    reduced = max(max(0.0, _dp_exposed(dp * ratio * reduce, backward, reduce_floor) - i * backward)
+                  for ratio, i, reduce, reduce_floor, _g, _gf in overlaps)
+    gathers = [(i, dp * ratio * gather, gather_floor) for ratio, i, _r, _rf, gather, gather_floor in overlaps]
+    if any(floor is None for _i, _g, floor in gathers):  # after the step, every stage at once
+        return reduced + max(g for _i, g, _f in gathers)
+    return reduced + sum(_dp_exposed(g, forward, floor) if i == 0 else g for i, g, floor in gathers)
 
 
 def breakdown(f: StepFeatures, g, k: Constants) -> dict[str, float]:
