@@ -493,7 +493,7 @@ def test_float8_all_gather_measured_to_the_byte(tmp_path, capsys, ac):
             "--recipe", "tensorwise", "--enable-fsdp-float8-all-gather", "--json"]
     code = main(argv)
     out = json.loads(capsys.readouterr().out)
-    assert code == 0 and out["match"] and out["fsdp_float8_all_gather"], out
+    assert code == 0 and out["match"] and out["fsdp_float8_all_gather"], _mismatches(out)
     for r in out["ranks"]:
         assert r["states_match"] and r["saved_match"] and r["unsharded_match"] and r["growth_match"], r
         assert r["unsharded"]["measured"] == {"root": 49_284, "layer 0": 61_716, "layer 1": 61_716,
@@ -501,3 +501,17 @@ def test_float8_all_gather_measured_to_the_byte(tmp_path, capsys, ac):
         growth = r["forward_growth"]["block 2"]["measured"]
         assert growth == r["measured"]["saved"]["layer 2"] + 5 * 4, r
         assert r["peak_not_predicted"].startswith("Float8")  # the casts' transients: shown, not predicted
+
+
+def _mismatches(out: dict) -> list:
+    """What differed, per rank: each failed comparison's measured and predicted figures (a failure message that
+    names the difference, where the whole report is cut short; one such failure under a loaded CI machine could
+    not be reproduced in 14 runs under load)."""
+    found = []
+    for r in out.get("ranks", []):
+        for key in r:
+            if key.endswith("_match") and not r[key]:
+                part = r.get(key.removesuffix("_match"))
+                found.append((r.get("rank"), key, part))
+    return found or [out]
+
