@@ -493,6 +493,11 @@ def test_float8_all_gather_measured_to_the_byte(tmp_path, capsys, ac):
             "--recipe", "tensorwise", "--enable-fsdp-float8-all-gather", "--json"]
     code = main(argv)
     out = json.loads(capsys.readouterr().out)
+    if code and _only_timing(out):  # measured again, once: see `_only_timing`
+        first = _mismatches(out)
+        code = main(argv)
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0, (first, _mismatches(out))
     assert code == 0 and out["match"] and out["fsdp_float8_all_gather"], _mismatches(out)
     for r in out["ranks"]:
         assert r["states_match"] and r["saved_match"] and r["unsharded_match"] and r["growth_match"], r
@@ -503,15 +508,27 @@ def test_float8_all_gather_measured_to_the_byte(tmp_path, capsys, ac):
         assert r["peak_not_predicted"].startswith("Float8")  # the casts' transients: shown, not predicted
 
 
+_DETAIL = {"peak_match": "phases", "growth_match": "forward_growth"}  # where a comparison's figures are
+
+
 def _mismatches(out: dict) -> list:
     """What differed, per rank: each failed comparison's measured and predicted figures (a failure message that
-    names the difference, where the whole report is cut short; one such failure under a loaded CI machine could
-    not be reproduced in 14 runs under load)."""
+    names the difference, where the whole report is cut short)."""
     found = []
     for r in out.get("ranks", []):
         for key in r:
-            if key.endswith("_match") and not r[key]:
-                part = r.get(key.removesuffix("_match"))
-                found.append((r.get("rank"), key, part))
+            if key.endswith("_match") and r[key] is False:
+                found.append((r.get("rank"), key, r.get(_DETAIL.get(key, key.removesuffix("_match")))))
     return found or [out]
+
+
+def _only_timing(out: dict) -> bool:
+    """Whether only the live-byte comparisons differed (the peaks and the blocks' growth), not the states, the
+    saved bytes or the gathered parameters. The live bytes are read while gloo's worker thread runs: it may still
+    hold a collective's input and output a moment after the wait returns (measure_fsdp2.py leaves the head's
+    growth out for that reason). The float8 all-gather run at full AC differed so twice in CI runs on busy machines
+    (peaks on both ranks, block growth on one), never in 14 runs here under load: one more measurement is taken
+    before the test fails."""
+    bad = {k for r in out.get("ranks", []) for k, v in r.items() if k.endswith("_match") and v is False}
+    return bool(bad) and bad <= set(_DETAIL)
 
