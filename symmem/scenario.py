@@ -82,6 +82,7 @@ class Scenario:
     flops_convention: str = "paper"  # how FLOPs are counted (symmem.flops: `paper`, matmuls only)
     gpu_name: str | None = None  # the GPU by name (symmem.hardware), for the step time; None: not said
     ddp: DDP = DDP()  # Megatron's DDP bucketing and overlap (megatron profiles)
+    compiled: bool = False  # torchtitan's torch.compile of each layer and the loss (--compile; torchtitan profiles)
 
     def __post_init__(self) -> None:
         if self.convention not in self.model.family.conventions:
@@ -124,6 +125,8 @@ class Scenario:
                               f"'paper' rule set has none; use {fix}")
         self.schedule.check(self.parallel.pp, self.m, self.schedule_runtime)
         self.ddp.check(self)
+        if self.compiled:
+            self._check_compiled()
         if not any(st.chunk_layers for st in self.stages):  # (torchtitan's chunks are its own split)
             self.schedule.check_layout(tuple(len(st.layers) for st in self.stages))
         if self.flow_impl is None and (self.attn_impl, self.experts_impl) != ("eager", "eager"):
@@ -143,6 +146,26 @@ class Scenario:
         from symmem.flops import check_convention
 
         check_convention(self.flops_convention)
+
+    def _check_compiled(self) -> None:
+        """--compile is torchtitan's (each decoder layer and the loss compiled), modelled without TP and the
+        low-precision recipes, under torchtitan's checkpointing modes."""
+        if not (self.profile_name or "").startswith("torchtitan"):
+            raise SymmemError(f"--compile: torchtitan's torch.compile is modelled under the torchtitan profiles "
+                              f"(--profile torchtitan, torchtitan-cpu, torchtitan-2412), not {self._profile_said()}")
+        if self.parallel.tp != 1:  # (CP: the torchtitan rule sets have none, refused above)
+            raise SymmemError(f"--tp {self.parallel.tp} with --compile: a compiled step under TP is not modelled (the "
+                              "partitioner's cut over DTensor's collectives); use --compile at --tp 1")
+        if self.precision.low_precision is not None:
+            raise SymmemError(f"--recipe {self.precision.name} with --compile: Float8 under torch.compile is not "
+                              "modelled yet (the casts fused into the partitioner's cut)")
+        if self.policy.kind not in (Recompute.NONE, Recompute.FULL, Recompute.SELECTIVE_OP,
+                                    Recompute.SELECTIVE_LAYER):
+            raise SymmemError(f"--recompute {self.policy.label} with --compile: torchtitan's modes are modelled "
+                              "(none, full, selective-op, selective-layer:N)")
+
+    def _profile_said(self) -> str:
+        return f"--profile {self.profile_name}" if self.profile_name else f"--rules {self.rules_name}"
 
     def _check_custom_recompute(self) -> None:
         """A custom recomputation set must name op kinds, tags or names that exist in this scenario's dataflows."""
@@ -190,11 +213,26 @@ class Scenario:
             # DTensor TP keeps the gathered inputs (at b = 1 two more copies each), the vocabulary mask, loss-parallel's
             # log-probabilities
             base = under_tp(base, one_sequence=self.b == 1)
+        if self.compiled and base.name.startswith("torchtitan") and self.parallel.tp == 1:
+            base = self._compiled_rules(base)
         if self.precision.low_precision is None:
             return base
         from symmem.precision.apply import with_precision
 
         return with_precision(base, self.precision)
+
+    def _compiled_rules(self, base: RuleSet) -> RuleSet:
+        """The rule set with torchtitan's compiled regions (`symmem.accounting.compiled`): the cut weighed at this
+        model's sizes; on the CPU a checkpointed region keeps the CPU generator's state, on a GPU CUDA's; the loss
+        compiled by torchtitan 0.3.0, not by 9dec370 (train.py:136-138 there)."""
+        from symmem.accounting.compiled import CPU_RNG_STATE_BYTES, CUDA_RNG_STATE_BYTES, CompileSpec
+
+        spec = CompileSpec(tuple(sorted(self._size_values.items(), key=lambda kv: str(kv[0]))), self.act_bytes,
+                           CPU_RNG_STATE_BYTES if base.name.endswith("-cpu") else CUDA_RNG_STATE_BYTES,
+                           loss=base.name != "torchtitan-2412")  # 9dec370 compiled the blocks only
+        return dataclasses.replace(base, name=f"{base.name}+compile", compile=spec,
+                                   description=f"{base.description}; each decoder layer and the loss compiled "
+                                   "(torch.compile, inductor: the partitioner's cut)")
 
     def size_values(self) -> dict:
         """The model's sizes as the implementation allocates them (Megatron pads the vocabulary); a copy."""

@@ -39,7 +39,7 @@ FLAGS = [
     ("--attn-impl", "eager"), ("--experts-impl", "grouped_mm"), ("--activation-dtype", "fp32"),
     ("--flops-convention", "exact"), ("--flops-convention", "paper"), ("--gpu-memory", "141GB"),
     ("--gpu", "B200"), ("--profile", "megatron-te"), ("--overlap-grad-reduce",), ("--overlap-param-gather",),
-    ("--ddp-bucket-size", "20000000"),
+    ("--ddp-bucket-size", "20000000"), ("--compile",),
 ]
 # what is not a setting of the scenario: output, the scenario itself, the model
 NOT_SETTINGS = {"-h", "--help", "--json", "--scenario", "--model"}

@@ -39,6 +39,8 @@ def kept_tensors(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, 
     produces it, whoever reads it. Either way the inputs of R that come from outside R are kept (the checkpoint
     to recompute from), and the top-k routing decision is pinned, so that recomputation routes the same way.
     """
+    if rules.compile is not None:
+        return compiled_kept(flow, rules, policy)
     if policy.kind is Recompute.SELECTIVE_OP and any(LAYER_TAG in op.tags for op in flow.ops):
         return sac_kept(flow, rules)
     saved: dict[str, Kept] = {}
@@ -76,6 +78,55 @@ def kept_tensors(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, 
         for t in op.inputs:
             if not from_recomputed(t) and t not in kept:
                 kept[t] = Kept(flow.tensors[t], op.name, op.block, f"checkpoint: input of recomputed {op.name}")
+    return tuple(kept.values())
+
+
+# what torchtitan compiles (torchtitan/distributed/compile.py:39-72, components/loss.py:309-315): each decoder
+# layer as one region, and the loss function as another (`CompileSpec.loss`: torchtitan 9dec370 compiled the blocks
+# only, its train.py:136-138 leaves the loss's compile commented out); the rest of the model (embedding, final norm,
+# output projection) runs eagerly
+_COMPILED_ALONE = frozenset({"cross_entropy"})
+_CHECKPOINTED = (Recompute.FULL, Recompute.SELECTIVE_OP)
+
+
+def compiled_kept(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, ...]:
+    """What a dataflow keeps when torchtitan compiles its layers and loss (`rules.compile`,
+    symmem.accounting.compiled): each compiled region's values by the partitioner's minimum cut, under a
+    checkpoint policy (full: every op recomputed; per-op: the save list's ops MUST_SAVE, the rest recomputed) with
+    the generator state the region replays with; the eager ops' saved tensors by the rules."""
+    from symmem.accounting.compiled import partition, rng_state
+
+    spec = rules.compile
+    layer = tuple(op for op in flow.ops if LAYER_TAG in op.tags)
+    alone = tuple((op,) for op in flow.ops if op.kind in _COMPILED_ALONE) if spec.loss else ()
+    regions = [r for r in (layer, *alone) if r]
+    in_region = {op.name for r in regions for op in r}
+    kept: dict[str, Kept] = {}
+    for op in flow.ops:
+        if op.name not in in_region:
+            for sv in rules.saved(op, flow):
+                kept.setdefault(sv.tensor.name, Kept(sv.tensor, op.name, op.block, sv.why))
+    if policy.kind not in (Recompute.NONE, *_CHECKPOINTED) and layer:
+        raise SymmemError(f"recompute = {policy.label!r} with --compile: modelled are none, full, selective-op and "
+                          "selective-layer:N (torchtitan's)")
+    sizes = dict(spec.sizes)
+    for region in regions:
+        decide = None
+        if region is layer and policy.kind in _CHECKPOINTED:
+            saves = ({op.name for op, whole, _c in _sac_cached(flow, rules) if whole}
+                     if policy.kind is Recompute.SELECTIVE_OP else set())
+
+            def decide(op: Op, saves=saves) -> str:
+                return "save" if op.name in saves else "recompute"
+        cut = partition(region, flow, sizes, spec.act_bytes, decide)
+        for tensor, op, why in cut.saved:
+            op = op or next(o for o in region if tensor.name in o.inputs)  # a region's input: its first reader
+            kept.setdefault(tensor.name, Kept(tensor, op.name, op.block, why))
+        if decide is not None:
+            first = region[0]
+            t = rng_state(flow.name, spec.rng_state_bytes)
+            kept[t.name] = Kept(t, first.name, first.block, "compiled checkpoint: the generator state it replays "
+                                "with (run_and_save_rng_state)")
     return tuple(kept.values())
 
 

@@ -101,6 +101,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
                             "(with --overlap-grad-reduce)")
         g.add_argument("--ddp-bucket-size", dest="ddp_bucket_size", type=int_arg(1, 2**40),
                        help="parameters per DDP bucket (default max(40M, 1M x DP); with --overlap-grad-reduce)")
+        g.add_argument("--compile", dest="compiled", action="store_true",
+                       help="torchtitan's torch.compile: each decoder layer and the loss compiled, what they keep "
+                            "decided by the partitioner's cut (torchtitan profiles; TP 1, no CP, BF16 or FP32)")
         if not swept:
             g.add_argument("--recompute", help="none, full, selective, deepseek, selective-op (torchtitan's per-op "
                                                 "SAC), selective-layer:N (every N-th layer full) or custom:OPS")
@@ -329,6 +332,8 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
         from symmem.parallel.ddp_buckets import DDP
 
         scn = scn.replace(ddp=DDP(*ddp))
+    if getattr(args, "compiled", False):
+        scn = scn.replace(compiled=True)
     if getattr(args, "fsdp_float8_all_gather", False):
         from symmem.profiles import with_fsdp_float8_all_gather
 

@@ -106,6 +106,9 @@ def _run(args) -> int:
         raise SymmemError("--microbatches: the page sets M from --global-batch-size (or PP by default); give "
                           "--global-batch-size instead")
     base = scenario_from_args(args)
+    if base.compiled:
+        raise SymmemError("--compile: torch.compile is not modelled by the page (its "
+                          "tables read the eager saved sets); use symmem memory --compile")
     if base.ddp.flags:
         raise SymmemError(f"{base.ddp.flags}: Megatron's DDP buckets are not modelled by the page (its tables read "
                           "one bucket per buffer); use symmem memory")

@@ -49,6 +49,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-fsdp-float8-all-gather", dest="fsdp_float8_all_gather", action="store_true",
                    help="fsdp2 with --recipe tensorwise: FSDP2 gathers the Float8 linears' weights in float8 "
                         "(torchao's Float8LinearConfig option)")
+    p.add_argument("--compile", action="store_true",
+                   help="fsdp2: torchtitan's torch.compile (each block and the loss, inductor; the CPU's C++ "
+                        "backend); compares the states and the saved bytes (Llama 3, TP 1, no PP, BF16)")
     p.add_argument("--option", action="append", metavar="KEY=BOOL",
                    help="torchao-float8: a Float8LinearConfig field set on the recipe, repeatable: pad_inner_dim, "
                         "force_recompute_fp8_weight_in_bwd, round_scales_to_power_of_2")
@@ -136,6 +139,8 @@ def _run(args) -> int:
             raise SymmemError("--recipe: only with --framework torchao-float8 or fsdp2")
     if args.fsdp_float8_all_gather and args.framework != "fsdp2":
         raise SymmemError("--enable-fsdp-float8-all-gather: only with --framework fsdp2")
+    if args.compile and args.framework != "fsdp2":
+        raise SymmemError("--compile: only with --framework fsdp2 (torchtitan's torch.compile)")
     if args.framework != "fsdp2":
         for key in ("hsdp_replicate", "ac"):
             if getattr(args, key) is not None:

@@ -220,6 +220,9 @@ def space_from_args(args: argparse.Namespace):
     # The fixed settings through the one flag-to-Scenario mapping every command shares (cli/args.py); the swept
     # fields are the sweep's own, and the layout, schedule and M are set per configuration.
     scn = scenario_from_args(args, skip=SWEPT)
+    if scn.compiled:
+        raise SymmemError("--compile: torch.compile is not modelled by the sweep (its "
+                          "tables read the eager saved sets); use symmem memory --compile")
     if scn.ddp.flags:
         raise SymmemError(f"{scn.ddp.flags}: Megatron's DDP buckets are not modelled by the sweep (its tables read "
                           "one bucket per buffer); time a configuration with symmem memory")

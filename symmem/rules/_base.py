@@ -49,6 +49,9 @@ class RuleSet:
     # same way (the paper's accounting); torch.utils.checkpoint keeps a checkpointed block's inputs only and routes
     # again (torchtitan's full and per-layer AC: measured)
     pins_routing: bool = True
+    # torch.compile (`symmem.accounting.compiled.CompileSpec`): the layers and the loss are compiled regions whose
+    # saved values the partitioner's minimum cut decides (`activations.compiled_kept`); None: eager
+    compile: object | None = None
 
     def saved(self, op: Op, flow: Dataflow) -> list[Saved]:
         try:

@@ -64,7 +64,7 @@ def scenario(st, raw: dict | None = None, name: str = "config"):
                           moe_sequence_parallel=st.tp > 1),  # DeepSeek-V3's MoE output reduce-scattered to s/t
         b=st.b, s=st.s,
         act_bytes={"bf16": 2, "fp16": 2, "fp32": 4}[st.param_dtype],  # FSDP2 casts the inputs to param_dtype
-        recompute_name=AC_RECOMPUTE.get(st.ac, st.ac))
+        recompute_name=AC_RECOMPUTE.get(st.ac, st.ac), compiled=st.compile)
     if st.float8_all_gather:
         from symmem.profiles import with_fsdp_float8_all_gather
 

@@ -67,6 +67,7 @@ class Settings:
     seed: int = 0
     float8: str | None = None  # torchao float8 training: tensorwise | rowwise | rowwise_with_gw_hp (emulated)
     float8_all_gather: bool = False  # FSDP2 gathers the Float8 linears' weights in float8 (tensorwise only)
+    compile: bool = False  # torchtitan's torch.compile: each block (after AC, before FSDP) and the loss, inductor
 
 
 _DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
@@ -469,6 +470,9 @@ def _step(rank: int, st: Settings) -> dict:
                                 mesh_dim_names=("dp_replicate", "dp_shard"))
     sac = SacCaches()
     apply_ac(model, st.ac, sac)
+    loss_fn = cross_entropy_loss
+    if st.compile:
+        loss_fn = apply_compile(model)
     mp = MixedPrecisionPolicy(param_dtype=getattr(torch, _DTYPES[st.param_dtype]),
                               reduce_dtype=getattr(torch, _DTYPES[st.reduce_dtype]))
     blocks = list(model.layers.items())
@@ -518,11 +522,13 @@ def _step(rank: int, st: Settings) -> dict:
     model.norm.register_forward_pre_hook(lambda mod, args: head_mark("before norm"))
     model.lm_head.register_forward_hook(lambda mod, args, out: head_mark("after lm_head"))
 
+    # a compiled block's hooks are traced with it (`Module.compile` compiles `_call_impl`): the measurement's own
+    # are kept out of the graph
     for layer_id, block in blocks:
         name = f"layer {layer_id}"
-        block.register_forward_pre_hook(lambda mod, args, name=name: (gathered(name, mod),
-                                                                       setattr(saved, "layer", name))[-1])
-        block.register_forward_hook(lambda mod, args, out, name=name: block_done(name))
+        block.register_forward_pre_hook(torch.compiler.disable(
+            lambda mod, args, name=name: (gathered(name, mod), setattr(saved, "layer", name))[-1]))
+        block.register_forward_hook(torch.compiler.disable(lambda mod, args, out, name=name: block_done(name)))
     def root_gathered(mod, args):  # the root's own parameters (its children but the blocks); returns None
         for m in mod.children():
             if m is not mod.layers:
@@ -536,7 +542,9 @@ def _step(rank: int, st: Settings) -> dict:
     # two tensors of their own, as a data loader hands them over (views of one buffer would share a storage)
     inputs, labels = tokens[:, :-1].clone(), tokens[:, 1:].clone()
 
-    tracker = fsdp_tracker_class()()
+    # a compiled block does not run under a dispatch mode (dynamo skips every frame while one is active): under
+    # --compile the live bytes are not traced, only the states and what the saved-tensor hooks see
+    tracker = _Untraced() if st.compile else fsdp_tracker_class()()
     live.append(tracker)
     gc.collect()
     with tracker:
@@ -546,8 +554,9 @@ def _step(rank: int, st: Settings) -> dict:
         saved.active = True
         with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
             pred = model(inputs)
-            loss = cross_entropy_loss(pred, labels) / labels.numel()
-            sac.add_to(saved)  # per-op AC: what the checkpoint's cache keeps, beside what the hooks saw
+            loss = loss_fn(pred, labels) / labels.numel()
+            if not st.compile:  # per-op AC: what the checkpoint's cache keeps, beside what the hooks saw
+                sac.add_to(saved)  # (compiled, the partitioner applies the policy: the hooks see all it saves)
             saved.active = False
             gc.collect()
             saved_layers = {f"layer {i}": 0 for i, _b in blocks}
@@ -596,6 +605,53 @@ def _step(rank: int, st: Settings) -> dict:
             "saved": dict(sorted(saved_layers.items(), key=lambda kv: (kv[0] == "outside layers", kv[0]))),
             "saved_detail": saved_detail, "unsharded_param_bytes": unsharded, "held_after_block": held_after,
             "head_growth": head_live["after lm_head"] - head_live["before norm"]}
+
+
+def apply_compile(model):
+    """torchtitan 0.3.0's compile (`compile.enable`, components model and loss, the inductor backend): each block
+    compiled whole, after AC and before FSDP (torchtitan/distributed/compile.py:39-72 `apply_compile`, called by
+    models/llama3/parallelize.py:61-67), and the loss function compiled (components/loss.py:309-315
+    `_maybe_compile`). Returns the compiled loss."""
+    import types
+    import warnings
+
+    import torch
+    from torchtitan.components.loss import cross_entropy_loss
+
+    # RoPE's complex product: inductor runs it as an aten fallback and says so on every compile
+    warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
+    from torchtitan.config import CompileConfig
+    from torchtitan.distributed import compile as tcompile
+
+    # the TP mesh is read only for async TP, which is off (CompileConfig.enable_async_tensor_parallel)
+    tcompile.apply_compile(model, compile_config=CompileConfig(enable=True),
+                           parallel_dims=types.SimpleNamespace(tp_enabled=False))
+    return torch.compile(cross_entropy_loss, backend="inductor")
+
+
+class _Untraced:
+    """The tracker's interface with nothing traced (`Settings.compile`)."""
+
+    current = peak = 0
+    peak_op = peak_phase = None
+    phase = ""
+    by_phase: dict = {}
+    at_peak: list = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_tensors(self, tensors) -> None:
+        pass
+
+    def live_bytes(self) -> int:
+        return 0
+
+    def _check(self, op: str) -> None:
+        pass
 
 
 def _state_bytes(model, optimizer) -> dict:

@@ -1,0 +1,351 @@
+"""What a torch.compile'd region keeps for backward: AOTAutograd's min-cut partitioner (torch 2.13) over a dataflow.
+
+torch.compile traces a region's forward and backward as one joint graph of aten ops and splits it with
+`min_cut_rematerialization_partition` (torch/_functorch/partitioners.py, chosen by inductor at
+torch/_inductor/compile_fx.py:2311-2313): the backward may recompute what the forward made instead of keeping it,
+and a minimum cut of a flow graph decides which forward values cross to the backward. The rules it cuts by, with
+torch 2.13.0's defaults (torch/_functorch/config.py: `ban_recompute_not_in_allowlist` :170,
+`ban_recompute_materialized_backward` :165, `ban_recompute_reductions` :174, `treat_parameters_as_free_to_save`
+:53, `activation_memory_budget` 1.0 :202), each a line of partitioners.py:
+
+* **Banned from recomputation** (`should_ban_recomputation`, :2200-2255; an infinite edge from the source, :2308):
+  a value made by an op outside the recomputable allowlist (`get_default_op_list`, :2826-2990: pointwise ops, casts,
+  views, `sum`/`mean`/`amax` reductions and indexing are on it; `mm`, the SDPA kernels, `view_as_complex` and
+  `view_as_real` are not); a non-view value a backward op that cannot fuse with it reads (`is_materialized_backwards`,
+  :2186: a matrix product's input, SDPA's q, k, v, output and logsumexp); a reduction whose output is less than a
+  quarter of its inputs (a norm's mean square); the region's inputs (primals, :2384).
+* **Needed by the backward**: what each op's backward reads (its inputs or outputs; `required_bw_nodes`, an
+  infinite edge to the sink, :2358).
+* **Weights** (`get_node_weight`, :2265-2303): a value's bytes times 1.1^max(min(distance to the backward, 100), 1),
+  doubled when every user can fuse with it (`is_materialized`, :2259); parameters and buffers are free (:2278).
+* **Per-op checkpointing** inside the region (`torch.utils.checkpoint` with a policy, traced as a higher-order op):
+  an op answered MUST_SAVE is banned (:2206), every other op of the region must be recomputed (`must_recompute`,
+  :166-170, an infinite edge to the sink, :2360-2372); so a saved op's output crosses only if the backward needs it.
+  A checkpointed region also keeps the generator state it replays with (`run_and_save_rng_state`): the CPU's
+  mt19937 state is 5,056 bytes (measured), CUDA's Philox seed and offset 16 (aten/src/ATen/cuda/
+  CUDAGeneratorImpl.cpp `get_state`: seed_size + offset_size).
+
+The cut is a maximum flow's (Edmonds-Karp, below) on the dataflow with each op decomposed into the aten values its
+compiled graph makes (`_MODELS`: an RMSNorm's FP32 upcast, mean square, rstd and normalized input; RoPE's complex
+product; the loss's max, sum of exponentials and log-probabilities). Its weights are evaluated at the model's sizes
+and one token (every value of a block is proportional to b·s); the cut is a structure, sized symbolically after.
+Not modelled: the partitioner's two fusion heuristics (`ban_recompute_used_far_apart`, `ban_recompute_long_fusible_
+chains`, :2460-2540), which ban nothing in a Llama block (checked against the measurement).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import sympy
+
+from symmem.errors import SymmemError
+from symmem.graph import FP32, INT64, Dataflow, Dim, DType, Op, Tensor, global_size
+
+COMPUTE, POINTWISE, REDUCTION, VIEW, INPUT = "compute", "pointwise", "reduction", "view", "input"
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A value of the compiled graph: a tensor of the dataflow or one an op makes inside (an RMSNorm's rstd)."""
+
+    tensor: Tensor
+    cls: str  # COMPUTE (not recomputable), POINTWISE, REDUCTION, VIEW (an alias of its one dependency), INPUT
+    deps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decomposed:
+    """An op as its compiled graph has it: the values it makes, and what its backward reads, each with whether
+    the backward op reading it can fuse with it (a pointwise backward) or not (a matrix product, SDPA's)."""
+
+    nodes: tuple[Node, ...]
+    needs: tuple[tuple[str, bool], ...] = ()
+
+
+def _t(flow: Dataflow, name: str) -> Tensor:
+    return flow.tensors[name]
+
+
+def _linear(op: Op, flow: Dataflow) -> Decomposed:
+    (x,), (y,) = op.inputs, op.outputs
+    return Decomposed((Node(_t(flow, y), COMPUTE, (x,)),), ((x, False),))  # mm: grad_W = grad^T x
+
+
+def _rmsnorm(op: Op, flow: Dataflow) -> Decomposed:
+    """x32 = x.float(); ms = mean(x32^2) (a reduction to one value a row); rstd = rsqrt(ms + eps);
+    normed = x32 * rstd; y = (normed * w).to(x) (ATen's composite rms_norm, aten/src/ATen/native/layer_norm.cpp, and
+    torch/_decomp/decompositions.py:1946-2001 for the fused kernel: the same values). The backward reads x32, rstd
+    (grad of x) and normed (grad of w), all pointwise."""
+    (x,), (y,) = op.inputs, op.outputs
+    xt, yt = _t(flow, x), _t(flow, y)
+    rows = xt.dims[:-1] + (Dim(1),)
+    n = {k: f"{y}.{k}" for k in ("x_fp32", "mean_square", "rstd", "normed_fp32")}
+    return Decomposed((
+        Node(Tensor(n["x_fp32"], xt.dims, FP32), POINTWISE, (x,)),
+        Node(Tensor(n["mean_square"], rows, FP32), REDUCTION, (n["x_fp32"],)),
+        Node(Tensor(n["rstd"], rows, FP32), POINTWISE, (n["mean_square"],)),
+        Node(Tensor(n["normed_fp32"], xt.dims, FP32), POINTWISE, (n["x_fp32"], n["rstd"])),
+        Node(yt, POINTWISE, (n["normed_fp32"],)),
+    ), ((n["x_fp32"], True), (n["rstd"], True), (n["normed_fp32"], True)))
+
+
+def _rope_complex(op: Op, flow: Dataflow) -> Decomposed:
+    """torchtitan's RoPE (models/common/rope.py:255-265): view_as_complex(q.float()) * freqs_cis, view_as_real, cast
+    back. `view_as_complex` and `view_as_real` are not on the allowlist, so the rotated value in FP32 is banned; the
+    backward reads only the table (a buffer, free)."""
+    nodes = []
+    for x, y in zip(op.inputs, op.outputs, strict=True):
+        yt = _t(flow, y)
+        nodes += [Node(Tensor(f"{y}.rotated_fp32", yt.dims, FP32), COMPUTE, (x,)),
+                  Node(yt, POINTWISE, (f"{y}.rotated_fp32",))]
+    return Decomposed(tuple(nodes))
+
+
+def _sdpa(op: Op, flow: Dataflow) -> Decomposed:
+    nodes = tuple(Node(_t(flow, y), COMPUTE, op.inputs) for y in op.outputs)
+    return Decomposed(nodes, tuple((t, False) for t in (*op.inputs, *op.outputs)))
+
+
+def _pointwise_needing(*which: int) -> Callable[[Op, Dataflow], Decomposed]:
+    """A pointwise op whose backward reads its inputs `which` (silu: its input; mul: both; add: none)."""
+    def model(op: Op, flow: Dataflow) -> Decomposed:
+        return Decomposed(tuple(Node(_t(flow, y), POINTWISE, op.inputs) for y in op.outputs),
+                          tuple((op.inputs[i], True) for i in which))
+    return model
+
+
+def _alias(op: Op, flow: Dataflow) -> Decomposed:
+    """An identity (a region's boundary) or a view: the same storage as its input."""
+    return Decomposed(tuple(Node(_t(flow, y), VIEW, (op.inputs[0],)) for y in op.outputs))
+
+
+def _contiguous(op: Op, flow: Dataflow) -> Decomposed:
+    (y,) = op.outputs
+    if _t(flow, y).view_of is not None:  # already contiguous (the CPU flash kernel's output layout)
+        return _alias(op, flow)
+    return Decomposed((Node(_t(flow, y), POINTWISE, op.inputs),))  # clone, on the allowlist
+
+
+def _cross_entropy(op: Op, flow: Dataflow) -> Decomposed:
+    """torchtitan's loss compiled on its own (components/loss.py:309-315): `F.cross_entropy(logits.float(), labels,
+    reduction="sum")` as log_softmax's decomposition (amax, exp, sum, log: two reductions to one value a row) and
+    nll_loss. The backward reads the log-probabilities (pointwise: grad - exp(logp) * sum(grad)) and the labels."""
+    (logits,), (loss,) = op.inputs, op.outputs
+    lt = _t(flow, logits)
+    rows = lt.dims[:-1]
+    one = rows + (Dim(1),)
+    n = {k: f"{logits}.{k}" for k in ("labels", "fp32", "row_max", "sum_exp", "logsumexp", "log_probs")}
+    return Decomposed((
+        Node(Tensor(n["labels"], rows, INT64), INPUT),
+        Node(Tensor(n["fp32"], lt.dims, FP32), POINTWISE, (logits,)),
+        Node(Tensor(n["row_max"], one, FP32), REDUCTION, (n["fp32"],)),
+        Node(Tensor(n["sum_exp"], one, FP32), REDUCTION, (n["fp32"], n["row_max"])),
+        Node(Tensor(n["logsumexp"], one, FP32), POINTWISE, (n["sum_exp"],)),
+        Node(Tensor(n["log_probs"], lt.dims, FP32), POINTWISE, (n["fp32"], n["row_max"], n["logsumexp"])),
+        Node(_t(flow, loss), REDUCTION, (n["log_probs"], n["labels"])),
+    ), ((n["log_probs"], True), (n["labels"], False)))
+
+
+_MODELS: dict[str, Callable[[Op, Dataflow], Decomposed]] = {
+    "linear": _linear, "rmsnorm": _rmsnorm, "rope": _rope_complex, "sdpa_flash": _sdpa,
+    "silu": _pointwise_needing(0), "mul": _pointwise_needing(0, 1), "add": _pointwise_needing(),
+    "region": _alias, "contiguous": _contiguous, "cross_entropy": _cross_entropy,
+}
+MODELLED_KINDS = frozenset(_MODELS)
+
+# What the policy says of an op inside a checkpointed region: "save" (MUST_SAVE), "recompute" (PREFER_RECOMPUTE,
+# which the partitioner treats as must-recompute) or None (no checkpoint: the partitioner decides)
+Decision = Callable[[Op], str | None]
+
+
+@dataclass(frozen=True)
+class CutResult:
+    saved: tuple[tuple[Tensor, Op, str], ...]  # (tensor, the op that made it, why)
+
+
+def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, int], act_bytes: int,
+              decide: Decision | None = None) -> CutResult:
+    """The values the compiled region `ops` keeps for its backward (the module docstring's rules)."""
+    nodes: dict[str, Node] = {}
+    made_by: dict[str, Op] = {}
+    needs: list[tuple[str, bool]] = []
+    for op in ops:
+        try:
+            model = _MODELS[op.kind]
+        except KeyError:
+            raise SymmemError(f"op kind = {op.kind!r} ({op.name}): --compile has no model of what torch.compile's "
+                              f"partitioner makes of it (modelled: {', '.join(sorted(_MODELS))})") from None
+        d = model(op, flow)
+        for nd in d.nodes:
+            nodes[nd.tensor.name] = nd
+            made_by[nd.tensor.name] = op
+        needs += d.needs
+    for nd in list(nodes.values()):  # the region's inputs: primals
+        for dep in nd.deps:
+            if dep not in nodes:
+                nodes[dep] = Node(_t(flow, dep), INPUT)
+    # a view is its base: resolve every name to the value that owns the storage
+    def base(name: str) -> str:
+        while nodes[name].cls == VIEW:
+            name = nodes[name].deps[0]
+        return name
+
+    # in forward order: the region's inputs first, then each op's values as it makes them
+    values = sorted((n for n in nodes if nodes[n].cls != VIEW), key=lambda n: nodes[n].cls != INPUT)
+    deps = {n: tuple(dict.fromkeys(base(d) for d in nodes[n].deps)) for n in values}
+    users: dict[str, list[str]] = {n: [] for n in values}
+    for n in values:
+        for d in deps[n]:
+            users[d].append(n)
+    needed: dict[str, bool] = {}  # value -> whether every backward reader can fuse with it
+    for n, fusible in needs:
+        b = base(n)
+        needed[b] = needed.get(b, True) and fusible
+
+    # distance to the backward (partitioners.py:3798-3806): 1 for a value the backward reads, else 1 + its users'
+    dist: dict[str, float] = {}
+    for n in reversed(values):  # ops come in forward order: users after their dependencies
+        ds = [dist[u] + 1 for u in users[n] if u in dist]
+        if n in needed:
+            ds.append(1)
+        dist[n] = min(ds) if ds else 1e9
+
+    def fusible_value(n: str) -> bool:
+        return nodes[n].cls in (POINTWISE, REDUCTION, VIEW)
+
+    def materialized(n: str) -> bool:  # is_materialized: a user that cannot fuse with it (or a primal)
+        if nodes[n].cls == INPUT or not fusible_value(n):
+            return True
+        return any(not fusible_value(u) for u in users[n]) or needed.get(n) is False
+
+    def nbytes(n: str) -> float:
+        t = nodes[n].tensor
+        per = act_bytes if t.dtype.nbytes is None else t.dtype.nbytes
+        size = sympy.sympify(global_size(t.dims)).subs(sizes)
+        return float(size.subs({sym: 1 for sym in size.free_symbols})) * per  # one token: b = s = 1
+
+    def banned(n: str) -> str | None:
+        nd = nodes[n]
+        if nd.cls == INPUT:
+            return "an input of the compiled region"
+        if decide is not None and n in made_by:
+            choice = decide(made_by[n])
+            if choice == "save":
+                return "its op is marked MUST_SAVE by the checkpoint's policy"
+            if choice == "recompute":
+                return None
+        if nd.cls == COMPUTE:
+            return "its op is not on the partitioner's recomputable allowlist"
+        if needed.get(n) is False:
+            return "a backward op that cannot fuse with it reads it (materialized in backward)"
+        if nd.cls == REDUCTION and nbytes(n) * 4 < sum(nbytes(d) for d in deps[n]):
+            return "a reduction to under a quarter of its inputs"
+        return None
+
+    def must_recompute(n: str) -> bool:
+        return decide is not None and n in made_by and decide(made_by[n]) == "recompute"
+
+    # the flow graph of partitioners.py:2330-2420: v_in -> v_out at the value's weight; producer_out -> user_in
+    cap: dict[str, dict[str, float]] = {}
+
+    def edge(a: str, b: str, c: float) -> None:
+        cap.setdefault(a, {})
+        cap.setdefault(b, {})
+        cap[a][b] = cap[a].get(b, 0.0) + c
+
+    why_banned: dict[str, str] = {}
+    for n in values:
+        if n in needed:
+            edge(f"{n}:out", "sink", INF)
+        if must_recompute(n):
+            edge(f"{n}:in", "sink", INF)
+        elif (reason := banned(n)) is not None:
+            why_banned[n] = reason
+            edge("source", f"{n}:in", INF)
+        weight = nbytes(n) * 1.1 ** max(min(dist[n], 100), 1) * (1 if materialized(n) else 2)
+        edge(f"{n}:in", f"{n}:out", weight)
+        for u in users[n]:
+            edge(f"{n}:out", f"{u}:in", INF)
+    if "source" not in cap or "sink" not in cap:
+        return CutResult(())
+    reach = _source_side(cap)
+    cut = {n for n in values if f"{n}:in" in reach and f"{n}:out" not in reach}
+    # the backward graph reads a cut value only if it needs it, or recomputes from it something it needs: the rest
+    # is dead code in the backward, and the forward does not return it (a MUST_SAVE op's output the backward never
+    # reads, e.g. the last matrix product's under per-op checkpointing: measured)
+    read: set[str] = set()
+    stack = list(needed)
+    while stack:
+        n = stack.pop()
+        if n in read:
+            continue
+        read.add(n)
+        if n not in cut:
+            stack += deps[n]
+    saved = []
+    for n in values:
+        if n in cut and n in read:
+            op = made_by.get(n)
+            why = (f"compiled: needed by the backward, {why_banned[n]}" if n in why_banned and n in needed else
+                   "compiled: kept to recompute from" if n not in why_banned else
+                   f"compiled: kept to recompute from ({why_banned[n]})")
+            saved.append((nodes[n].tensor, op, why))
+    return CutResult(tuple(saved))
+
+
+def _source_side(cap: dict[str, dict[str, float]]) -> set[str]:
+    """The source's side of a minimum cut: Edmonds-Karp's maximum flow, then what the residual graph reaches."""
+    flow: dict[tuple[str, str], float] = {}
+    for a, out in list(cap.items()):
+        for b in out:
+            cap.setdefault(b, {}).setdefault(a, 0.0)  # the reverse edge of the residual graph
+
+    def residual(a: str, b: str) -> float:
+        return cap[a][b] - flow.get((a, b), 0.0)
+
+    while True:
+        parent = {"source": None}
+        queue = deque(["source"])
+        while queue and "sink" not in parent:
+            a = queue.popleft()
+            for b in cap[a]:
+                if b not in parent and residual(a, b) > 0:
+                    parent[b] = a
+                    queue.append(b)
+        if "sink" not in parent:
+            return set(parent)
+        path, b = [], "sink"
+        while parent[b] is not None:
+            path.append((parent[b], b))
+            b = parent[b]
+        push = min(residual(a, b) for a, b in path)
+        if push == INF:
+            raise SymmemError("compiled region: a value needed by the backward can neither be kept nor recomputed")
+        for a, b in path:
+            flow[(a, b)] = flow.get((a, b), 0.0) + push
+            flow[(b, a)] = flow.get((b, a), 0.0) - push
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """How a rule set's regions are compiled: the model's sizes the cut weighs values at, the activation dtype's
+    bytes, and the bytes of the generator state a checkpointed region keeps (the device's)."""
+
+    sizes: tuple[tuple[sympy.Symbol, int], ...]
+    act_bytes: int
+    rng_state_bytes: int
+    loss: bool = True  # the loss function compiled too (torchtitan 0.3.0; at 9dec370 it ran eagerly)
+
+
+def rng_state(flow_name: str, nbytes: int) -> Tensor:
+    """The generator state a checkpointed compiled region keeps (`CompileSpec.rng_state_bytes`)."""
+    return Tensor(f"{flow_name}.rng_state", (Dim(sympy.Integer(nbytes)),), UINT8)
+
+
+UINT8 = DType("uint8", 1)
+CPU_RNG_STATE_BYTES = 5056  # torch.get_rng_state(): the mt19937 state (measured: u8[5056])
+CUDA_RNG_STATE_BYTES = 16  # CUDAGeneratorImpl::get_state: seed (8) and Philox offset (8)

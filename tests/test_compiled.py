@@ -1,0 +1,110 @@
+"""`--compile` (symmem/accounting/compiled.py): the minimum cut itself, the saved sets it gives, and the flag's
+refusals. Held against torch.compile on the CPU in tests/validate/test_fsdp2_compile.py."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import random
+
+import pytest
+
+from symmem.accounting.compiled import INF, _source_side
+from symmem.cli.main import main
+
+
+def _cut_value(cap: dict, side: set) -> float:
+    return sum(c for a, out in cap.items() for b, c in out.items() if a in side and b not in side)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_source_side_is_a_minimum_cut(seed):
+    """Edmonds-Karp's source side against every cut of a random graph (6 inner vertices, some infinite edges)."""
+    rng = random.Random(seed)
+    inner = [f"v{i}" for i in range(6)]
+    names = ["source", *inner, "sink"]
+    cap: dict[str, dict[str, float]] = {n: {} for n in names}
+    for a, b in itertools.permutations(names, 2):
+        if a != "sink" and b != "source" and rng.random() < 0.35:
+            cap[a][b] = INF if rng.random() < 0.15 else float(rng.randint(1, 20))
+    original = {a: dict(out) for a, out in cap.items()}
+    best = min(_cut_value(original, {"source", *chosen}) for k in range(len(inner) + 1)
+               for chosen in itertools.combinations(inner, k))
+    if best == INF:
+        with pytest.raises(Exception, match="neither be kept nor recomputed"):
+            _source_side(cap)
+        return
+    side = _source_side(cap)
+    assert "source" in side and "sink" not in side
+    assert _cut_value(original, side) == best
+
+
+def _memory(*flags: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["memory", "--model", "llama-3-8b", "-b", "2", "-s", "8192", "--dp", "8", *flags])
+    return code, out.getvalue() if code == 0 else err.getvalue()
+
+
+def _by_part(*flags: str) -> dict[str, int]:
+    """Saved bytes a micro-batch, per part (a layer's for the layers), under profile torchtitan."""
+    from symmem.accounting.analysis import stage_terms, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    argv = ["memory", "--model", "llama-3-8b", "-b", "2", "-s", "8192", "--dp", "8", "--profile", "torchtitan", *flags]
+    scn = scenario_from_args(build_parser().parse_args(argv))
+    vals, out = values(scn), {}
+    for t in stage_terms(scn, scn.stages[0]):
+        out[t.part] = out.get(t.part, 0) + ceil_int(evaluate(t.nbytes, vals))
+    return out
+
+
+BS = 2 * 8192  # tokens a micro-batch
+# Llama-3-8B: h 4,096, KV width 1,024, FFN 14,336, 32 heads, vocabulary 128,256; BF16
+
+
+def test_compiled_layer_keeps_what_the_partitioner_leaves():
+    """By hand, without AC, a compiled layer keeps x, two norm outputs, q, SDPA's output and wo's output
+    (6 x bs h x 2), k and v (2 x bs 1,024 x 2), w1's, w3's outputs and w2's input (3 x bs 14,336 x 2), two FP32 rstd
+    (2 x bs x 4) and SDPA's FP32 logsumexp (32 x bs x 4); eager keeps more (the FP32 normalized inputs and silu's
+    output). The compiled loss keeps the BF16 logits, the labels and two FP32 values a row (max and logsumexp)
+    where eager keeps the FP32 log-probabilities."""
+    layer = 6 * BS * 4096 * 2 + 2 * BS * 1024 * 2 + 3 * BS * 14336 * 2 + 2 * BS * 4 + 32 * BS * 4
+    eager, compiled = _by_part("--recompute", "none"), _by_part("--recompute", "none", "--compile")
+    assert compiled["dense layers"] == layer < eager["dense layers"]
+    # the head: the eager final norm (FP32 input copy, rstd, FP32 normalized input) and lm_head's input, unchanged;
+    # the loss: eager's FP32 log-probabilities, int64 targets and total_weight become the logits, labels, max, lse
+    assert eager["head"] - compiled["head"] == (BS * 128256 * 4 + BS * 8 + 4) - (BS * 128256 * 2 + BS * 8 + 2 * BS * 4)
+
+
+def test_compiled_per_op_ac_drops_what_the_backward_does_not_read():
+    """Per-op AC: eager caches the outputs of wqkv, w1 and w2 (the 1st, 3rd, 5th products) and SDPA's (on a GPU);
+    compiled, w2's output is dead in the backward and not kept, and the layer keeps CUDA's generator state (16 B)."""
+    eager, compiled = _by_part("--recompute", "selective-op"), _by_part("--recompute", "selective-op", "--compile")
+    assert eager["dense layers"] - compiled["dense layers"] == BS * 4096 * 2 - 16
+    full = _by_part("--recompute", "full", "--compile")
+    assert full["dense layers"] == BS * 4096 * 2 + 16  # the layer's input and the generator state
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--profile", "megatron-te", "--compile"], "--compile: torchtitan's torch.compile is modelled"),
+    (["--profile", "torchtitan", "--tp", "2", "--compile"], "--tp 2 with --compile"),
+    (["--profile", "torchtitan", "--precision", "torchao-float8-tensorwise", "--compile"], "with --compile: Float8"),
+])
+def test_compile_refusals(flags, words):
+    code, err = _memory(*flags)
+    assert code == 2 and words in err and err.count("\n") == 1, err
+
+
+def test_sweep_and_page_refuse_compile(tmp_path):
+    for argv in (["sweep", "--model", "llama-3-8b", "--gpus", "8", "--profile", "torchtitan", "--compile"],
+                 ["html", "--model", "llama-3-8b", "--profile", "torchtitan", "--compile", "-o",
+                  str(tmp_path / "p.html")]):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            assert main(argv) == 2, argv
+        assert "--compile: torch.compile is not modelled by the" in err.getvalue()
+    assert not (tmp_path / "p.html").exists()

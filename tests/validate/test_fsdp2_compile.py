@@ -1,0 +1,79 @@
+"""torchtitan's torch.compile under FSDP2 on the CPU (inductor's C++ backend): what each compiled block and the
+compiled loss keep for backward, measured per rank (`symmem measure --framework fsdp2 --compile`), against the
+`--compile` model (symmem/accounting/compiled.py: the partitioner's minimum cut over the dataflow). Marked `fsdp2`;
+skips without torchtitan."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+pytest.importorskip("torch.distributed.fsdp", reason="torch.distributed.fsdp missing: pip install -e '.[torchtitan]'")
+pytest.importorskip("torchtitan.models.llama3", reason="torchtitan missing: pip install -e '.[torchtitan]'")
+
+from symmem.validate.fsdp2.runner import Settings, run  # noqa: E402
+
+pytestmark = pytest.mark.fsdp2
+
+TINY = Settings(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab=255, ffn_hidden=256, world=2, b=1, s=32,
+                compile=True)
+# FSDP 4 with uneven shards (h 48: 3 heads of 16, 1 KV head; FFN 160; vocab 250), 3 blocks, every 2nd checkpointed
+UNEVEN = dataclasses.replace(TINY, dim=48, n_layers=3, n_heads=3, n_kv_heads=1, vocab=250, ffn_hidden=160,
+                             max_seq_len=64, world=4, b=2, s=12, ac="selective-layer:2")
+
+# By hand, one block of TINY (b 1, s 32, h 64, 4 heads of 16, 2 KV heads, FFN 256, BF16; the partitioner's rules in
+# symmem/accounting/compiled.py's docstring):
+#   no AC: the block's input x [1, 32, 64] 4,096; each norm's FP32 rstd [1, 32, 1] 128 x 2; each norm's output (a
+#   matrix product's input) 4,096 x 2; q after RoPE 4,096, k and v at the KV heads 2,048 x 2 (SDPA's inputs); SDPA's
+#   output 4,096 and FP32 logsumexp [1, 4, 32] 512; wo's output (the residual recomputed from it) 4,096; w1's and w3's
+#   outputs and w2's input [1, 32, 256] 16,384 x 3
+#   per-op AC: x 4,096; wqkv's output [32, 128] 8,192; w1's output 16,384 (w2's, on the save list, is not read by the
+#   backward); the CPU generator's state 5,056
+BY_HAND = {"none": 4096 + 2 * 128 + 2 * 4096 + 4096 + 2 * 2048 + 4096 + 512 + 4096 + 3 * 16384,
+           "selective-op": 4096 + 8192 + 16384 + 5056}
+
+
+@pytest.mark.parametrize("ac", ["none", "selective-op"])
+def test_compiled_blocks_keep_what_the_cut_says_on_every_rank(ac):
+    from symmem.validate.fsdp2.predict import predicted
+
+    st = dataclasses.replace(TINY, ac=ac)
+    measured, pred = run(st), predicted(st)
+    assert len(measured) == len(pred) == st.world
+    for m, p in zip(measured, pred, strict=True):
+        assert m["states"] == p["states"], (ac, m["rank"])
+        assert m["saved"] == p["saved"], (ac, m["rank"], m["saved"], p["saved"])
+        assert m["saved"]["layer 0"] == m["saved"]["layer 1"] == BY_HAND[ac], m["saved_detail"]["layer 0"]
+
+
+def test_compiled_uneven_shards_and_per_layer_checkpointing():
+    from symmem.validate.fsdp2.predict import predicted
+
+    measured, pred = run(UNEVEN), predicted(UNEVEN)
+    for m, p in zip(measured, pred, strict=True):
+        assert (m["states"], m["saved"]) == (p["states"], p["saved"]), m["rank"]
+        # block 1 checkpointed: its input [2, 12, 48] BF16 and the CPU generator's state; blocks 0 and 2 not
+        assert m["saved"]["layer 1"] == 2 * 12 * 48 * 2 + 5056
+        assert m["saved"]["layer 0"] == m["saved"]["layer 2"] > m["saved"]["layer 1"]
+    assert len({m["states"] for m in measured}) == 2  # the last rank's moments are smaller (uneven dim 0)
+
+
+def test_measure_cli_compile(tmp_path, capsys):
+    from symmem.cli.main import main
+    from symmem.validate.fsdp2.predict import hf_config
+
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps(hf_config(dataclasses.replace(TINY, vocab=256))))
+    assert main(["measure", "--framework", "fsdp2", "--config", str(cfg), "--compile", "--ac", "full", "-b", "1",
+                 "-s", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["compile"] and out["match"] and len(out["ranks"]) == 2
+    for extra, words in ((["--tp", "2"], "--compile with --tp 2"),
+                         (["--recipe", "tensorwise"], "--compile with --recipe"),
+                         (["--framework", "transformers"], "--compile: only with --framework fsdp2")):
+        argv = ["measure", "--framework", "fsdp2", "--config", str(cfg), "--compile", *extra]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
