@@ -87,6 +87,7 @@ def kept_tensors(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, 
 # output projection) runs eagerly
 _COMPILED_ALONE = frozenset({"cross_entropy"})
 _CHECKPOINTED = (Recompute.FULL, Recompute.SELECTIVE_OP)
+_RANDOM = frozenset({"sdpa_flash", "sdpa_efficient"})
 
 
 def compiled_kept(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept, ...]:
@@ -122,7 +123,9 @@ def compiled_kept(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept,
         for tensor, op, why in cut.saved:
             op = op or next(o for o in region if tensor.name in o.inputs)  # a region's input: its first reader
             kept.setdefault(tensor.name, Kept(tensor, op.name, op.block, why))
-        if decide is not None:
+        # the generator state, when the recomputation runs a random op again: the flash SDPA (its dropout; measured:
+        # kept with the CPU's flash kernel recomputed, not with the math attention of DeepSeek-V3's head sizes)
+        if decide is not None and any(op.kind in _RANDOM and decide(op) == "recompute" for op in region):
             first = region[0]
             t = rng_state(flow.name, spec.rng_state_bytes)
             kept[t.name] = Kept(t, first.name, first.block, "compiled checkpoint: the generator state it replays "

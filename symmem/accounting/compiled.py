@@ -21,16 +21,21 @@ torch 2.13.0's defaults (torch/_functorch/config.py: `ban_recompute_not_in_allow
 * **Per-op checkpointing** inside the region (`torch.utils.checkpoint` with a policy, traced as a higher-order op):
   an op answered MUST_SAVE is banned (:2206), every other op of the region must be recomputed (`must_recompute`,
   :166-170, an infinite edge to the sink, :2360-2372); so a saved op's output crosses only if the backward needs it.
-  A checkpointed region also keeps the generator state it replays with (`run_and_save_rng_state`): the CPU's
-  mt19937 state is 5,056 bytes (measured), CUDA's Philox seed and offset 16 (aten/src/ATen/cuda/
-  CUDAGeneratorImpl.cpp `get_state`: seed_size + offset_size).
+  A checkpointed region that runs a random op again (the flash SDPA, for its dropout) also keeps the generator
+  state it replays with (`run_and_save_rng_state`): the CPU's mt19937 state is 5,056 bytes (measured), CUDA's
+  Philox seed and offset 16 (aten/src/ATen/cuda/CUDAGeneratorImpl.cpp `get_state`: seed_size + offset_size).
+* **Used far apart** (`ban_recompute_used_far_apart`, :2460-2500): a fusible op reading a value after the first
+  unfusible op the value's readers lead to is banned (DeepSeek-V3's router: the gather of the scores after top-k).
+* **One zeros tensor**: the graph's common-subexpression pass (`config.cse`, :3762) merges the zeros an `index`'s
+  backward scatters into with a forward fill of the same shape (DeepSeek-V3's combine), which is then kept.
 
 The cut is a maximum flow's (Edmonds-Karp, below) on the dataflow with each op decomposed into the aten values its
 compiled graph makes (`_MODELS`: an RMSNorm's FP32 upcast, mean square, rstd and normalized input; RoPE's complex
 product; the loss's max, sum of exponentials and log-probabilities). Its weights are evaluated at the model's sizes
 and one token (every value of a block is proportional to b·s); the cut is a structure, sized symbolically after.
-Not modelled: the partitioner's two fusion heuristics (`ban_recompute_used_far_apart`, `ban_recompute_long_fusible_
-chains`, :2460-2540), which ban nothing in a Llama block (checked against the measurement).
+Not modelled: `ban_recompute_long_fusible_chains` (:2502-2540, a chain of over 100 fusible ops), which no block
+here has. Held to the byte against torch.compile on the CPU: torchtitan's Llama 3 and DeepSeek-V3 blocks under
+every AC mode (tests/validate/test_fsdp2_compile.py).
 """
 
 from __future__ import annotations
@@ -64,6 +69,10 @@ class Decomposed:
 
     nodes: tuple[Node, ...]
     needs: tuple[tuple[str, bool], ...] = ()
+    # the zero-filled tensors its backward allocates (as `index`'s backward, index_put into zeros of the source's
+    # shape): the graph's common-subexpression pass (config.cse, partitioners.py:3762) makes one node of a forward
+    # fill with the same shape and dtype, which the backward then reads
+    backward_zeros: tuple[Tensor, ...] = ()
 
 
 def _t(flow: Dataflow, name: str) -> Tensor:
@@ -150,10 +159,69 @@ def _cross_entropy(op: Op, flow: Dataflow) -> Decomposed:
     ), ((n["log_probs"], True), (n["labels"], False)))
 
 
+def _not_recomputable(needs: tuple[int, ...] = ()) -> Callable[[Op, Dataflow], Decomposed]:
+    """An op off the allowlist (a batched or grouped matrix product, `cat`, `topk`, `sort`, `scatter_add`, the
+    routing's counts): its outputs are banned; its backward reads its inputs `needs` and cannot fuse with them."""
+    def model(op: Op, flow: Dataflow) -> Decomposed:
+        return Decomposed(tuple(Node(_t(flow, y), COMPUTE, op.inputs) for y in op.outputs),
+                          tuple((op.inputs[i], False) for i in needs))
+    return model
+
+
+def _indexing(op: Op, flow: Dataflow) -> Decomposed:
+    """`index` / `gather` (on the allowlist, partitioners.py get_default_op_list): recomputable from the source and
+    the indices; the backward scatters into zeros of the source's shape (`index_put`, `scatter_add`), reading the
+    indices (not fusible)."""
+    return Decomposed(tuple(Node(_t(flow, y), POINTWISE, op.inputs) for y in op.outputs), ((op.inputs[1], False),),
+                      backward_zeros=(_t(flow, op.inputs[0]),))
+
+
+def _same_dtype(a: DType, b: DType, act_bytes: int) -> bool:
+    """Whether two dtypes are one once the activation dtype is resolved (2 bytes: BF16, 4: FP32)."""
+    def name(d: DType) -> str:
+        return {2: "bf16", 4: "fp32", 1: "fp8"}[act_bytes] if d.nbytes is None else d.name
+    return name(a) == name(b)
+
+
+def _cast(op: Op, flow: Dataflow) -> Decomposed:
+    """A dtype conversion (`_to_copy`, on the allowlist); to the dtype it already has it is no op at all
+    (`partition`)."""
+    return Decomposed(tuple(Node(_t(flow, y), POINTWISE, op.inputs) for y in op.outputs))
+
+
+def _softmax(op: Op, flow: Dataflow) -> Decomposed:
+    """Softmax (decomposed to `prepare_softmax_online` and pointwise ops, on the allowlist) and sigmoid: the
+    backward reads the output (grad * y - y * sum(grad * y); grad * y * (1 - y))."""
+    (y,) = op.outputs
+    return Decomposed((Node(_t(flow, y), POINTWISE, op.inputs),), ((y, True),))
+
+
+def _sum(op: Op, flow: Dataflow) -> Decomposed:
+    """A sum over a dimension (a reduction on the allowlist); its backward expands the gradient, reading nothing."""
+    return Decomposed(tuple(Node(_t(flow, y), REDUCTION, op.inputs) for y in op.outputs))
+
+
+def _autocast_weight(op: Op, flow: Dataflow) -> Decomposed:
+    """CUDA's FP32 autocast copy of the router gate's BF16 weight (torchtitan/models/common/moe.py:297-299): a cast
+    of a parameter that the gate's backward reads (grad @ W, not fusible), so banned and kept, as eager keeps it."""
+    (y,) = op.outputs
+    return Decomposed((Node(_t(flow, y), COMPUTE),), ((y, False),))
+
+
 _MODELS: dict[str, Callable[[Op, Dataflow], Decomposed]] = {
     "linear": _linear, "rmsnorm": _rmsnorm, "rope": _rope_complex, "sdpa_flash": _sdpa,
-    "silu": _pointwise_needing(0), "mul": _pointwise_needing(0, 1), "add": _pointwise_needing(),
-    "region": _alias, "contiguous": _contiguous, "cross_entropy": _cross_entropy,
+    "silu": _pointwise_needing(0), "mul": _pointwise_needing(0, 1), "div": _pointwise_needing(0, 1),
+    "add": _pointwise_needing(), "sum": _sum,
+    "scale": _pointwise_needing(), "cast": _cast, "softmax": _softmax, "sigmoid": _softmax,
+    "autocast_weight": _autocast_weight,
+    "region": _alias, "split": _alias, "reshape": _alias, "view": _alias, "reduce_scatter": _alias,
+    "contiguous": _contiguous, "cross_entropy": _cross_entropy,
+    # bmm (the math attention's two products), _grouped_mm, cat, topk (its values unread by any gradient),
+    # torchtitan's scatter_add (its backward gathers by the index, torchtitan/ops/scatter_add.py:28-43), and the
+    # routing's index arithmetic (sort, histc, cumsum: no gradient)
+    "matmul": _not_recomputable((0, 1)), "grouped_mm": _not_recomputable((0, 1)), "concat": _not_recomputable(),
+    "argtopk": _not_recomputable(), "scatter_add": _not_recomputable((0,)), "no_grad": _not_recomputable(),
+    "index": _indexing, "gather": _indexing,
 }
 MODELLED_KINDS = frozenset(_MODELS)
 
@@ -173,6 +241,7 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
     nodes: dict[str, Node] = {}
     made_by: dict[str, Op] = {}
     needs: list[tuple[str, bool]] = []
+    zeros: list[Tensor] = []
     for op in ops:
         try:
             model = _MODELS[op.kind]
@@ -180,10 +249,14 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
             raise SymmemError(f"op kind = {op.kind!r} ({op.name}): --compile has no model of what torch.compile's "
                               f"partitioner makes of it (modelled: {', '.join(sorted(_MODELS))})") from None
         d = model(op, flow)
+        if op.kind == "cast" and all(_same_dtype(_t(flow, x).dtype, nd.tensor.dtype, act_bytes)
+                                     for x, nd in zip(op.inputs, d.nodes, strict=True)):
+            d = _alias(op, flow)  # `.to(dtype)` to its own dtype returns the tensor itself
         for nd in d.nodes:
             nodes[nd.tensor.name] = nd
             made_by[nd.tensor.name] = op
         needs += d.needs
+        zeros += d.backward_zeros
     for nd in list(nodes.values()):  # the region's inputs: primals
         for dep in nd.deps:
             if dep not in nodes:
@@ -195,6 +268,13 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
         return name
 
     # in forward order: the region's inputs first, then each op's values as it makes them
+    for z in zeros:  # a forward fill the backward's own zeros are merged with (`Decomposed.backward_zeros`)
+        shape = tuple(d.size for d in z.dims)
+        fill = next((n for n, nd in nodes.items() if nd.cls == COMPUTE and not nd.deps
+                     and tuple(d.size for d in nd.tensor.dims) == shape
+                     and _same_dtype(nd.tensor.dtype, z.dtype, act_bytes)), None)
+        if fill is not None:
+            needs.append((fill, False))
     values = sorted((n for n in nodes if nodes[n].cls != VIEW), key=lambda n: nodes[n].cls != INPUT)
     deps = {n: tuple(dict.fromkeys(base(d) for d in nodes[n].deps)) for n in values}
     users: dict[str, list[str]] = {n: [] for n in values}
@@ -244,6 +324,8 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
             return "a backward op that cannot fuse with it reads it (materialized in backward)"
         if nd.cls == REDUCTION and nbytes(n) * 4 < sum(nbytes(d) for d in deps[n]):
             return "a reduction to under a quarter of its inputs"
+        if n in far_apart:
+            return far_apart[n]
         return None
 
     def must_recompute(n: str) -> bool:
@@ -257,6 +339,7 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
         cap.setdefault(b, {})
         cap[a][b] = cap[a].get(b, 0.0) + c
 
+    far_apart = _used_far_apart(values, users, fusible_value, {n: nodes[n].cls == COMPUTE for n in values})
     why_banned: dict[str, str] = {}
     for n in values:
         if n in needed:
@@ -295,6 +378,42 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
                    f"compiled: kept to recompute from ({why_banned[n]})")
             saved.append((nodes[n].tensor, op, why))
     return CutResult(tuple(saved))
+
+
+def _used_far_apart(values: list[str], users: Mapping[str, list[str]], fusible: Callable[[str], bool],
+                    compute: Mapping[str, bool]) -> dict[str, str]:
+    """`ban_recompute_used_far_apart` (partitioners.py:2460-2500, config.py:159): a fusible value read by a fusible
+    op after the first unfusible op its readers lead to is not recomputed there (inductor could not fuse both
+    reads). The first unfusible op is found walking the readers in forward order (`find_first_unfusible`); a reader
+    that is itself a matrix product or another op off the allowlist counts at its own place: its outputs are the
+    graph's `getitem`s of it, reached through an edge that cannot fuse."""
+    import heapq
+
+    order = {n: i for i, n in enumerate(values)}
+    out: dict[str, str] = {}
+    for n in values:
+        if not fusible(n) or not users[n]:
+            continue
+        last = max(order[u] for u in users[n])
+        heap = [(order[u], u, not compute[u]) for u in users[n]]
+        heapq.heapify(heap)
+        seen: set[tuple[str, bool]] = set()
+        first = last
+        while heap:
+            o, cur, cur_fusible = heapq.heappop(heap)
+            if (cur, cur_fusible) in seen:
+                continue
+            seen.add((cur, cur_fusible))
+            if not cur_fusible:
+                first = o
+                break
+            for u in users[cur]:
+                if order[u] <= last:
+                    heapq.heappush(heap, (order[u], u, fusible(cur) and fusible(u)))
+        for u in users[n]:
+            if order[u] > first and fusible(u):
+                out.setdefault(u, f"read by a fusible op after an unfusible one ({n}: used far apart)")
+    return out
 
 
 def _source_side(cap: dict[str, dict[str, float]]) -> set[str]:

@@ -51,7 +51,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                         "(torchao's Float8LinearConfig option)")
     p.add_argument("--compile", action="store_true",
                    help="fsdp2: torchtitan's torch.compile (each block and the loss, inductor; the CPU's C++ "
-                        "backend); compares the states and the saved bytes (Llama 3, TP 1, no PP, BF16)")
+                        "backend); compares the states and the saved bytes (Llama 3 or DeepSeek-V3; TP 1, no PP, BF16)")
     p.add_argument("--option", action="append", metavar="KEY=BOOL",
                    help="torchao-float8: a Float8LinearConfig field set on the recipe, repeatable: pad_inner_dim, "
                         "force_recompute_fp8_weight_in_bwd, round_scales_to_power_of_2")

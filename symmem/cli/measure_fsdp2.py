@@ -60,9 +60,7 @@ def _settings(raw: dict, args, name: str):
     float8 = _float8(args)
     compiled = getattr(args, "compile", False)
     if compiled:
-        for bad, why in ((raw["model_type"] != "llama", f"model_type = {raw['model_type']!r}: compiled DeepSeek-V3 "
-                          "is not modelled (its MoE's ops have no partitioner model yet)"),
-                         (tp > 1, f"--tp {tp}: a compiled step under TP is not modelled"),
+        for bad, why in ((tp > 1, f"--tp {tp}: a compiled step under TP is not modelled"),
                          (pp > 1, f"--pp {pp}: a compiled pipeline stage is not measured"),
                          (bool(float8), "--recipe: Float8 under torch.compile is not modelled yet")):
             if bad:
@@ -193,7 +191,7 @@ def _deepseek_settings(raw: dict, args, name: str, world: int, rep: int):
                     n_heads=raw["num_attention_heads"], vocab=raw["vocab_size"],
                     max_seq_len=raw["max_position_embeddings"], world=world, replicate=rep, tp=tp,
                     reshard_after_forward=not args.no_reshard_after_forward, ac=args.ac, b=args.b, s=args.s,
-                    seed=args.seed)
+                    seed=args.seed, compile=getattr(args, "compile", False))
 
 
 def _groups(raw: dict, name: str, experts: int) -> dict:
@@ -311,7 +309,8 @@ def _report_compiled(st, args, measured: list[dict], pred: list[dict]) -> int:
                                    "partitioner's cut); live bytes and peaks not measured under compile"},
                          indent=2, sort_keys=True))
         return 0 if ok else 1
-    print(f"{args.config}: FSDP2 + torchtitan 0.3.0 Llama 3, compiled (each block and the loss, inductor), on "
+    model = "DeepSeek-V3" if st.family == "deepseek_v3" else "Llama 3"
+    print(f"{args.config}: FSDP2 + torchtitan 0.3.0 {model}, compiled (each block and the loss, inductor), on "
           f"{st.world} CPU ranks" + (f" (HSDP {st.replicate} x {st.world // st.replicate})" if st.replicate > 1 else "")
           + f", reshard_after_forward {st.reshard_after_forward}, AC {st.ac}, b = {st.b}, s = {st.s}")
     for r in ranks:

@@ -77,3 +77,25 @@ def test_measure_cli_compile(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1, err
+
+
+# torchtitan's DeepSeek-V3 at the runner's tiny sizes (runner.MoESettings: one dense block, then MoE blocks of 4
+# routed experts, top 2, one shared expert; MLA without query compression; heads of 16 + 8 and values of 16, so
+# SDPA runs its math path, two batched products in FP32)
+DEEPSEEK = Settings(family="deepseek_v3", dim=64, n_layers=2, n_heads=4, vocab=256, world=2, b=1, s=32, compile=True)
+
+
+@pytest.mark.parametrize("ac", ["none", "selective-op", "full"])
+def test_compiled_deepseek_v3_keeps_what_the_cut_says_on_every_rank(ac):
+    """Beyond Llama's: the math attention's FP32 inputs of both batched products and its probabilities; the router's
+    logits, top-k ids, the sorted slots and their tokens (int64), the gathered tokens, the offsets, the experts'
+    outputs; the combine's sorted scores (the gather after top-k is used far apart, banned); the combine's zeros (the
+    index backward's zeros merged with them by CSE); no generator state (no flash SDPA to replay)."""
+    from symmem.validate.fsdp2.predict import predicted
+
+    st = dataclasses.replace(DEEPSEEK, ac=ac)
+    measured, pred = run(st), predicted(st)
+    for m, p in zip(measured, pred, strict=True):
+        assert (m["states"], m["saved"]) == (p["states"], p["saved"]), (ac, m["rank"], m["saved"], p["saved"])
+    if ac == "full":  # each block: its input [1, 32, 64] BF16, nothing else
+        assert measured[0]["saved"]["layer 0"] == measured[0]["saved"]["layer 1"] == 4096
