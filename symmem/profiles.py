@@ -358,14 +358,16 @@ def _torchtitan_check(scn) -> None:
         # whose casts and gathers are another path: not measured, not modelled
         raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} with {FLOAT8_ALL_GATHER_FLAG}: Float8 linears "
                           "under TP (torchao's float8 TP styles) are not modelled; use TP 1")
-    if scn.precision.low_precision is not None and scn.recompute_name == "selective-op":
+    if scn.precision.low_precision is not None and scn.recompute_name == "selective-op" and not scn.compiled:
         # a Float8 linear runs aten._scaled_mm, which per-op AC's every-other-mm rule does not count: 0.3.0's save
         # list keeps every one (PyTorch's compute-intensive ops, torch/_functorch/partitioners.py
         # get_default_op_list; torchtitan/distributed/activation_checkpoint.py:87-93), 9dec370's none (its
-        # `_save_list` has aten.mm alone), so what per-op AC keeps under Float8 is another set, not modelled
+        # `_save_list` has aten.mm alone), so what per-op AC keeps under Float8 is another set, not modelled eagerly.
+        # Compiled it is (symmem/accounting/compiled.py `float8_linear`, measured): the policy sees the outer aten.mm
+        # of the Float8 tensors, counted every other, and what runs inside it follows its answer
         raise SymmemError(f"profile {scn.profile.name}: precision {scn.precision.name} with recompute selective-op: "
-                          "per-op checkpointing of Float8 linears (aten._scaled_mm) is not modelled; use --recompute "
-                          "none or full with Float8")
+                          "per-op checkpointing of Float8 linears (aten._scaled_mm) is not modelled eagerly; use "
+                          "--recompute none or full with Float8, or --compile")
     fam = scn.model.family.name
     if fam == "deepseek" and scn.profile.name != TORCHTITAN_9DEC370:
         _torchtitan_deepseek_check(scn)

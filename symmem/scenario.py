@@ -156,9 +156,13 @@ class Scenario:
         if self.parallel.tp != 1:  # (CP: the torchtitan rule sets have none, refused above)
             raise SymmemError(f"--tp {self.parallel.tp} with --compile: a compiled step under TP is not modelled (the "
                               "partitioner's cut over DTensor's collectives); use --compile at --tp 1")
-        if self.precision.low_precision is not None:
-            raise SymmemError(f"--recipe {self.precision.name} with --compile: Float8 under torch.compile is not "
-                              "modelled yet (the casts fused into the partitioner's cut)")
+        lp = self.precision.low_precision
+        if lp is not None and lp.fsdp_float8_all_gather is not None:
+            raise SymmemError("--enable-fsdp-float8-all-gather with --compile: FSDP2's float8 all-gather under "
+                              "torch.compile is not modelled yet; leave it out (the weights gathered in BF16)")
+        if lp is not None and not lp.name.startswith("torchao-float8-tensorwise"):
+            raise SymmemError(f"--precision {self.precision.name} with --compile: under torch.compile Float8 is "
+                              "modelled for torchao's tensorwise recipe (--precision torchao-float8-tensorwise)")
         if self.policy.kind not in (Recompute.NONE, Recompute.FULL, Recompute.SELECTIVE_OP,
                                     Recompute.SELECTIVE_LAYER):
             raise SymmemError(f"--recompute {self.policy.label} with --compile: torchtitan's modes are modelled "
@@ -229,7 +233,8 @@ class Scenario:
 
         spec = CompileSpec(tuple(sorted(self._size_values.items(), key=lambda kv: str(kv[0]))), self.act_bytes,
                            CPU_RNG_STATE_BYTES if base.name.endswith("-cpu") else CUDA_RNG_STATE_BYTES,
-                           loss=base.name != "torchtitan-2412")  # 9dec370 compiled the blocks only
+                           loss=base.name != "torchtitan-2412",  # 9dec370 compiled the blocks only
+                           float8=self.precision.low_precision is not None)
         return dataclasses.replace(base, name=f"{base.name}+compile", compile=spec,
                                    description=f"{base.description}; each decoder layer and the loss compiled "
                                    "(torch.compile, inductor: the partitioner's cut)")

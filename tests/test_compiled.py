@@ -93,7 +93,10 @@ def test_compiled_per_op_ac_drops_what_the_backward_does_not_read():
 @pytest.mark.parametrize("flags, words", [
     (["--profile", "megatron-te", "--compile"], "--compile: torchtitan's torch.compile is modelled"),
     (["--profile", "torchtitan", "--tp", "2", "--compile"], "--tp 2 with --compile"),
-    (["--profile", "torchtitan", "--precision", "torchao-float8-tensorwise", "--compile"], "with --compile: Float8"),
+    (["--profile", "torchtitan", "--precision", "torchao-float8-rowwise", "--compile"],
+     "--precision torchao-float8-rowwise with --compile"),
+    (["--profile", "torchtitan", "--precision", "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather",
+      "--compile"], "--enable-fsdp-float8-all-gather with --compile"),
 ])
 def test_compile_refusals(flags, words):
     code, err = _memory(*flags)
@@ -109,3 +112,14 @@ def test_sweep_and_page_refuse_compile(tmp_path):
             assert main(argv) == 2, argv
         assert "--compile: torch.compile is not modelled by the" in err.getvalue()
     assert not (tmp_path / "p.html").exists()
+
+
+def test_compiled_float8_layer_recomputes_the_products_inputs():
+    """torchao's tensorwise Float8 linears, compiled: the backward recasts each input from high precision through
+    pointwise ops and a reduction, so no input of a product is materialized in the backward: the norms' outputs and
+    w2's input are recomputed, not kept (bs h x 2 x 2 + bs 14,336 x 2 less than BF16), and each Float8 module keeps
+    its weight's amax (BF16) and the reciprocal of its scale (FP32): 5 modules (wqkv, wo, w1, w3, w2) x 6 bytes
+    more; q, k and v are one module here too (torchtitan's wqkv)."""
+    bf16 = _by_part("--recompute", "none", "--compile")["dense layers"]
+    f8 = _by_part("--recompute", "none", "--compile", "--precision", "torchao-float8-tensorwise")["dense layers"]
+    assert bf16 - f8 == 2 * BS * 4096 * 2 + BS * 14336 * 2 - 5 * 6

@@ -111,21 +111,34 @@ def compiled_kept(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept,
         raise SymmemError(f"recompute = {policy.label!r} with --compile: modelled are none, full, selective-op and "
                           "selective-layer:N (torchtitan's)")
     sizes = dict(spec.sizes)
+    float8 = None
+    if spec.float8:
+        from symmem.precision.saved import eligible
+
+        def float8(op: Op) -> str | None:  # the Float8Linear module (torchtitan's wqkv: one for q, k and v)
+            if not eligible(op):
+                return None
+            group = next((g for g in rules.gemm_groups if op.name in g), ())
+            return next((o.name for o in flow.ops if o.name in group), op.name)  # named after its first linear
     for region in regions:
         decide = None
         if region is layer and policy.kind in _CHECKPOINTED:
             saves = ({op.name for op, whole, _c in _sac_cached(flow, rules) if whole}
                      if policy.kind is Recompute.SELECTIVE_OP else set())
 
-            def decide(op: Op, saves=saves) -> str:
-                return "save" if op.name in saves else "recompute"
-        cut = partition(region, flow, sizes, spec.act_bytes, decide)
+            per_op = policy.kind is Recompute.SELECTIVE_OP
+
+            def decide(op: Op, tag: str, saves=saves, per_op=per_op) -> str:
+                # per-op AC: torchtitan's save list holds aten.max (the Float8 casts' amax), beside the products
+                # (torchtitan/distributed/activation_checkpoint.py:45-47)
+                return "save" if op.name in saves or (per_op and tag == "max") else "recompute"
+        cut = partition(region, flow, sizes, spec.act_bytes, decide, float8)
         for tensor, op, why in cut.saved:
             op = op or next(o for o in region if tensor.name in o.inputs)  # a region's input: its first reader
             kept.setdefault(tensor.name, Kept(tensor, op.name, op.block, why))
         # the generator state, when the recomputation runs a random op again: the flash SDPA (its dropout; measured:
         # kept with the CPU's flash kernel recomputed, not with the math attention of DeepSeek-V3's head sizes)
-        if decide is not None and any(op.kind in _RANDOM and decide(op) == "recompute" for op in region):
+        if decide is not None and any(op.kind in _RANDOM and decide(op, "op") == "recompute" for op in region):
             first = region[0]
             t = rng_state(flow.name, spec.rng_state_bytes)
             kept[t.name] = Kept(t, first.name, first.block, "compiled checkpoint: the generator state it replays "

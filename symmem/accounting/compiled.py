@@ -49,7 +49,10 @@ import sympy
 from symmem.errors import SymmemError
 from symmem.graph import FP32, INT64, Dataflow, Dim, DType, Op, Tensor, global_size
 
+FP8_E4M3 = DType("float8_e4m3fn", 1)
+
 COMPUTE, POINTWISE, REDUCTION, VIEW, INPUT = "compute", "pointwise", "reduction", "view", "input"
+PARAM = "param"  # a parameter read inside the region: free to keep (config.treat_parameters_as_free_to_save)
 INF = float("inf")
 
 
@@ -60,6 +63,10 @@ class Node:
     tensor: Tensor
     cls: str  # COMPUTE (not recomputable), POINTWISE, REDUCTION, VIEW (an alias of its one dependency), INPUT
     deps: tuple[str, ...] = ()
+    # what a per-op checkpoint policy says of it: "op" (its op's answer: the op's outputs, and what a Float8 matrix
+    # product computes inside its own dispatch), "max" (`aten.max`, on torchtitan's save list: always MUST_SAVE),
+    # "recompute" (any other op: PREFER_RECOMPUTE)
+    policy: str = "op"
 
 
 @dataclass(frozen=True)
@@ -196,6 +203,38 @@ def _softmax(op: Op, flow: Dataflow) -> Decomposed:
     return Decomposed((Node(_t(flow, y), POINTWISE, op.inputs),), ((y, True),))
 
 
+def float8_linear(op: Op, flow: Dataflow, module: str) -> Decomposed:
+    """torchao's Float8Linear, tensorwise (float8/float8_linear.py:29-149, `matmul_with_hp_or_float8_args`), as its
+    compiled graph has it with `torch._scaled_mm` (a GPU's path, and the CPU's with emulate off). The forward casts
+    the input and the weight: amax = max(abs(t)) (a reduction to one value, in the tensor's dtype), scale =
+    448 / amax (FP32), t8 = (t * scale) in float8, and the product reads t8 and the FP32 reciprocals of the scales.
+    The backward casts again from what the forward saved in high precision (the input, the weight): the weight's
+    cast is the forward's own node, merged by the graph's common-subexpression pass (the same ops on the same
+    transposed parameter), so its amax and the reciprocal of its scale (a `_scaled_mm` operand in the backward) are
+    read; the input's is not (the backward casts the input reshaped to 2-D, other nodes), so the backward reads the
+    input through pointwise ops and a reduction: fusible, recomputable. `module`: the Float8Linear the op belongs to
+    (torchtitan's wqkv is one module for q, k and v: one weight, one amax, one scale)."""
+    (x,), (y,) = op.inputs, op.outputs
+    xt, yt = _t(flow, x), _t(flow, y)
+    wdims = op.weights[0].dims
+    w = f"{module}.float8_weight"
+    n = {k: f"{module}.{k}" for k in ("weight_amax", "weight_scale", "weight_inv_scale", "weight_fp8")}
+    # the input's cast is one per input tensor: products reading one input (w1 and w3) share it (CSE)
+    i = {k: f"{x}.float8_{k}" for k in ("amax", "scale", "inv_scale", "data")}
+    return Decomposed((
+        Node(Tensor(w, wdims, xt.dtype), PARAM),  # the parameter: free to keep
+        Node(Tensor(n["weight_amax"], (), xt.dtype), REDUCTION, (w,), "max"),
+        Node(Tensor(n["weight_scale"], (), FP32), POINTWISE, (n["weight_amax"],), "recompute"),
+        Node(Tensor(n["weight_inv_scale"], (), FP32), POINTWISE, (n["weight_scale"],)),
+        Node(Tensor(n["weight_fp8"], wdims, FP8_E4M3), POINTWISE, (w, n["weight_scale"]), "recompute"),
+        Node(Tensor(i["amax"], (), xt.dtype), REDUCTION, (x,), "max"),
+        Node(Tensor(i["scale"], (), FP32), POINTWISE, (i["amax"],), "recompute"),
+        Node(Tensor(i["inv_scale"], (), FP32), POINTWISE, (i["scale"],)),
+        Node(Tensor(i["data"], xt.dims, FP8_E4M3), POINTWISE, (x, i["scale"]), "recompute"),
+        Node(yt, COMPUTE, (i["data"], n["weight_fp8"], i["inv_scale"], n["weight_inv_scale"])),
+    ), ((x, True), (n["weight_amax"], True), (n["weight_fp8"], True), (n["weight_inv_scale"], False)))
+
+
 def _sum(op: Op, flow: Dataflow) -> Decomposed:
     """A sum over a dimension (a reduction on the allowlist); its backward expands the gradient, reading nothing."""
     return Decomposed(tuple(Node(_t(flow, y), REDUCTION, op.inputs) for y in op.outputs))
@@ -225,9 +264,9 @@ _MODELS: dict[str, Callable[[Op, Dataflow], Decomposed]] = {
 }
 MODELLED_KINDS = frozenset(_MODELS)
 
-# What the policy says of an op inside a checkpointed region: "save" (MUST_SAVE), "recompute" (PREFER_RECOMPUTE,
-# which the partitioner treats as must-recompute) or None (no checkpoint: the partitioner decides)
-Decision = Callable[[Op], str | None]
+# What the policy says of a value an op makes inside a checkpointed region, given the value's `Node.policy` ("op" or
+# "max"): "save" (MUST_SAVE) or "recompute" (PREFER_RECOMPUTE, which the partitioner treats as must-recompute)
+Decision = Callable[[Op, str], str]
 
 
 @dataclass(frozen=True)
@@ -236,8 +275,9 @@ class CutResult:
 
 
 def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, int], act_bytes: int,
-              decide: Decision | None = None) -> CutResult:
-    """The values the compiled region `ops` keeps for its backward (the module docstring's rules)."""
+              decide: Decision | None = None, float8: Callable[[Op], str | None] | None = None) -> CutResult:
+    """The values the compiled region `ops` keeps for its backward (the module docstring's rules). `float8`: the
+    Float8Linear module a linear op belongs to (None: not one; `float8_linear`)."""
     nodes: dict[str, Node] = {}
     made_by: dict[str, Op] = {}
     needs: list[tuple[str, bool]] = []
@@ -248,13 +288,14 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
         except KeyError:
             raise SymmemError(f"op kind = {op.kind!r} ({op.name}): --compile has no model of what torch.compile's "
                               f"partitioner makes of it (modelled: {', '.join(sorted(_MODELS))})") from None
-        d = model(op, flow)
+        module = float8(op) if float8 is not None and op.kind == "linear" else None
+        d = float8_linear(op, flow, module) if module is not None else model(op, flow)
         if op.kind == "cast" and all(_same_dtype(_t(flow, x).dtype, nd.tensor.dtype, act_bytes)
                                      for x, nd in zip(op.inputs, d.nodes, strict=True)):
             d = _alias(op, flow)  # `.to(dtype)` to its own dtype returns the tensor itself
         for nd in d.nodes:
-            nodes[nd.tensor.name] = nd
-            made_by[nd.tensor.name] = op
+            nodes.setdefault(nd.tensor.name, nd)
+            made_by.setdefault(nd.tensor.name, op)  # a shared value (one input's Float8 cast) is its first maker's
         needs += d.needs
         zeros += d.backward_zeros
     for nd in list(nodes.values()):  # the region's inputs: primals
@@ -275,7 +316,7 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
                      and _same_dtype(nd.tensor.dtype, z.dtype, act_bytes)), None)
         if fill is not None:
             needs.append((fill, False))
-    values = sorted((n for n in nodes if nodes[n].cls != VIEW), key=lambda n: nodes[n].cls != INPUT)
+    values = sorted((n for n in nodes if nodes[n].cls != VIEW), key=lambda n: nodes[n].cls not in (INPUT, PARAM))
     deps = {n: tuple(dict.fromkeys(base(d) for d in nodes[n].deps)) for n in values}
     users: dict[str, list[str]] = {n: [] for n in values}
     for n in values:
@@ -298,7 +339,7 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
         return nodes[n].cls in (POINTWISE, REDUCTION, VIEW)
 
     def materialized(n: str) -> bool:  # is_materialized: a user that cannot fuse with it (or a primal)
-        if nodes[n].cls == INPUT or not fusible_value(n):
+        if nodes[n].cls in (INPUT, PARAM) or not fusible_value(n):
             return True
         return any(not fusible_value(u) for u in users[n]) or needed.get(n) is False
 
@@ -310,10 +351,12 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
 
     def banned(n: str) -> str | None:
         nd = nodes[n]
+        if nd.cls == PARAM:
+            return "a parameter"
         if nd.cls == INPUT:
             return "an input of the compiled region"
         if decide is not None and n in made_by:
-            choice = decide(made_by[n])
+            choice = policy_of(n)
             if choice == "save":
                 return "its op is marked MUST_SAVE by the checkpoint's policy"
             if choice == "recompute":
@@ -328,8 +371,12 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
             return far_apart[n]
         return None
 
+    def policy_of(n: str) -> str:
+        p = nodes[n].policy
+        return "recompute" if p == "recompute" else decide(made_by[n], p)
+
     def must_recompute(n: str) -> bool:
-        return decide is not None and n in made_by and decide(made_by[n]) == "recompute"
+        return decide is not None and n in made_by and policy_of(n) == "recompute"
 
     # the flow graph of partitioners.py:2330-2420: v_in -> v_out at the value's weight; producer_out -> user_in
     cap: dict[str, dict[str, float]] = {}
@@ -349,7 +396,8 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
         elif (reason := banned(n)) is not None:
             why_banned[n] = reason
             edge("source", f"{n}:in", INF)
-        weight = nbytes(n) * 1.1 ** max(min(dist[n], 100), 1) * (1 if materialized(n) else 2)
+        weight = 0.0 if nodes[n].cls == PARAM else nbytes(n) * 1.1 ** max(min(dist[n], 100), 1) * (
+            1 if materialized(n) else 2)
         edge(f"{n}:in", f"{n}:out", weight)
         for u in users[n]:
             edge(f"{n}:out", f"{u}:in", INF)
@@ -371,7 +419,7 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
             stack += deps[n]
     saved = []
     for n in values:
-        if n in cut and n in read:
+        if n in cut and n in read and nodes[n].cls != PARAM:  # (a parameter is the model's, not an activation)
             op = made_by.get(n)
             why = (f"compiled: needed by the backward, {why_banned[n]}" if n in why_banned and n in needed else
                    "compiled: kept to recompute from" if n not in why_banned else
@@ -458,6 +506,7 @@ class CompileSpec:
     act_bytes: int
     rng_state_bytes: int
     loss: bool = True  # the loss function compiled too (torchtitan 0.3.0; at 9dec370 it ran eagerly)
+    float8: bool = False  # torchao's Float8Linear (tensorwise) for every eligible linear (`float8_linear`)
 
 
 def rng_state(flow_name: str, nbytes: int) -> Tensor:

@@ -62,7 +62,9 @@ def _settings(raw: dict, args, name: str):
     if compiled:
         for bad, why in ((tp > 1, f"--tp {tp}: a compiled step under TP is not modelled"),
                          (pp > 1, f"--pp {pp}: a compiled pipeline stage is not measured"),
-                         (bool(float8), "--recipe: Float8 under torch.compile is not modelled yet")):
+                         (bool(float8) and (float8["float8"] != "tensorwise" or float8["float8_all_gather"]),
+                          "--recipe: under torch.compile Float8 is measured for tensorwise without the float8 "
+                          "all-gather")):
             if bad:
                 raise SymmemError(f"--compile with {why}")
     if raw["model_type"] == "deepseek_v3":
@@ -115,9 +117,10 @@ def _float8(args) -> dict:
     if ag and recipe != "tensorwise":
         raise SymmemError(f"--enable-fsdp-float8-all-gather with --recipe {recipe}: torchao gathers float8 weights "
                           "under tensorwise scaling only")
-    if args.ac == "selective-op":
+    if args.ac == "selective-op" and not getattr(args, "compile", False):
         raise SymmemError("--recipe with --ac selective-op: per-op checkpointing of Float8 linears "
-                          "(aten._scaled_mm) is not modelled; use --ac none, full or selective-layer:N")
+                          "(aten._scaled_mm) is not modelled eagerly; use --ac none, full or selective-layer:N, or "
+                          "--compile")
     if args.tp > 1:
         raise SymmemError("--recipe with --tp: Float8 under TP is not measured (torchao's float8 TP styles)")
     return {"float8": recipe, "float8_all_gather": ag}

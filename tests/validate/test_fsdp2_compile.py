@@ -71,7 +71,7 @@ def test_measure_cli_compile(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["compile"] and out["match"] and len(out["ranks"]) == 2
     for extra, words in ((["--tp", "2"], "--compile with --tp 2"),
-                         (["--recipe", "tensorwise"], "--compile with --recipe"),
+                         (["--recipe", "rowwise"], "--compile with --recipe"),
                          (["--framework", "transformers"], "--compile: only with --framework fsdp2")):
         argv = ["measure", "--framework", "fsdp2", "--config", str(cfg), "--compile", *extra]
         assert main(argv) == 2
@@ -99,3 +99,27 @@ def test_compiled_deepseek_v3_keeps_what_the_cut_says_on_every_rank(ac):
         assert (m["states"], m["saved"]) == (p["states"], p["saved"]), (ac, m["rank"], m["saved"], p["saved"])
     if ac == "full":  # each block: its input [1, 32, 64] BF16, nothing else
         assert measured[0]["saved"]["layer 0"] == measured[0]["saved"]["layer 1"] == 4096
+
+
+# By hand, one block of TINY under torchao's tensorwise Float8 linears, compiled (torch._scaled_mm, the GPU's path,
+# runs on this CPU): the products' inputs are recomputed (the backward recasts them through pointwise ops), so beside
+# BF16's set the norm outputs and w2's input go; each of the 5 Float8 modules (wqkv, wo, w1, w3, w2) keeps its
+# weight's amax (BF16, 2 B) and the reciprocal of its scale (FP32, 4 B).
+#   per-op AC: x; wqkv's and w1's outputs (the policy counts the Float8 tensors' aten.mm every other); every weight's
+#   amax (aten.max is on the save list); the amax of wo's and of w1/w3's inputs (wo and w3 run again); the
+#   reciprocal scales the odd products compute and the backward or the recomputation reads (wqkv's, w1's, w2's
+#   weights', w1/w3's input's); the CPU generator's state
+FLOAT8_BY_HAND = {"none": BY_HAND["none"] - 2 * 4096 - 16384 + 5 * (2 + 4),
+                  "selective-op": 4096 + 8192 + 16384 + 7 * 2 + 4 * 4 + 5056,
+                  "full": 4096 + 5056}
+
+
+@pytest.mark.parametrize("ac", ["none", "selective-op", "full"])
+def test_compiled_float8_blocks_on_every_rank(ac):
+    from symmem.validate.fsdp2.predict import predicted
+
+    st = dataclasses.replace(TINY, vocab=256, ac=ac, float8="tensorwise")
+    measured, pred = run(st), predicted(st)
+    for m, p in zip(measured, pred, strict=True):
+        assert (m["states"], m["saved"]) == (p["states"], p["saved"]), (ac, m["rank"], m["saved"], p["saved"])
+        assert m["saved"]["layer 0"] == FLOAT8_BY_HAND[ac], m["saved_detail"]["layer 0"]

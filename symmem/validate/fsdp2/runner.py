@@ -195,9 +195,11 @@ def convert_float8(config, st: Settings):
     """torchtitan 0.3.0's Float8 converter on the model config (torchtitan/components/quantization/float8.py:
     `Float8LinearConverter.convert`, :169-188): every `Linear.Config` whose in and out features are multiples of 16
     (utils.py:16-30 `module_filter_fn`, no FQN filtered: `filter_fqns` defaults to none, :62) becomes a
-    `Float8Linear.Config`. The torchao config is the recipe's with `emulate=True` (the CPU has no float8 GEMM;
-    0.3.0's converter under `emulate` builds the default, tensorwise, config, :116-117, so the other recipes are
-    torchao's own `from_recipe_name` with emulation set) and, for `float8_all_gather`, torchao's
+    `Float8Linear.Config`. The torchao config is the recipe's with `emulate=True` eagerly (the eager Float8
+    cases were measured so; 0.3.0's converter under `emulate` builds the default,
+    tensorwise, config, :116-117, so the other recipes are torchao's own `from_recipe_name` with emulation set),
+    `emulate=False` under `Settings.compile` (the GPU's graph: `_scaled_mm` runs on this CPU) and, for
+    `float8_all_gather`, torchao's
     `enable_fsdp_float8_all_gather` (tensorwise only, torchao/float8/config.py)."""
     if st.float8 is None:
         return config
@@ -214,7 +216,9 @@ def convert_float8(config, st: Settings):
     if st.float8_all_gather and st.float8 != "tensorwise":
         raise SymmemError(f"float8 = {st.float8!r} with the float8 all-gather: torchao gathers float8 weights "
                           "under tensorwise scaling only")
-    ao = dataclasses.replace(Float8LinearConfig.from_recipe_name(st.float8), emulate=True,
+    # compiled, the GPU's path: torch._scaled_mm, which runs on this CPU (emulation would put a dequantizing mm in
+    # the graph, another partition)
+    ao = dataclasses.replace(Float8LinearConfig.from_recipe_name(st.float8), emulate=not st.compile,
                              enable_fsdp_float8_all_gather=st.float8_all_gather)
     keep = partial(module_filter_fn, filter_fqns=[])
     for fqn, linear, parent, attr in list(config.traverse(Linear.Config)):
