@@ -8,7 +8,8 @@ torch 1963fc8 of 2024-12-23, torchao eab345c, torchtitan 9dec370 of 2024-12-26; 
 maximum over GPUs) and benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (Trainy, H200, torchtitan e7c0cae of
 2025-06-13, compiled with Float8 and FSDP's float8 all-gather, memory at iteration 100). Only the eager BF16 runs are
 what the profile models, and the compiled ones (`--compile`: each block compiled, as 9dec370 did, the loss eager);
-the Float8 ones are listed with symmem's compiled BF16 figure beside, not compared."""
+and the Float8 ones without FSDP's float8 all-gather; Trainy's (with it) are listed with the compiled BF16 figure
+beside, not compared."""
 
 from __future__ import annotations
 
@@ -68,9 +69,11 @@ def rows() -> list[dict]:
         row = {"source": source, "table": table, "model": model, "gpus": gpus, "fsdp": fsdp, "other": other, "b": b,
                "s": s, "ac": ac, "tech": tech, "measured": measured, "reserved": None, "allocated": None,
                "at": None}
-        if not other:  # FSDP alone: the profile's BF16 step, compiled where the run was
+        if not other:  # FSDP alone: the profile's step, compiled and in Float8 where the run was
+            float8 = "Float8" in tech and "all-gather" not in tech
             scn = model_scenario(load_model(model)).replace(
-                profile_name="torchtitan-2412", precision=recipe("fp32"), zero=zero_stage(3),
+                profile_name="torchtitan-2412", zero=zero_stage(3),
+                precision=recipe("torchao-float8-tensorwise" if float8 else "fp32"),
                 parallel=Parallel(dp=fsdp), b=b, s=s, recompute_name=ac, gpu_memory=96 * 10**9,
                 compiled=tech != "eager")
             r = replay(scn)
@@ -112,8 +115,9 @@ def _status(r: dict) -> str:
     if r["reserved"] is None:
         # (torchtitan 0.3.0's TP and PP are modelled, the `torchtitan` profile; these runs are 9dec370's code)
         return f"not predicted: {r['other']} is not modelled for torchtitan 9dec370, this run's code"
-    if r["tech"] not in ("eager", "torch.compile"):
-        return "not compared: Float8 is not modelled (the figure is the compiled BF16 step's)"
+    if "all-gather" in r["tech"]:
+        return ("not compared: FSDP2's float8 all-gather is not modelled under compile (the figure is the compiled "
+                "BF16 step's)")
     error = r["reserved"] / 2**30 / r["measured"] - 1
     return f"compared: {error:+.1%} ({'within' if abs(error) <= TOLERANCE else 'outside'} 5 %)"
 
@@ -131,9 +135,9 @@ def tables() -> list[Table]:
     return [Table(
         "torchtitan_published",
         "torchtitan's published GPU memory (reserved, GiB = 2^30 bytes) beside symmem's FSDP2 replay "
-        "(profile torchtitan-2412: BF16, eager or compiled as the run)",
+        "(profile torchtitan-2412: eager or compiled, BF16 or Float8, as the run)",
         ("published run", "model", "parallelism", "GPUs", "local batch", "sequence", "activation checkpointing",
-         "techniques", "measured reserved GiB", "symmem replayed reserved GiB (BF16)",
+         "techniques", "measured reserved GiB", "symmem replayed reserved GiB",
          "symmem replayed peak allocated GiB", "reserved reached at", "comparison"),
         body,
         ("Measured: torchtitan's logged memory, torch.cuda.memory_stats()['reserved_bytes.all.peak'] after a reset "
@@ -154,9 +158,14 @@ def tables() -> list[Table]:
          "--framework fsdp2 --compile); the loss runs eagerly, as at 9dec370 (its train.py leaves the loss's "
          "compile commented out); the blocks' transients in the replay are still the eager ops' (inductor's "
          "fused kernels are not modelled), which the peak, at the loss's backward, does not meet.",
-         "Not modelled, so not compared: Float8 (torchao's scales and FP8 copies, fused under compile; the float8 "
-         "all-gather), context, tensor and pipeline parallelism for torchtitan 9dec370, AsyncTP. The compiled "
-         "BF16 figure beside a Float8 run shows how much Float8 saves, not an error. The "
+         "Float8 (`--precision torchao-float8-tensorwise --compile`): torchao's tensorwise Float8 linears, every "
+         "linear but the output (9dec370 left it out), in the partitioner's cut (each product's input recomputed, "
+         "each module's amax and scale kept), the weights gathered in BF16 (the runs' configs say nothing of "
+         "FSDP's float8 all-gather, off by default at 9dec370); the replay leaves out the casts' float8 copies, "
+         "alive only while their product runs, not at the loss's backward where the figure peaks.",
+         "Not modelled, so not compared: FSDP2's float8 all-gather under compile (Trainy's runs; the figure beside "
+         "them is the compiled BF16 step's), context, tensor and pipeline parallelism for torchtitan 9dec370, "
+         "AsyncTP. The "
          "Trainy runs used torchtitan e7c0cae, not the 9dec370 code the profile writes. NCCL's buffers are "
          "outside the allocator and outside both figures. Llama 3.1 8B has Llama 3 8B's shapes (preset "
          "llama-3-8b); its longer RoPE range does not matter here: torchtitan 9dec370 sizes its one RoPE table "

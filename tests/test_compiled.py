@@ -123,3 +123,17 @@ def test_compiled_float8_layer_recomputes_the_products_inputs():
     bf16 = _by_part("--recompute", "none", "--compile")["dense layers"]
     f8 = _by_part("--recompute", "none", "--compile", "--precision", "torchao-float8-tensorwise")["dense layers"]
     assert bf16 - f8 == 2 * BS * 4096 * 2 + BS * 14336 * 2 - 5 * 6
+
+
+def test_the_replay_takes_compiled_float8_without_the_all_gather_only():
+    from symmem.accounting.fsdp2_reserved import refusal
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+
+    def scn(*flags):
+        argv = ["memory", "--model", "llama-3-8b", "-b", "2", "-s", "8192", "--dp", "8", "--profile",
+                "torchtitan-2412", "--precision", "torchao-float8-tensorwise", *flags]
+        return scenario_from_args(build_parser().parse_args(argv))
+
+    assert refusal(scn("--compile")) is None
+    assert "Float8's copies and scales" in refusal(scn())  # eager: the casts' transients matter in the blocks

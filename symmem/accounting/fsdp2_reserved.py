@@ -145,6 +145,10 @@ def _outer_units(scn, root: _Group) -> _Units:
                   False, True)
 
 
+FLOAT8_LEFT_OUT = ("Float8 (compiled): the float8 copies of each product's input and weight, alive while the "
+                   "product runs, are not allocated")
+
+
 def refusal(scn) -> str | None:
     """Why a scenario's FSDP2 step is not replayed, or None."""
     if scn.profile.allocation_order != "fsdp2":
@@ -154,8 +158,11 @@ def refusal(scn) -> str | None:
         return ("the replay writes torchtitan's step without pipelining or gradient accumulation; this scenario has "
                 f"{len(scn.stages)} stage(s) and M = {scn.m} micro-batches per step (set --pp 1 and the global batch "
                 "to local batch x DP)")
-    if scn.precision.low_precision is not None:
+    lp = scn.precision.low_precision
+    if lp is not None and not (scn.compiled and lp.fsdp_float8_all_gather is None):
         return f"precision {scn.precision.name}: the replay does not allocate Float8's copies and scales"
+    # (compiled, tensorwise, weights gathered in BF16: the saved set is the partitioner's, with each module's amax and
+    # scale; the casts' float8 copies, alive while their product runs, are left out, `FLOAT8_LEFT_OUT`)
     if scn.parallel.tp > 1:
         return (f"TP {scn.parallel.tp}: the replay writes FSDP's step alone, not TP's collectives and their buffers "
                 "(the saved tensors and states under TP are modelled; their allocation order is not)")
