@@ -1,5 +1,6 @@
 """Flag rules of `scenario_from_args` (cli/args.py) that name the flag to type, kept apart so args.py changes by
-one call each: `--schedule interleaved:V` (sweep's spelling) and a routing model given without its parameter."""
+one call each: `--schedule interleaved:V` (sweep's spelling) and a routing model given without its parameter; and
+the flags only `symmem memory` models (`memory_only`), which the sweep and the page refuse."""
 
 from __future__ import annotations
 
@@ -42,3 +43,14 @@ def routing_parameter(args: argparse.Namespace, kind: str, scenario_routing) -> 
     if getattr(args, field) is None and not (scenario_routing.kind == kind
                                              and getattr(scenario_routing, field) is not None):
         raise SymmemError(f"--routing {kind}: needs {flag} ({example})")
+
+
+def memory_only(scn, where: str, instead: str) -> None:
+    """Refuse the scenario's flags that only `symmem memory` models, for the sweep or the page (`where`): torch.compile
+    and Megatron's DDP buckets (their tables read the eager saved sets and one bucket per buffer)."""
+    if scn.compiled:
+        raise SymmemError(f"--compile: torch.compile is not modelled by {where} (its tables read the eager saved "
+                          "sets); use symmem memory --compile")
+    if scn.ddp.flags:
+        raise SymmemError(f"{scn.ddp.flags}: Megatron's DDP buckets are not modelled by {where} (its tables read one "
+                          f"bucket per buffer); {instead}")

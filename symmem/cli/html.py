@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from symmem import _numbers as num
+from symmem.cli._flag_rules import memory_only
 from symmem.cli.args import add_scenario_args, scenario_from_args
 from symmem.errors import SymmemError
 
@@ -106,12 +107,7 @@ def _run(args) -> int:
         raise SymmemError("--microbatches: the page sets M from --global-batch-size (or PP by default); give "
                           "--global-batch-size instead")
     base = scenario_from_args(args)
-    if base.compiled:
-        raise SymmemError("--compile: torch.compile is not modelled by the page (its "
-                          "tables read the eager saved sets); use symmem memory --compile")
-    if base.ddp.flags:
-        raise SymmemError(f"{base.ddp.flags}: Megatron's DDP buckets are not modelled by the page (its tables read "
-                          "one bucket per buffer); use symmem memory")
+    memory_only(base, "the page", "use symmem memory")
     from symmem.render.page import refusal
 
     why = refusal(base)  # a scenario the page cannot carry is refused before its choices are rebuilt from it

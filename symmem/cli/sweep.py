@@ -15,6 +15,7 @@ import sys
 import time
 
 from symmem import _numbers as num
+from symmem.cli._flag_rules import memory_only
 from symmem.cli.args import SWEPT, add_scenario_args, add_swept_args, scenario_from_args
 from symmem.errors import SymmemError
 from symmem.units import GB, GIB, fmt_gb, fmt_gib
@@ -220,12 +221,7 @@ def space_from_args(args: argparse.Namespace):
     # The fixed settings through the one flag-to-Scenario mapping every command shares (cli/args.py); the swept
     # fields are the sweep's own, and the layout, schedule and M are set per configuration.
     scn = scenario_from_args(args, skip=SWEPT)
-    if scn.compiled:
-        raise SymmemError("--compile: torch.compile is not modelled by the sweep (its "
-                          "tables read the eager saved sets); use symmem memory --compile")
-    if scn.ddp.flags:
-        raise SymmemError(f"{scn.ddp.flags}: Megatron's DDP buckets are not modelled by the sweep (its tables read "
-                          "one bucket per buffer); time a configuration with symmem memory")
+    memory_only(scn, "the sweep", "time a configuration with symmem memory")
     model = scn.model
     seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
     base = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe,
