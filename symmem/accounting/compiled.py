@@ -262,7 +262,6 @@ _MODELS: dict[str, Callable[[Op, Dataflow], Decomposed]] = {
     "argtopk": _not_recomputable(), "scatter_add": _not_recomputable((0,)), "no_grad": _not_recomputable(),
     "index": _indexing, "gather": _indexing,
 }
-MODELLED_KINDS = frozenset(_MODELS)
 
 # What the policy says of a value an op makes inside a checkpointed region, given the value's `Node.policy` ("op" or
 # "max"): "save" (MUST_SAVE) or "recompute" (PREFER_RECOMPUTE, which the partitioner treats as must-recompute)
@@ -308,7 +307,6 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
             name = nodes[name].deps[0]
         return name
 
-    # in forward order: the region's inputs first, then each op's values as it makes them
     for z in zeros:  # a forward fill the backward's own zeros are merged with (`Decomposed.backward_zeros`)
         shape = tuple(d.size for d in z.dims)
         fill = next((n for n, nd in nodes.items() if nd.cls == COMPUTE and not nd.deps
@@ -316,6 +314,7 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
                      and _same_dtype(nd.tensor.dtype, z.dtype, act_bytes)), None)
         if fill is not None:
             needs.append((fill, False))
+    # in forward order: the region's inputs first, then each op's values as it makes them
     values = sorted((n for n in nodes if nodes[n].cls != VIEW), key=lambda n: nodes[n].cls not in (INPUT, PARAM))
     deps = {n: tuple(dict.fromkeys(base(d) for d in nodes[n].deps)) for n in values}
     users: dict[str, list[str]] = {n: [] for n in values}
