@@ -82,7 +82,7 @@ class Scenario:
     flops_convention: str = "paper"  # how FLOPs are counted (symmem.flops: `paper`, matmuls only)
     gpu_name: str | None = None  # the GPU by name (symmem.hardware), for the step time; None: not said
     ddp: DDP = DDP()  # Megatron's DDP bucketing and overlap (megatron profiles)
-    compiled: bool = False  # torchtitan's torch.compile of each layer and the loss (--compile; torchtitan profiles)
+    compiled: bool = False  # torchtitan's torch.compile of each layer (0.3.0: and the loss); --compile
 
     def __post_init__(self) -> None:
         if self.convention not in self.model.family.conventions:
@@ -148,8 +148,8 @@ class Scenario:
         check_convention(self.flops_convention)
 
     def _check_compiled(self) -> None:
-        """--compile is torchtitan's (each decoder layer and the loss compiled), modelled without TP and the
-        low-precision recipes, under torchtitan's checkpointing modes."""
+        """--compile is torchtitan's (each decoder layer and the loss compiled), modelled without TP, in BF16 or
+        torchao's tensorwise Float8 (weights gathered in BF16), under torchtitan's checkpointing modes."""
         if not (self.profile_name or "").startswith("torchtitan"):
             raise SymmemError(f"--compile: torchtitan's torch.compile is modelled under the torchtitan profiles "
                               f"(--profile torchtitan, torchtitan-cpu, torchtitan-2412), not {self._profile_said()}")

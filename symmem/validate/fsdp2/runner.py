@@ -195,11 +195,10 @@ def convert_float8(config, st: Settings):
     """torchtitan 0.3.0's Float8 converter on the model config (torchtitan/components/quantization/float8.py:
     `Float8LinearConverter.convert`, :169-188): every `Linear.Config` whose in and out features are multiples of 16
     (utils.py:16-30 `module_filter_fn`, no FQN filtered: `filter_fqns` defaults to none, :62) becomes a
-    `Float8Linear.Config`. The torchao config is the recipe's with `emulate=True` eagerly (the eager Float8
-    cases were measured so; 0.3.0's converter under `emulate` builds the default,
-    tensorwise, config, :116-117, so the other recipes are torchao's own `from_recipe_name` with emulation set),
-    `emulate=False` under `Settings.compile` (the GPU's graph: `_scaled_mm` runs on this CPU) and, for
-    `float8_all_gather`, torchao's
+    `Float8Linear.Config`. The torchao config is the recipe's with `emulate=True` eagerly (the eager Float8 cases
+    were measured so; 0.3.0's converter under `emulate` builds the default, tensorwise, config, :116-117, so the
+    other recipes are torchao's own `from_recipe_name` with emulation set), `emulate=False` under `Settings.compile`
+    (the GPU's graph: `_scaled_mm` runs on this CPU) and, for `float8_all_gather`, torchao's
     `enable_fsdp_float8_all_gather` (tensorwise only, torchao/float8/config.py)."""
     if st.float8 is None:
         return config
