@@ -130,11 +130,13 @@ def test_chunk_size_does_not_change_results():
 
 def test_derived_once_per_structural_case(monkeypatch):
     import symmem.accounting.analysis as A
+    from symmem import _twocores
     from symmem.sweep import compile as sweep_compile
 
     calls = []
     real = A.stage_activation_expr
     monkeypatch.setattr(A, "stage_activation_expr", lambda *a, **k: calls.append(a[1].index) or real(*a, **k))
+    monkeypatch.setattr(_twocores, "_cores", lambda: 1)  # (calls counted in this process: no depth in a child)
     sweep_compile.clear_cache()
     space = lite_space(pp=(2, 4), recompute=("none", "full"))
     s = sweep(space)
@@ -384,3 +386,27 @@ def test_walked_schedules_sweep_configuration_by_configuration(capsys, schedule)
     assert max(st["peak_allocated"] for st in mem["stages"]) == r["peak_allocated"]
     assert main(["sweep", *argv, "--plot", "x.png"]) == 2
     assert schedule in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kw", [dict(top=7), dict(top=0, marginal=True, region=True)])
+def test_two_processes_sweep_as_one(monkeypatch, kw):
+    # the pipeline depths shared with a forked child (symmem/_twocores.py) and merged in sweep order: the same
+    # counts, records (their order, ties in sweep order), rejections (their order too) and plot region as one
+    # process
+    from symmem import _twocores
+    from symmem.sweep.compile import clear_cache
+
+    space = lite_space()
+    results = []
+    for cores in (1, 2):
+        monkeypatch.setattr(_twocores, "_cores", lambda cores=cores: cores)
+        clear_cache()  # (each derives its cases afresh)
+        results.append(sweep(space, **kw))
+    one, two = results
+    assert len(space.pp) > 2 and one.valid > 500 and one.ranked
+    for name in ("total", "valid", "fits", "marginal", "cases", "rejections", "ranked"):
+        assert getattr(one, name) == getattr(two, name), name
+    assert one.region.keys() == two.region.keys()
+    for key, rows in one.region.items():
+        assert all(np.array_equal(a, b) for a, b in zip(rows, two.region[key], strict=True))
+

@@ -94,3 +94,19 @@ def test_ranking_by_time_needs_a_gpu_with_speeds():
         bad = dataclasses.replace(space, base=space.base.replace(gpu_name=name))
         with pytest.raises(SymmemError, match=words):
             sweep(bad, rank_by="time")
+
+
+def test_two_processes_rank_by_time_as_one(monkeypatch):
+    # the pipeline depths shared with a forked child (symmem/_twocores.py): the child's records come back with
+    # their binding events found (no closure crosses the pipe), the same ranking and records as one process
+    from symmem import _twocores
+    from symmem.sweep.compile import clear_cache
+    from symmem.sweep.evaluate import finish_events
+
+    space = _space(s=(2048, 4096), b=(1, 2))
+    results = []
+    for cores in (1, 2):
+        monkeypatch.setattr(_twocores, "_cores", lambda cores=cores: cores)
+        clear_cache()
+        results.append(finish_events(sweep(space, top=9, lazy_events=True, rank_by="time").ranked))
+    assert len(results[0]) == 9 and results[0] == results[1]

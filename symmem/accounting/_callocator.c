@@ -27,9 +27,20 @@ typedef struct {
 } Block;
 
 typedef struct {
-    int *idx;
+    long long size;
+    int *idx; /* its free blocks, by address from the highest: the best fit, the lowest, is the last */
     Py_ssize_t len, cap;
-} Pool; /* free blocks sorted by (size, address) */
+} Run; /* the free blocks of one size */
+
+typedef struct {
+    Run *runs; /* by size: the free blocks in (size, address) order, run after run */
+    Py_ssize_t len, cap;
+    Run *spare; /* runs emptied, their arrays kept for reuse */
+    Py_ssize_t nspare, spare_cap;
+} Pool;
+/* Why runs: on a sweep's replays a pool holds about 75 free blocks of about 12 sizes (the same activations over
+ * and over), so a best fit is a search over a dozen sizes and the first of a run, with no search over the blocks
+ * (a binary search over all of them, one block lookup per step, was most of the replay's time) */
 
 typedef struct {
     PyObject_HEAD
@@ -69,35 +80,77 @@ static int new_block(Alloc *a, long long address, long long size, char small, in
     return i;
 }
 
-/* first position whose (size, address) is not below (size, address) */
-static Py_ssize_t lower(Alloc *a, Pool *p, long long size, long long address) {
-    Py_ssize_t lo = 0, hi = p->len;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        Block *b = &a->blocks[p->idx[mid]];
-        if (b->size < size || (b->size == size && b->address < address)) lo = mid + 1; else hi = mid;
+/* the first run whose size is not below `size` (branchless: the halving picks by a conditional move) */
+static Py_ssize_t run_at(const Pool *p, long long size) {
+    Py_ssize_t n = p->len;
+    if (n == 0) return 0;
+    const Run *base = p->runs;
+    while (n > 1) {
+        Py_ssize_t half = n / 2;
+        base = base[half - 1].size < size ? base + half : base;
+        n -= half;
     }
-    return lo;
+    return (base - p->runs) + (base->size < size);
+}
+
+/* a new, empty run of `size` at position `at` */
+static Run *open_run(Pool *p, Py_ssize_t at, long long size) {
+    if (grow((void **)&p->runs, &p->cap, p->len + 1, sizeof(Run)) < 0) return NULL;
+    memmove(p->runs + at + 1, p->runs + at, (size_t)(p->len - at) * sizeof(Run));
+    p->len++;
+    Run *r = &p->runs[at];
+    if (p->nspare) {
+        *r = p->spare[--p->nspare];
+    } else {
+        r->idx = NULL;
+        r->cap = 0;
+    }
+    r->size = size;
+    r->len = 0;
+    return r;
+}
+
+/* run `at`, now empty, out of the pool (its array kept for the next run opened) */
+static int close_run(Pool *p, Py_ssize_t at) {
+    if (grow((void **)&p->spare, &p->spare_cap, p->nspare + 1, sizeof(Run)) < 0) return -1;
+    p->spare[p->nspare++] = p->runs[at];
+    memmove(p->runs + at, p->runs + at + 1, (size_t)(p->len - at - 1) * sizeof(Run));
+    p->len--;
+    return 0;
 }
 
 static int pool_insert(Alloc *a, Pool *p, int i) {
-    if (grow((void **)&p->idx, &p->cap, p->len + 1, sizeof(int)) < 0) return -1;
-    Py_ssize_t at = lower(a, p, a->blocks[i].size, a->blocks[i].address);
-    memmove(p->idx + at + 1, p->idx + at, (size_t)(p->len - at) * sizeof(int));
-    p->idx[at] = i;
-    p->len++;
+    long long size = a->blocks[i].size, address = a->blocks[i].address;
+    Py_ssize_t at = run_at(p, size);
+    Run *r = at < p->len && p->runs[at].size == size ? &p->runs[at] : open_run(p, at, size);
+    if (!r || grow((void **)&r->idx, &r->cap, r->len + 1, sizeof(int)) < 0) return -1;
+    Py_ssize_t j = r->len; /* by address: from the end (a run holds a few blocks) */
+    while (j > 0 && a->blocks[r->idx[j - 1]].address < address) {
+        r->idx[j] = r->idx[j - 1]; /* (moved up as it goes: a run's few entries, no memmove call) */
+        j--;
+    }
+    r->idx[j] = i;
+    r->len++;
     return 0;
 }
 
+/* take the block at position `j` of run `at` out of the pool */
+static int take(Pool *p, Py_ssize_t at, Py_ssize_t j) {
+    Run *r = &p->runs[at];
+    for (Py_ssize_t k = j + 1; k < r->len; k++) r->idx[k - 1] = r->idx[k];
+    r->len--;
+    return r->len ? 0 : close_run(p, at);
+}
+
 static int pool_remove(Alloc *a, Pool *p, int i) {
-    Py_ssize_t at = lower(a, p, a->blocks[i].size, a->blocks[i].address);
-    if (at >= p->len || p->idx[at] != i) {
-        PyErr_SetString(PyExc_AssertionError, "a free block missing from its pool");
-        return -1;
+    Py_ssize_t at = run_at(p, a->blocks[i].size);
+    if (at < p->len && p->runs[at].size == a->blocks[i].size) {
+        Run *r = &p->runs[at];
+        for (Py_ssize_t j = 0; j < r->len; j++)
+            if (r->idx[j] == i) return take(p, at, j);
     }
-    memmove(p->idx + at, p->idx + at + 1, (size_t)(p->len - at - 1) * sizeof(int));
-    p->len--;
-    return 0;
+    PyErr_SetString(PyExc_AssertionError, "a free block missing from its pool");
+    return -1;
 }
 
 static long long allocation_size(long long size) {
@@ -109,12 +162,11 @@ static long long allocation_size(long long size) {
 static int do_malloc(Alloc *a, PyObject *key, long long size) {
     int small = size <= SMALL_SIZE;
     Pool *pool = &a->pools[small];
-    Py_ssize_t at = lower(a, pool, size, -1);
+    Py_ssize_t at = run_at(pool, size);
     int i;
-    if (at < pool->len) {
-        i = pool->idx[at];
-        memmove(pool->idx + at, pool->idx + at + 1, (size_t)(pool->len - at - 1) * sizeof(int));
-        pool->len--;
+    if (at < pool->len) { /* the best fit: the smallest size that serves, its lowest address */
+        i = pool->runs[at].idx[pool->runs[at].len - 1];
+        if (take(pool, at, pool->runs[at].len - 1) < 0) return -1;
     } else { /* a new segment after the last */
         long long seg = allocation_size(size);
         i = new_block(a, a->top, seg, (char)small, -1, -1);
@@ -307,11 +359,13 @@ static PyObject *Alloc_free_blocks(Alloc *a, PyObject *Py_UNUSED(ignored)) {
     PyObject *out = PyList_New(0);
     if (!out) return NULL;
     for (int s = 1; s >= 0; s--) {
-        for (Py_ssize_t j = 0; j < a->pools[s].len; j++) {
-            Block *b = &a->blocks[a->pools[s].idx[j]];
-            PyObject *t = Py_BuildValue("(OLL)", s ? Py_True : Py_False, b->size, b->address);
-            if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); return NULL; }
-            Py_DECREF(t);
+        for (Py_ssize_t r = 0; r < a->pools[s].len; r++) {
+            for (Py_ssize_t j = a->pools[s].runs[r].len - 1; j >= 0; j--) {
+                Block *b = &a->blocks[a->pools[s].runs[r].idx[j]];
+                PyObject *t = Py_BuildValue("(OLL)", s ? Py_True : Py_False, b->size, b->address);
+                if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); return NULL; }
+                Py_DECREF(t);
+            }
         }
     }
     return out;
@@ -327,8 +381,13 @@ static void Alloc_dealloc(Alloc *a) {
     PyMem_Free(a->blocks);
     PyMem_Free(a->spare);
     PyMem_Free(a->slot);
-    PyMem_Free(a->pools[0].idx);
-    PyMem_Free(a->pools[1].idx);
+    for (int s = 0; s < 2; s++) {
+        Pool *p = &a->pools[s];
+        for (Py_ssize_t r = 0; r < p->len; r++) PyMem_Free(p->runs[r].idx);
+        for (Py_ssize_t r = 0; r < p->nspare; r++) PyMem_Free(p->spare[r].idx);
+        PyMem_Free(p->runs);
+        PyMem_Free(p->spare);
+    }
     Py_XDECREF(a->live);
     Py_TYPE(a)->tp_free((PyObject *)a);
 }

@@ -439,10 +439,16 @@ def stage_step_series(scn: Scenario, stage: Stage) -> list[Event]:
 
 def stage_buffers(scn: Scenario, stage: Stage) -> list:
     """The implementation profile's framework buffers on one GPU of `stage` (named, sourced)."""
+    return list(_stage_buffers(scn, stage))
+
+
+@lru_cache(maxsize=256)
+def _stage_buffers(scn: Scenario, stage: Stage) -> tuple:
+    # (a stage's replay asks once per rank replayed, and its memory once more: each a walk of the stage's weights)
     if scn.profile.buffers is None:
-        return []
+        return ()
     parts = stage_parts(scn.model, stage, scn.convention, scn.flow_impl)
-    return scn.profile.buffers(scn, stage, parts, values(scn))
+    return tuple(scn.profile.buffers(scn, stage, parts, values(scn)))
 
 
 QUANTIZED = "quantized weight copies and scaling state"  # the peak's static component of FP8/FP4 recipes

@@ -133,23 +133,6 @@ class _MicroBatchOps:
     first_backward: tuple
 
 
-def _ops(chunks: list[list[tuple]]) -> tuple:
-    """The chunks' events as `CachingAllocator.run` takes them, and the number of storage ids: sizes rounded, and
-    each storage's key a small integer (hashing the nested key tuple on every call was a tenth of the replay's
-    time)."""
-    ids: dict = {}
-    out = []
-    for events in chunks:
-        ops = []
-        for kind, key, nbytes in events:
-            if kind == "first":
-                ops.append((key, request(key, nbytes)))
-            else:
-                ops.append((ids.setdefault(key, len(ids)), request(key, nbytes) if kind == "malloc" else 0))
-        out.append(tuple(ops))
-    return (*out, len(ids))
-
-
 @lru_cache(maxsize=64)
 def _iteration_phases(scn, stage) -> _Phases:
     """One iteration of one GPU of `stage` by phase (`_Phases`): every activation storage of every layer copy of
@@ -196,67 +179,91 @@ def _build_ops(scn, parts: tuple, dummy: bool, stage) -> _MicroBatchOps:
     sizes: dict = {}
 
     def size(a) -> int:
+        """The request of a storage (`allocator.request`: checked, rounded), evaluated once per expression."""
         if a.nbytes not in sizes:
-            sizes[a.nbytes] = _bytes(a.nbytes, vals)
+            sizes[a.nbytes] = request(a.what, _bytes(a.nbytes, vals))
         return sizes[a.nbytes]
 
-    def step(out: list, mb, pi: int, copy: int, live: dict, now: dict) -> None:
+    # Each part's ops for one copy of its layer, written once with the layer's own storage numbers (0, 1, ...): a
+    # copy's are the same moved on by the part's storages (every copy of a layer allocates alike; writing each
+    # copy's from the timeline was most of building a stage's ops). Storage ids: the parts' copies one after the
+    # other, then the pipeline's gradient buffers.
+    local: list[dict] = []  # per part: storage name -> its number within one copy
+
+    def number(pi: int, name) -> int:
+        return local[pi].setdefault(name, len(local[pi]))
+
+    def step(out: list, pi: int, live: dict, now: dict) -> None:
         """From one op's event to the next: what the next op does not hold is freed first (an event's alive set
         already holds everything that coexists while its op runs: inputs, outputs, workspace), then what it adds
-        is allocated."""
+        is allocated. Ops as (storage number, request), 0 freeing."""
         for name in live:
             if name not in now:
-                out.append(("free", (mb, pi, copy, name), 0))
+                out.append((number(pi, name), 0))
         for name, a in now.items():
             if name not in live:
-                out.append(("malloc", (mb, pi, copy, name), size(a)))
+                out.append((number(pi, name), size(a)))
 
     extra = scn.profile.backward_tensors(scn, stage) if scn.profile.backward_tensors else ()
-    pipeline = [(name, _bytes(tensor_bytes(t, axes, act_bytes, sympy.Integer(0)), vals)) for name, t in extra]
-    forwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "forward"] for tl in timelines]
-    backwards = [[{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "backward"] for tl in timelines]
-    backward_ops = [[ev.op for ev in tl.events if ev.phase == "backward"] for tl in timelines]
-    kept = [{n: a for ev in fw for n, a in ev.items() if a.component == T.SAVED_CURRENT} for fw in forwards]
-
-    def forward(mb) -> list:
+    pipeline = [(name, request(name, _bytes(tensor_bytes(t, axes, act_bytes, sympy.Integer(0)), vals)))
+                for name, t in extra]
+    forward_ops: list[list] = []  # per part: one copy's forward ops
+    backward_ops: list[list] = []  # per part: one copy's backward, each op's events preceded by ("wgrad", op)
+    for pi, tl in enumerate(timelines):
+        local.append({})
+        fw = [{a.what: a for a in ev.alive} for ev in tl.events if ev.phase == "forward"]
         out: list = []
-        for pi, pt in enumerate(parts):
-            for copy in range(pt.count):
-                live: dict = {}
-                for now in forwards[pi]:
-                    step(out, mb, pi, copy, live, now)
-                    live = now
-                for name, a in live.items():  # what the layer does not keep dies with its forward
-                    if a.component != T.SAVED_CURRENT:
-                        out.append(("free", (mb, pi, copy, name), 0))
-        return out
+        live: dict = {}
+        for now in fw:
+            step(out, pi, live, now)
+            live = now
+        out += [(number(pi, name), 0) for name, a in live.items() if a.component != T.SAVED_CURRENT]
+        forward_ops.append(out)  # (what the layer does not keep dies with its forward)
+        kept = {n: a for ev in fw for n, a in ev.items() if a.component == T.SAVED_CURRENT}
+        out = []
+        live = kept  # kept since the forward
+        for ev in (ev for ev in tl.events if ev.phase == "backward"):
+            now = {a.what: a for a in ev.alive}
+            out.append(("wgrad", ev.op))
+            step(out, pi, live, now)
+            live = now
+        out += [(number(pi, name), 0) for name in live]
+        backward_ops.append(out)
+    offsets, n = [], 0
+    for pi, pt in enumerate(parts):
+        offsets.append(n)
+        n += len(local[pi]) * pt.count
+    pipe_ids = [n + i for i in range(len(pipeline))]
+    n += len(pipeline)
 
-    def backward(mb, made: set | None) -> list:
-        """`made`: the weight shapes whose dummy gradient exists already (None: all of them)."""
-        out = [("malloc", (mb, "pipeline", name), n) for name, n in pipeline]
-        for pi in range(len(parts) - 1, -1, -1):
-            for copy in range(parts[pi].count - 1, -1, -1):
-                live = kept[pi]  # kept since the forward
-                for op, now in zip(backward_ops[pi], backwards[pi], strict=True):
-                    shape = wgrad_shape.get((parts[pi].name, op))
-                    if made is not None and shape is not None and shape not in made:
+    def copy_ops(ops: list, pi: int, copy: int) -> list:
+        base = offsets[pi] + copy * len(local[pi])
+        return [(base + k, nbytes) for k, nbytes in ops if k != "wgrad"]
+
+    fwd = [op for pi, pt in enumerate(parts) for copy in range(pt.count) for op in copy_ops(forward_ops[pi], pi, copy)]
+    bwd = ([(i, nbytes) for i, (_, nbytes) in zip(pipe_ids, pipeline, strict=True)]
+           + [op for pi in range(len(parts) - 1, -1, -1) for copy in range(parts[pi].count - 1, -1, -1)
+              for op in copy_ops(backward_ops[pi], pi, copy)]
+           + [(i, 0) for i in pipe_ids])
+    # the first iteration's first backward also makes TE's dummy weight gradients, each at the first backward GEMM
+    # of its shape (keys ("wgrad", shape): no storage ids)
+    first: list = [(i, nbytes) for i, (_, nbytes) in zip(pipe_ids, pipeline, strict=True)]
+    made: set = set()
+    for pi in range(len(parts) - 1, -1, -1):
+        for copy in range(parts[pi].count - 1, -1, -1):
+            base = offsets[pi] + copy * len(local[pi])
+            for k, x in backward_ops[pi]:
+                if k == "wgrad":
+                    shape = wgrad_shape.get((parts[pi].name, x))
+                    if shape is not None and shape not in made:
                         made.add(shape)
-                        out.append(("first", ("wgrad", shape), 2 * shape[0] * shape[1]))
-                    step(out, mb, pi, copy, live, now)
-                    live = now
-                out += [("free", (mb, pi, copy, name), 0) for name in live]
-        out += [("free", (mb, "pipeline", name), 0) for name, _ in pipeline]
-        return out
-
-    # one micro-batch's chunks, written once; slot j's are the same with every storage id moved on by j x the ids
-    # one micro-batch has (building each slot's from the timeline was most of a sweep's replay time)
-    fwd, bwd, first_bwd, n = _ops([forward(0), backward(0, None), backward(0, set())])
-    if sum(1 if size else -1 for chunk in (fwd, bwd) for _, size in chunk):  # a bug of the event builder
+                        first.append((("wgrad", shape), request(("wgrad", shape), 2 * shape[0] * shape[1])))
+                else:
+                    first.append((base + k, x))
+    first += [(i, 0) for i in pipe_ids]
+    if sum(1 if nbytes else -1 for chunk in (fwd, bwd) for _, nbytes in chunk):  # a bug of the event builder
         raise AssertionError("a micro-batch leaves an allocation alive: a later one would reuse its key")
-    packed = pack(fwd), pack(bwd)
-    if None in packed:  # (every steady op's key is a storage id)
-        raise AssertionError("a steady phase's key is not a storage id")
-    return _MicroBatchOps(n, *packed, first_bwd)
+    return _MicroBatchOps(n, pack(fwd), pack(bwd), tuple(first))
 
 
 def replay_stage(scn, stage, rank: int = 0) -> Reserved:

@@ -425,6 +425,7 @@ _CASES: dict[tuple, CompiledCase] = {}
 def compile_case(scn: Scenario) -> CompiledCase:
     """Derive `scn`'s stage expressions once (symbolic in t, ep, etp) and compile them; cached per structure."""
     from symmem.accounting.analysis import stage_activation_expr, stage_params
+    from symmem.model import stage_parts
 
     key = structural_key(scn)
     hit = _CASES.get(key)
@@ -436,11 +437,17 @@ def compile_case(scn: Scenario) -> CompiledCase:
     if stepwise_in_s(scn):  # one case per s (structural_key): the step functions of s are numbers here
         consts[s_symbol] = scn.s
     groups: dict[tuple, list[int]] = {}
+    events: dict[tuple, tuple] = {}  # a stage's content -> its peak events (the middle stages of a pipeline alike)
     for st in scn.stages:
         act = Poly.compile(stage_activation_expr(scn, st, symbolic_parallel=swept_axes(scn)), consts, variables)
         per_gpu = stage_params(scn, st, symbolic_parallel=swept_axes(scn)).per_gpu_expr
         params = tuple(Poly.compile(per_gpu[g], consts, parallel) for g in GROUPS)
-        peak = peak_events(scn, st, consts)
+        # (`peak_events` reads of the stage its parts, compared without their layer indices, and what the profile's
+        # backward tensors may read: `head` and `embedding`)
+        content = (stage_parts(scn.model, st, scn.convention, scn.flow_impl), st.head, st.embedding)
+        if content not in events:
+            events[content] = peak_events(scn, st, consts)
+        peak = events[content]
         groups.setdefault((act, params, peak), []).append(st.index)
     classes = tuple(StageClass(min(idx), tuple(idx), act, params, *peak) for (act, params, peak), idx in groups.items())
     case = CompiledCase(key, scn.parallel.pp, tuple(sorted(classes, key=lambda c: c.index)),

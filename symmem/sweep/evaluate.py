@@ -290,8 +290,10 @@ def _arrangements(space, pp: int, i_pp: int, reject) -> tuple[object, dict]:
 
 
 def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
-                progress: Callable[[int], None] | None = None, cases: dict | None = None) -> Iterator[Block]:
-    """Every valid configuration of `space`, exactly evaluated, in tiles of at most `chunk`.
+                progress: Callable[[int], None] | None = None, cases: dict | None = None,
+                depths: tuple[int, ...] | None = None) -> Iterator[Block]:
+    """Every valid configuration of `space`, exactly evaluated, in tiles of at most `chunk`; with `depths`, those
+    of the pipeline depths `space.pp[i]` for i in `depths` only.
 
     Rejections are appended to `rejected` as `(rule, where, reason, count)`; `progress(n)` hears of every n
     configurations done (valid or not); `cases` collects the structural cases used, by key."""
@@ -308,6 +310,8 @@ def iter_blocks(space, chunk: int = CHUNK, rejected: list | None = None,
         raise SymmemError("the compiled sweep does not walk ZB-H1 or DualPipe; evaluate them one by one "
                           "(symmem.sweep.exact.sweep_exact)")
     for i_pp, pp in enumerate(space.pp):
+        if depths is not None and i_pp not in depths:
+            continue
         layout, groups = _arrangements(space, pp, i_pp, reject)
         for g in groups.values():
             par = {k: np.array(v, dtype=np.int64) for k, v in g.items() if k not in ("par", "pars")}

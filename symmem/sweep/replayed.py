@@ -7,8 +7,7 @@ largest over its stages. Only the listed rows (`symmem sweep --replay N`; by def
 
 from __future__ import annotations
 
-import os
-
+from symmem._twocores import map_on_two_cores
 from symmem.sweep.timing import scenario_of
 
 
@@ -19,7 +18,7 @@ def with_reserved(space, records: list[dict], first: int) -> list[dict]:
     if not space.base.profile.allocation_order or not first:
         return records
     todo = list(range(min(first, len(records))))
-    found = dict(zip(todo, _in_two_processes(lambda i: _row(space, records[i]), todo), strict=True))
+    found = dict(zip(todo, map_on_two_cores(lambda i: _row(space, records[i]), todo), strict=True))
     out = []
     for i, r in enumerate(records):
         if i >= first:
@@ -41,38 +40,3 @@ def _row(space, r: dict) -> tuple:
         return None, None, refused[0]
     top = max((stage_reserved(scn, st), st.index) for st in scn.stages)
     return top[0], top[1], None
-
-
-def _in_two_processes(work, items: list) -> list:
-    """[work(x) for x in items], every other item worked in a forked child where there are two cores (the listed
-    rows' replays are independent: half the wall time). A child that fails leaves its items to this process, so
-    the answer never depends on the fork; an error of `work` is raised here, in order, as without it."""
-    import pickle
-
-    from symmem.render.paper import _cores
-
-    if len(items) < 2 or _cores() < 2 or not hasattr(os, "fork"):
-        return [work(x) for x in items]
-    theirs = items[1::2]
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its items' results through the pipe, then gone (no cleanup of the parent's state)
-        code = 0
-        try:
-            os.close(read)
-            data = pickle.dumps([work(x) for x in theirs])
-            with os.fdopen(write, "wb") as f:
-                f.write(data)
-        except BaseException:  # noqa: BLE001 - the parent works these items itself and raises what it raises
-            code = 1
-        os._exit(code)
-    os.close(write)
-    try:
-        mine = {x: work(x) for x in items[0::2]}
-    finally:  # (the child waited for, whatever this process's work did: no process outlives the command)
-        with os.fdopen(read, "rb") as f:
-            data = f.read()
-        _, status = os.waitpid(pid, 0)
-    got = pickle.loads(data) if status == 0 and data else [work(x) for x in theirs]
-    mine.update(zip(theirs, got, strict=True))
-    return [mine[x] for x in items]

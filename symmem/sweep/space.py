@@ -201,7 +201,6 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     with its time, tokens/s and MFU (`sweep.timing`): timed on the tile's arrays (`sweep.timetable`), or one by one
     where an arrangement's costs have no such table."""
     from symmem.sweep import timing
-    from symmem.sweep.timetable import block_times
 
     timed = rank_by == "time"
     if timed:
@@ -209,15 +208,92 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
     elif rank_by != "headroom":
         raise SymmemError(f"rank_by = {rank_by!r}: must be 'headroom' or 'time'")
     t0 = time.perf_counter()
+    out = Summary(space, total=space.size)
+
+    def depth(i_pp: int, child: bool = False) -> _Depth:
+        part = _sweep_depth(space, i_pp, top, marginal, region, chunk, None if child else progress, lazy_events,
+                            timed, t0)
+        if child:  # what crosses the pipe: no closures (a listed record's binding event found here)
+            from symmem.sweep.evaluate import finish_events
+
+            part.items = [(item, finish_events([r])[0]) for item, r in part.items]
+            part.one_by_one = finish_events(part.one_by_one)
+        return part
+
+    from symmem._twocores import map_on_two_cores
+
+    # the pipeline depths shared with a forked child where there are two cores (each a third to a fifth of the
+    # sweep), then merged in sweep order: the same counts, records and rejections as one process
+    order = sorted(range(len(space.pp)), key=lambda i: -space.pp[i])  # the deepest (the costliest) first
+    parts = dict(zip(order, map_on_two_cores(depth, order, child_work=lambda i: depth(i, child=True)),
+                     strict=True))
+    items: list = []
+    one_by_one: list = []
+    raw_rej: list = []
+    cases = 0
+    for i_pp in range(len(space.pp)):
+        part = parts[i_pp]
+        out.valid += part.valid
+        out.fits += part.fits
+        out.marginal += part.marginal
+        for key, rows in part.region.items():
+            mine = out.region.setdefault(key, rows)
+            if mine is not rows:
+                out.region[key] = tuple(np.maximum(a, b) for a, b in zip(mine, rows, strict=True))
+        items += part.items
+        one_by_one += part.one_by_one
+        raw_rej += part.rejected
+        cases += part.cases
+        out.derive_seconds += part.derive_seconds
+        if progress and part.unreported:  # (the child's share, heard of here)
+            progress(part.unreported)
+    ranked = sorted(items, key=lambda x: (-x[0][0], -x[0][1]))
+    out.ranked = [r for _, r in (ranked[:top] if top else ranked)]
+    if timed:
+        out.ranked = timing.ranked(space, out.ranked, one_by_one, top, out.untimed)
+        out.rank_by = "time"
+    agg: dict[tuple, int] = {}
+    for rule, where, reason, count in raw_rej:
+        agg[(rule, where, reason)] = agg.get((rule, where, reason), 0) + count
+    out.rejections = [Rejection(*k, n) for k, n in agg.items()]
+    out.cases = cases
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+@dataclass
+class _Depth:
+    """What one pipeline depth of a sweep found (`_sweep_depth`), merged by `sweep`."""
+
+    valid: int = 0
+    fits: int = 0
+    marginal: int = 0
+    region: dict = field(default_factory=dict)
+    items: list = field(default_factory=list)  # ((value, -ordinal), record): its best `top` (all with 0)
+    one_by_one: list = field(default_factory=list)
+    rejected: list = field(default_factory=list)
+    cases: int = 0
+    derive_seconds: float = 0.0
+    unreported: int = 0  # configurations done that `progress` did not hear of (in the child)
+
+
+def _sweep_depth(space: Space, i_pp: int, top: int, marginal: bool, region: bool, chunk: int, progress,
+                 lazy_events: bool, timed: bool, t0: float) -> _Depth:
+    """`sweep`'s loop over the configurations of one pipeline depth, `space.pp[i_pp]`: its counts, its best `top`
+    records, and what it rejected, in sweep order."""
+    from symmem.sweep.timetable import block_times
+
     cases: dict = {}
     cap = space.capacity
-    out = Summary(space, total=space.size)
-    raw_rej: list = []
-    heap: list = []  # (headroom, -ordinal, record): the worst kept on top
+    out = _Depth()
+    heap: list = []  # (value, -ordinal, record): the worst kept on top
     kept: list = []
-    one_by_one: list = []  # records of arrangements without a time table (timing.rank_by_time)
     sentinel = np.iinfo(np.int64).min
-    for blk in iter_blocks(space, chunk, raw_rej, progress, cases):
+
+    def heard(n: int) -> None:
+        out.unreported += n
+
+    for blk in iter_blocks(space, chunk, out.rejected, progress or heard, cases, depths=(i_pp,)):
         n = blk.size - blk.excluded
         out.valid += n
         fit = blk.fits_high
@@ -243,7 +319,7 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
         if timed:
             seconds = block_times(blk, idx)
             if seconds is None:
-                one_by_one += [blk.record(i, lazy_events) for i in idx.tolist()]
+                out.one_by_one += [blk.record(i, lazy_events) for i in idx.tolist()]
                 continue
             hv = -seconds  # larger is better, as headroom
         else:
@@ -266,18 +342,9 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
                 heapq.heappush(heap, (*item, _record(blk, i, lazy_events, timed, h)))
             elif item > heap[0][:2]:
                 heapq.heapreplace(heap, (*item, _record(blk, i, lazy_events, timed, h)))
-    items = kept if not top else [((h, o), r) for h, o, r in heap]
-    out.ranked = [r for _, r in sorted(items, key=lambda x: (-x[0][0], -x[0][1]))]
-    if timed:
-        out.ranked = timing.ranked(space, out.ranked, one_by_one, top, out.untimed)
-        out.rank_by = "time"
-    agg: dict[tuple, int] = {}
-    for rule, where, reason, count in raw_rej:
-        agg[(rule, where, reason)] = agg.get((rule, where, reason), 0) + count
-    out.rejections = [Rejection(*k, n) for k, n in agg.items()]
+    out.items = kept if not top else [((h, o), r) for h, o, r in heap]
     out.cases = len(cases)
     out.derive_seconds = sum(c.seconds for c in cases.values() if c.created >= t0)
-    out.seconds = time.perf_counter() - t0
     return out
 
 

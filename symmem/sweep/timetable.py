@@ -61,6 +61,16 @@ def _stacked(points: list, shape: tuple[int, int]):
                       grid(c.kernels for c in points), grid(c.cp_ring_bytes for c in points), gemms)
 
 
+def _content(scn, stage) -> tuple:
+    """What `costs.stage_costs` reads of a stage: its parts (compared without their layer indices), whether it
+    holds the head and the embedding (its pipeline sends), and the kind of its last layer (the residual stream it
+    sends, `comm.pipeline_bytes`)."""
+    from symmem.model import stage_parts
+
+    last = scn.model.layer_kinds()[stage.layers[-1]] if stage.layers else None
+    return stage_parts(scn.model, stage, scn.convention), stage.head, stage.embedding, last
+
+
 def stage_arrays(scn, s_values: tuple[int, ...], b_values: tuple[int, ...]) -> list:
     """Each stage's `costs.StageCosts` of one micro-batch over the (s, b) grid, its figures (and the GEMMs' rows)
     arrays shaped (len(s), len(b)): read at every point when there are at most `DIRECT_POINTS`, else through the
@@ -70,7 +80,14 @@ def stage_arrays(scn, s_values: tuple[int, ...], b_values: tuple[int, ...]) -> l
     shape = (len(s_values), len(b_values))
     if shape[0] * shape[1] <= DIRECT_POINTS:
         at = [scn.replace(b=b, s=s) for s in s_values for b in b_values]
-        return [_stacked([stage_costs(p, p.stages[j]) for p in at], shape) for j in range(len(scn.stages))]
+        done: dict = {}  # a stage's content -> its arrays (a pipeline's middle stages alike; read, never changed)
+        out = []
+        for j, st in enumerate(scn.stages):
+            key = _content(scn, st)
+            if key not in done:
+                done[key] = _stacked([stage_costs(p, p.stages[j]) for p in at], shape)
+            out.append(done[key])
+        return out
     from symmem.steptime.forms import stage_templates
 
     big_s = s_values[0]
