@@ -125,9 +125,27 @@ def _te_weight_shapes(parts, axes, values) -> set[tuple[int, int]]:
     return set(te_weight_shape_by_op(parts, axes, values).values())
 
 
+def _weights_key(parts, axes, values) -> tuple:
+    """What a stage's weight shapes depend on: its parts, the parallel sizes and the model's sizes; not b or s (a
+    weight has neither, and `_feature_size` stops at the dims that do): a sweep asks at three s per arrangement."""
+    from symmem.symbols import b, s
+
+    return parts, axes, tuple((k, v) for k, v in values.items() if k is not b and k is not s)
+
+
+_SHAPES: dict = {}  # `_weights_key` -> te_weight_shape_by_op's answer
+
+
 def te_weight_shape_by_op(parts, axes, values) -> dict[tuple[str, str], tuple[int, int]]:
     """(part name, op name) -> (out, in) of the TransformerEngine weight each linear op multiplies by (`_te_weight_
     shapes`; every member of a fused module maps to the module's stacked shape)."""
+    from symmem._cache import bounded
+
+    return dict(bounded(_SHAPES, _weights_key(parts, axes, values), 1024,
+                        lambda: _te_weight_shape_by_op(parts, axes, values)))
+
+
+def _te_weight_shape_by_op(parts, axes, values) -> dict[tuple[str, str], tuple[int, int]]:
     shapes: dict[tuple[str, str], tuple[int, int]] = {}
     for part in parts:
         flow: Dataflow = part.flow
@@ -194,10 +212,21 @@ def ddp_layouts(scn, stage) -> list[tuple[int, object]]:
 def ddp_weights(scn, parts, values) -> tuple[list[int], list[int]]:
     """The local parameter sizes of the stage's dense and expert DDP buffers, in registration order. The ops of
     one fused Megatron module (tag `module:NAME`: linear_qkv, linear_fc1) are one parameter, padded once."""
+    from symmem._cache import bounded
+
+    axes = scn.parallel.axis_sizes()
+    dense, expert = bounded(_WEIGHTS, _weights_key(parts, axes, values), 1024,
+                            lambda: _ddp_weights(parts, axes, values))
+    return list(dense), list(expert)
+
+
+_WEIGHTS: dict = {}  # `_weights_key` -> ddp_weights' answer
+
+
+def _ddp_weights(parts, axes, values) -> tuple[tuple[int, ...], tuple[int, ...]]:
     from symmem.accounting.evaluate import ceil_int, evaluate
     from symmem.accounting.params import weight_uses
 
-    axes = scn.parallel.axis_sizes()
     tags = {(part.name, op.name): next((t for t in op.tags if t.startswith("module:")), None)
             for part in parts for op in part.flow.ops}
     dense: list[list[int]] = []  # per copy of a part: its parameters in order, fused modules summed
@@ -222,7 +251,7 @@ def ddp_weights(scn, parts, values) -> tuple[list[int], list[int]]:
             ws.append(n)
     for part, ws in per_part.items():
         dense += [ws] * counts[part]
-    return [w for ws in dense for w in ws], expert
+    return tuple(w for ws in dense for w in ws), tuple(expert)
 
 
 def megatron_check(scn) -> None:

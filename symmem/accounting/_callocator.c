@@ -80,17 +80,17 @@ static int new_block(Alloc *a, long long address, long long size, char small, in
     return i;
 }
 
-/* the first run whose size is not below `size` (branchless: the halving picks by a conditional move) */
+/* the first run whose size is not below `size`: from the front over a few runs (a dozen on the sweep's replays,
+ * where a binary search's unpredictable branches cost more), halving over many */
 static Py_ssize_t run_at(const Pool *p, long long size) {
-    Py_ssize_t n = p->len;
-    if (n == 0) return 0;
-    const Run *base = p->runs;
-    while (n > 1) {
-        Py_ssize_t half = n / 2;
-        base = base[half - 1].size < size ? base + half : base;
-        n -= half;
+    const Run *r = p->runs;
+    Py_ssize_t lo = 0, hi = p->len;
+    while (hi - lo > 32) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (r[mid].size < size) lo = mid + 1; else hi = mid;
     }
-    return (base - p->runs) + (base->size < size);
+    while (lo < hi && r[lo].size < size) lo++;
+    return lo;
 }
 
 /* a new, empty run of `size` at position `at` */

@@ -38,6 +38,7 @@ allocated before its inputs are freed, as the timeline has them alive together).
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -163,7 +164,6 @@ def _micro_batch_ops(scn, parts: tuple, head: bool, embedding: bool, dummy: bool
 
 def _build_ops(scn, parts: tuple, dummy: bool, stage) -> _MicroBatchOps:
     from symmem.accounting.activations import tensor_bytes
-    from symmem.accounting.allocator import pack
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert, values
     from symmem.profiles import te_weight_shape_by_op
 
@@ -236,15 +236,19 @@ def _build_ops(scn, parts: tuple, dummy: bool, stage) -> _MicroBatchOps:
     pipe_ids = [n + i for i in range(len(pipeline))]
     n += len(pipeline)
 
-    def copy_ops(ops: list, pi: int, copy: int) -> list:
-        base = offsets[pi] + copy * len(local[pi])
-        return [(base + k, nbytes) for k, nbytes in ops if k != "wgrad"]
+    def copies(ops: list, pi: int, order) -> list[tuple]:
+        """The part's ops of one copy for each copy in `order`, each moved on by its storages: (keys, sizes,
+        how far) chunks for `_packed`."""
+        keys = array("q", [k for k, _ in ops if k != "wgrad"])
+        sizes = array("q", [nbytes for k, nbytes in ops if k != "wgrad"])
+        return [(keys, sizes, offsets[pi] + copy * len(local[pi])) for copy in order]
 
-    fwd = [op for pi, pt in enumerate(parts) for copy in range(pt.count) for op in copy_ops(forward_ops[pi], pi, copy)]
-    bwd = ([(i, nbytes) for i, (_, nbytes) in zip(pipe_ids, pipeline, strict=True)]
-           + [op for pi in range(len(parts) - 1, -1, -1) for copy in range(parts[pi].count - 1, -1, -1)
-              for op in copy_ops(backward_ops[pi], pi, copy)]
-           + [(i, 0) for i in pipe_ids])
+    pipe = array("q", pipe_ids)
+    fwd = [chunk for pi, pt in enumerate(parts) for chunk in copies(forward_ops[pi], pi, range(pt.count))]
+    bwd = [(pipe, array("q", [nbytes for _, nbytes in pipeline]), 0),
+           *(chunk for pi in range(len(parts) - 1, -1, -1)
+             for chunk in copies(backward_ops[pi], pi, range(parts[pi].count - 1, -1, -1))),
+           (pipe, array("q", bytes(8 * len(pipe))), 0)]
     # the first iteration's first backward also makes TE's dummy weight gradients, each at the first backward GEMM
     # of its shape (keys ("wgrad", shape): no storage ids)
     first: list = [(i, nbytes) for i, (_, nbytes) in zip(pipe_ids, pipeline, strict=True)]
@@ -261,9 +265,22 @@ def _build_ops(scn, parts: tuple, dummy: bool, stage) -> _MicroBatchOps:
                 else:
                     first.append((base + k, x))
     first += [(i, 0) for i in pipe_ids]
-    if sum(1 if nbytes else -1 for chunk in (fwd, bwd) for _, nbytes in chunk):  # a bug of the event builder
+    if sum(1 if nbytes else -1 for _, sizes, _ in fwd + bwd for nbytes in sizes):  # a bug of the event builder
         raise AssertionError("a micro-batch leaves an allocation alive: a later one would reuse its key")
-    return _MicroBatchOps(n, pack(fwd), pack(bwd), tuple(first))
+    return _MicroBatchOps(n, _packed(fwd), _packed(bwd), tuple(first))
+
+
+def _packed(chunks: list[tuple]) -> array:
+    """(keys, sizes, how far) chunks as `allocator.pack` packs ops: one int64 array of key, size pairs, each
+    chunk's keys moved on by its how far (array slices: no Python object per op)."""
+    out = array("q", bytes(16 * sum(len(keys) for keys, _, _ in chunks)))
+    at = 0
+    for keys, sizes, by in chunks:
+        end = at + 2 * len(keys)
+        out[at:end:2] = array("q", map(by.__add__, keys)) if by else keys
+        out[at + 1:end:2] = sizes
+        at = end
+    return out
 
 
 def replay_stage(scn, stage, rank: int = 0) -> Reserved:
