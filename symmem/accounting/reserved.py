@@ -117,7 +117,8 @@ class _Phases:
             if j + self.warm < m:
                 go(f, ((j + self.warm) % n) * ids)
             if first and j == 0:
-                alloc.run(o.first_backward, 0)  # (TE's dummy weight gradients' keys are no storage ids)
+                for piece in o.first_backward:  # packed, or ops (TE's dummy weight gradients' keys: no storage ids)
+                    (go if isinstance(piece, array) else alloc.run)(piece, 0)
             else:
                 go(b, (j % n) * ids)
 
@@ -131,7 +132,7 @@ class _MicroBatchOps:
     ids: int  # storage ids one micro-batch uses
     forward: object
     backward: object
-    first_backward: tuple
+    first_backward: tuple  # pieces: packed arrays, and tuples of ops where a copy makes TE's dummy gradients
 
 
 @lru_cache(maxsize=64)
@@ -236,35 +237,48 @@ def _build_ops(scn, parts: tuple, dummy: bool, stage) -> _MicroBatchOps:
     pipe_ids = [n + i for i in range(len(pipeline))]
     n += len(pipeline)
 
-    def copies(ops: list, pi: int, order) -> list[tuple]:
-        """The part's ops of one copy for each copy in `order`, each moved on by its storages: (keys, sizes,
-        how far) chunks for `_packed`."""
-        keys = array("q", [k for k, _ in ops if k != "wgrad"])
-        sizes = array("q", [nbytes for k, nbytes in ops if k != "wgrad"])
-        return [(keys, sizes, offsets[pi] + copy * len(local[pi])) for copy in order]
+    def one_copy(ops: list) -> tuple[array, array]:
+        """A part's ops for one copy as (keys, sizes) arrays, the dummy weight gradients' marks left out."""
+        return (array("q", [k for k, _ in ops if k != "wgrad"]),
+                array("q", [nbytes for k, nbytes in ops if k != "wgrad"]))
 
+    def base(pi: int, copy: int) -> int:
+        return offsets[pi] + copy * len(local[pi])
+
+    forward_one = [one_copy(ops) for ops in forward_ops]
+    backward_one = [one_copy(ops) for ops in backward_ops]
     pipe = array("q", pipe_ids)
-    fwd = [chunk for pi, pt in enumerate(parts) for chunk in copies(forward_ops[pi], pi, range(pt.count))]
-    bwd = [(pipe, array("q", [nbytes for _, nbytes in pipeline]), 0),
-           *(chunk for pi in range(len(parts) - 1, -1, -1)
-             for chunk in copies(backward_ops[pi], pi, range(parts[pi].count - 1, -1, -1))),
-           (pipe, array("q", bytes(8 * len(pipe))), 0)]
+    pipe_in = (pipe, array("q", [nbytes for _, nbytes in pipeline]), 0)
+    pipe_out = (pipe, array("q", bytes(8 * len(pipe))), 0)
+    fwd = [(*forward_one[pi], base(pi, copy)) for pi, pt in enumerate(parts) for copy in range(pt.count)]
+    bwd = [pipe_in, *((*backward_one[pi], base(pi, copy)) for pi in range(len(parts) - 1, -1, -1)
+                      for copy in range(parts[pi].count - 1, -1, -1)), pipe_out]
     # the first iteration's first backward also makes TE's dummy weight gradients, each at the first backward GEMM
-    # of its shape (keys ("wgrad", shape): no storage ids)
-    first: list = [(i, nbytes) for i, (_, nbytes) in zip(pipe_ids, pipeline, strict=True)]
+    # of its shape (keys ("wgrad", shape): no storage ids, run as ops); a copy that makes none runs packed as the
+    # steady backward does
+    first: list = []
+    chunks = [pipe_in]
     made: set = set()
     for pi in range(len(parts) - 1, -1, -1):
+        shapes = {wgrad_shape[(parts[pi].name, x)] for k, x in backward_ops[pi]
+                  if k == "wgrad" and (parts[pi].name, x) in wgrad_shape}
         for copy in range(parts[pi].count - 1, -1, -1):
-            base = offsets[pi] + copy * len(local[pi])
+            if shapes <= made:
+                chunks.append((*backward_one[pi], base(pi, copy)))
+                continue
+            first.append(_packed(chunks))
+            chunks = []
+            ops = []
             for k, x in backward_ops[pi]:
                 if k == "wgrad":
                     shape = wgrad_shape.get((parts[pi].name, x))
                     if shape is not None and shape not in made:
                         made.add(shape)
-                        first.append((("wgrad", shape), request(("wgrad", shape), 2 * shape[0] * shape[1])))
+                        ops.append((("wgrad", shape), request(("wgrad", shape), 2 * shape[0] * shape[1])))
                 else:
-                    first.append((base + k, x))
-    first += [(i, 0) for i in pipe_ids]
+                    ops.append((base(pi, copy) + k, x))
+            first.append(tuple(ops))
+    first.append(_packed([*chunks, pipe_out]))
     if sum(1 if nbytes else -1 for _, sizes, _ in fwd + bwd for nbytes in sizes):  # a bug of the event builder
         raise AssertionError("a micro-batch leaves an allocation alive: a later one would reuse its key")
     return _MicroBatchOps(n, _packed(fwd), _packed(bwd), tuple(first))

@@ -333,8 +333,10 @@ def case_constants(scn: Scenario) -> dict:
     return consts
 
 
-def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ...], tuple[PeakGroup, ...]]:
-    """The stage's candidate peak events (`timeline.stage_events`) with t, ep, etp and CP symbolic, compiled."""
+def peak_events(scn: Scenario, stage, consts, known: dict | None = None) -> tuple[Poly, tuple[PeakEvent, ...],
+                                                                             tuple[PeakGroup, ...]]:
+    """The stage's candidate peak events (`timeline.stage_events`) with t, ep, etp and CP symbolic, compiled;
+    `known` the amounts compiled already under the same `consts` (the stages of one case share their layers')."""
     from symmem.accounting import timeline as T
     from symmem.accounting.activations import tensor_bytes
     from symmem.accounting.analysis import _activation_key, _tokens_per_expert
@@ -350,7 +352,7 @@ def peak_events(scn: Scenario, stage, consts) -> tuple[Poly, tuple[PeakEvent, ..
                  for name, t in extra)  # the pipeline schedule's gradient buffers, as `analysis` adds them
     events = T.stage_events(parts, scn.rules, scn.policy, axes, scn.act_bytes, e_tok, Fraction(2), 3,
                             scn.gathered, scn.precision.grad_bytes, back)
-    known: dict = {}
+    known = {} if known is None else known
 
     def comp(amounts, variables=variables) -> Poly:
         """Sum of amounts, each compiled once (the same storages recur in many events)."""
@@ -438,6 +440,7 @@ def compile_case(scn: Scenario) -> CompiledCase:
         consts[s_symbol] = scn.s
     groups: dict[tuple, list[int]] = {}
     events: dict[tuple, tuple] = {}  # a stage's content -> its peak events (the middle stages of a pipeline alike)
+    known: dict = {}  # the amounts compiled (`peak_events`): the stages share their layers' storages
     for st in scn.stages:
         act = Poly.compile(stage_activation_expr(scn, st, symbolic_parallel=swept_axes(scn)), consts, variables)
         per_gpu = stage_params(scn, st, symbolic_parallel=swept_axes(scn)).per_gpu_expr
@@ -446,7 +449,7 @@ def compile_case(scn: Scenario) -> CompiledCase:
         # backward tensors may read: `head` and `embedding`)
         content = (stage_parts(scn.model, st, scn.convention, scn.flow_impl), st.head, st.embedding)
         if content not in events:
-            events[content] = peak_events(scn, st, consts)
+            events[content] = peak_events(scn, st, consts, known)
         peak = events[content]
         groups.setdefault((act, params, peak), []).append(st.index)
     classes = tuple(StageClass(min(idx), tuple(idx), act, params, *peak) for (act, params, peak), idx in groups.items())
