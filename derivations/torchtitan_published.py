@@ -69,12 +69,13 @@ def rows() -> list[dict]:
         row = {"source": source, "table": table, "model": model, "gpus": gpus, "fsdp": fsdp, "other": other, "b": b,
                "s": s, "ac": ac, "tech": tech, "measured": measured, "reserved": None, "allocated": None,
                "at": None}
-        if not other:  # FSDP alone: the profile's step, compiled and in Float8 where the run was
+        cp = int(other.split()[1]) if other.startswith("CP ") else 1
+        if not other or cp > 1:  # FSDP (with CP): the profile's step, compiled and in Float8 where the run was
             float8 = "Float8" in tech and "all-gather" not in tech
             scn = model_scenario(load_model(model)).replace(
                 profile_name="torchtitan-2412", zero=zero_stage(3),
                 precision=recipe("torchao-float8-tensorwise" if float8 else "fp32"),
-                parallel=Parallel(dp=fsdp), b=b, s=s, recompute_name=ac, gpu_memory=96 * 10**9,
+                parallel=Parallel(dp=fsdp, cp=cp), b=b, s=s, recompute_name=ac, gpu_memory=96 * 10**9,
                 compiled=tech != "eager")
             r = replay(scn)
             row.update(reserved=r.peak_reserved, allocated=r.peak_allocated, at=r.reserved_at)
@@ -163,9 +164,15 @@ def tables() -> list[Table]:
          "each module's amax and scale kept), the weights gathered in BF16 (the runs' configs say nothing of "
          "FSDP's float8 all-gather, off by default at 9dec370); the replay leaves out the casts' float8 copies, "
          "alive only while their product runs, not at the loss's backward where the figure peaks.",
+         "Context parallelism (`--cp`, derived, not measured: torch's context_parallel runs on CUDA only): FSDP2 "
+         "shards over DP x CP (9dec370's dp_shard_cp mesh); every activation on s/CP rows, what one device keeps of "
+         "its rows (the attention's saved local q, k, v and merged output and logsumexp); the ring attention's "
+         "transients from torch's source (the kv shards all-gathered, 9dec370's default rotate method; the merge's "
+         "FP32 outputs; the backward's FP32 accumulators and the kv gradients passed on); the RoPE table twice, "
+         "the copy context_parallel keeps to restore it beside the table sharded in place. The figure peaks at the "
+         "loss's backward, on each rank's s/CP rows.",
          "Not modelled, so not compared: FSDP2's float8 all-gather under compile (Trainy's runs; the figure beside "
-         "them is the compiled BF16 step's), context, tensor and pipeline parallelism for torchtitan 9dec370, "
-         "AsyncTP. The "
+         "them is the compiled BF16 step's), tensor and pipeline parallelism for torchtitan 9dec370, AsyncTP. The "
          "Trainy runs used torchtitan e7c0cae, not the 9dec370 code the profile writes. NCCL's buffers are "
          "outside the allocator and outside both figures. Llama 3.1 8B has Llama 3 8B's shapes (preset "
          "llama-3-8b); its longer RoPE range does not matter here: torchtitan 9dec370 sizes its one RoPE table "

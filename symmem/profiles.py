@@ -359,19 +359,36 @@ def _local_buffers(scn, stage, parts, values) -> list[Buffer]:
 ALLOCATOR_BLOCK = 512  # bytes: the CUDA caching allocator's smallest block (CUDACachingAllocator.cpp kMinBlockSize)
 
 
+def _torchtitan_cp_check(scn) -> None:
+    """9dec370's CP is torch's `context_parallel` (train.py:269-279 there): the kv shards exchanged by all-gather (its
+    default `context_parallel_rotate_method`, config_manager.py:364-377), the sequence split round-robin into 2 x CP
+    chunks for the causal mask's load balance (torch's `_generate_round_robin_indices`)."""
+    par = scn.parallel
+    if par.cp_comm_type != "p2p":
+        raise SymmemError(f"profile {scn.profile.name}: --cp-comm-type {par.cp_comm_type}: Megatron's all-to-all CP is "
+                          "not what torchtitan 9dec370 runs (torch's ring attention, its kv shards all-gathered); "
+                          "drop --cp-comm-type")
+    if scn.s % (2 * par.cp):
+        raise SymmemError(f"profile {scn.profile.name}: -s {scn.s} with --cp {par.cp}: torch's context_parallel splits "
+                          f"the sequence into 2 x CP = {2 * par.cp} chunks (its load balance for the causal mask); "
+                          f"use a sequence length divisible by {2 * par.cp}")
+
+
 def _torchtitan_check(scn) -> None:
     par = scn.parallel
     other = [f"--{k} {getattr(par, k)}" for k in ("pp", "cp", "ep") if getattr(par, k) != 1
-             and not (k == "pp" and scn.profile.pipelined_fsdp)]
+             and not (k == "pp" and scn.profile.pipelined_fsdp)
+             and not (k == "cp" and scn.profile.name == TORCHTITAN_9DEC370)]
     if other:
         modelled = ("FSDP (and HSDP) data parallelism, TP and PP" if scn.profile.pipelined_fsdp
-                    else "FSDP (and HSDP) data parallelism")
-        raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only {modelled} "
-                          f"{'are' if scn.profile.pipelined_fsdp else 'is'} modelled for "
+                    else "FSDP (and HSDP) data parallelism and CP")
+        raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only {modelled} are modelled for "
                           f"torchtitan {'9dec370' if scn.profile.name == TORCHTITAN_9DEC370 else '0.3.0'} so far; "
                           f"set {' and '.join(o.split()[0] for o in other)} 1")
     if par.pp > 1:
         _torchtitan_pp_check(scn)
+    if par.cp > 1:
+        _torchtitan_cp_check(scn)
     if par.tp > 1:
         # TP as torchtitan 0.3.0 applies it (symmem/rules/torchtitan.py, `under_tp`), measured on the CPU with
         # sequence parallelism and with no or full checkpointing
@@ -617,8 +634,17 @@ def _freqs_cis_2412(scn, stage, parts, values) -> list[Buffer]:
     m = scn.model
     head = m.value("h") // m.value("n_h")
     n = 2 * int(values[s_symbol])
-    return [Buffer(f"RoPE table freqs_cis [{n:,}, {head // 2}] complex64", n * (head // 2) * 8,
-                   "torchtitan/models/llama/model.py:368, :417-422 (9dec370)")]
+    table = [Buffer(f"RoPE table freqs_cis [{n:,}, {head // 2}] complex64", n * (head // 2) * 8,
+                    "torchtitan/models/llama/model.py:368, :417-422 (9dec370)")]
+    if scn.parallel.cp > 1:
+        # torch's `context_parallel` (train.py:269-279 at 9dec370 passes freqs_cis among its buffers) clones each
+        # buffer it restores after the step, then shards the buffer in place (`resize_` to the shard, which keeps the
+        # storage): the whole table twice through the step (torch/distributed/tensor/experimental/_attention.py,
+        # `context_parallel`: `original_buffers = [... b.clone() ...]`)
+        table.append(Buffer(f"RoPE table's copy kept by context_parallel to restore it [{n:,}, {head // 2}] "
+                            "complex64", n * (head // 2) * 8,
+                            "torch/distributed/tensor/experimental/_attention.py, context_parallel"))
+    return table
 
 
 def _with_pipeline_buffers(buffers: Callable) -> Callable:

@@ -70,8 +70,8 @@ def test_rules_differ_only_in_rmsnorm():
 @pytest.mark.parametrize("profile, flag, words", [
     # (the flags as typed: issue 45, item 4; were "cp = 2" and "PP 2 ... set PP to 1")
     ("torchtitan", "--cp", "--cp 2: the 'torchtitan' rule set has no context-parallel rule"),
-    ("torchtitan-2412", "--pp", "--pp 2: only FSDP (and HSDP) data parallelism is modelled for torchtitan 9dec370 "
-                                "so far; set --pp 1"),
+    ("torchtitan-2412", "--pp", "--pp 2: only FSDP (and HSDP) data parallelism and CP are modelled for torchtitan "
+                                "9dec370 so far; set --pp 1"),
 ])
 def test_what_is_not_modelled_is_refused(capsys, profile, flag, words):
     # (torchtitan 0.3.0's PP is modelled: tests/test_torchtitan_pipeline.py)
@@ -300,7 +300,8 @@ def test_sweep_under_tp_equals_memory_and_says_what_it_leaves_out(capsys):
     # 9dec370's profile keeps TP at 1, and refuses a TP given
     assert main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "--profile", "torchtitan-2412", "--tp", "2"]) == 2
     err = capsys.readouterr().err
-    assert "--tp = '2': profile torchtitan-2412 models FSDP (and HSDP) alone" in err and err.count("\n") == 1
+    assert "--tp = '2': profile torchtitan-2412 models FSDP (and HSDP) and CP; TP, PP and EP stay 1" in err
+    assert err.count("\n") == 1
 
 
 def test_deepseek_v3_router_on_a_gpu_keeps_fp32_copies_the_cpu_cannot_make():

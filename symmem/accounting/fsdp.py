@@ -137,9 +137,11 @@ def rank_states(params: list[FsdpParam], n: int, rank: int, step_on_device: bool
 
 
 def shard_degree(scn) -> int:
-    """FSDP's shard group: DP, or DP / replicate under HSDP (`Parallel.hsdp_replicate`)."""
+    """FSDP's shard group: DP, or DP / replicate under HSDP (`Parallel.hsdp_replicate`), times CP: torchtitan shards
+    over the `dp_shard_cp` mesh, the data-parallel shards and the context-parallel ranks together
+    (torchtitan/parallelisms/parallelize_llama.py:80-91 at 9dec370)."""
     par = scn.parallel
     r = getattr(par, "hsdp_replicate", 1) or 1
     if par.dp % r:
         raise SymmemError(f"hsdp_replicate = {r}: must divide DP = {par.dp} (HSDP's mesh is replicate x shard)")
-    return par.dp // r
+    return par.dp // r * par.cp

@@ -286,22 +286,24 @@ _SWEEP_DEFAULTS = {"tp": "1,2,4,8", "cp": "1", "pp": None, "ep": None, "etp": "1
 
 def _fsdp_only(args, profile: str) -> None:
     """The torchtitan profiles model FSDP (and HSDP), and torchtitan 0.3.0's TP with sequence parallelism and its
-    pipelining (`--profile torchtitan`, not 9dec370's `torchtitan-2412`): their sweeps keep CP, EP and ETP at 1
-    unless given, and refuse other values given (in one line, as `symmem memory` does); TP and PP are swept over
-    their default values where the profile models them, else kept at 1."""
+    pipelining (`--profile torchtitan`), or 9dec370's CP (`torchtitan-2412`): their sweeps keep CP, EP and ETP at 1
+    unless given, and refuse other values given where the profile does not model them (in one line, as `symmem
+    memory` does); TP and PP are swept over their default values where the profile models them, else kept at 1."""
     from symmem.profiles import TORCHTITAN_9DEC370
 
     tp_modelled = profile != TORCHTITAN_9DEC370  # 0.3.0's TP and PP (profiles._torchtitan_check)
+    cp_modelled = not tp_modelled  # 9dec370's CP (profiles._torchtitan_cp_check)
     for axis, default in _SWEEP_DEFAULTS.items():
         if axis in ("tp", "pp") and tp_modelled:
             continue
         given = getattr(args, axis)
         if given is None or given == default:
             setattr(args, axis, "1")
+        elif axis == "cp" and cp_modelled:
+            continue  # (the values given: each configuration checked as symmem memory checks it)
         elif any(v != 1 for v in _array(given, f"--{axis}", maximum=num.MAX_PARALLEL).tolist()):
-            held = "CP and EP stay" if tp_modelled else "TP, CP, PP and EP stay"
-            raise SymmemError(f"--{axis} = {given!r}: profile {profile} models FSDP (and HSDP)"
-                              f"{'' if tp_modelled else ' alone'}{', TP and PP' if tp_modelled else ''}; {held} 1 "
+            held, more = (("CP and EP stay", ", TP and PP") if tp_modelled else ("TP, PP and EP stay", " and CP"))
+            raise SymmemError(f"--{axis} = {given!r}: profile {profile} models FSDP (and HSDP){more}; {held} 1 "
                               "(leave the flag out)")
 
 

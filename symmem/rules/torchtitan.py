@@ -106,6 +106,47 @@ def _flash_backward_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[
             Saved(Tensor(f"{lse.name}.softmax_d", lse.dims, FP32), f"FlashAttention's FP32 softmax_d ({op.name})")]
 
 
+def _gathered(t: Tensor) -> tuple[Dim, ...]:
+    """`t`'s dims with its sequence whole: the context-parallel split (`cp`) taken off."""
+    return tuple(Dim(d.size, tuple(a for a in d.axes if a != "cp")) for d in t.dims)
+
+
+def _ring_attention_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[Saved]:
+    """torch's context-parallel SDPA under CP (`context_parallel` as torchtitan 9dec370 enters it, train.py:269-279:
+    its default rotate method "allgather", load balancing on), derived from torch's source
+    (torch/distributed/tensor/experimental/_attention.py, `_templated_ring_attention` and its backward; read at
+    pytorch commit 0123248, the run's torch of 2024-12-23 not being at hand), not measured: it runs on CUDA only.
+    What the autograd graph saves is the local q, k, v and the merged output and logsumexp, as without CP (the
+    flash rule, on s/CP rows); these are the transients around the kernels. Forward: the contiguous copies of k and
+    v (they arrive as transposed views), their concatenation for the exchange, the all-gather's output (every
+    rank's k and v), and `_SDPAMerger`'s FP32 merged output beside a block's FP32 output and one FP32 temporary of
+    the merge. Backward: the FP32 accumulators of dq, dk and dv, the copies, concatenation and all-gather of k and v
+    again, and the FP32 dk and dv concatenated for the all-to-all that passes them on, beside its output."""
+    if axes.of("cp") == 1:
+        return []
+    q, k, v = (flow.tensors[t] for t in op.inputs[:3])
+    out = flow.tensors[op.outputs[0]]
+    kv = [Saved(Tensor(f"{t.name}.cp_contiguous", t.dims, t.dtype), f"CP: contiguous copy of {t.name} ({op.name})")
+          for t in (k, v)]
+    kv += [Saved(Tensor(f"{t.name}.cp_cat", t.dims, t.dtype), f"CP: {t.name} concatenated for the exchange "
+                 f"({op.name})") for t in (k, v)]
+    kv += [Saved(Tensor(f"{t.name}.cp_gathered", _gathered(t), t.dtype), f"CP: all-gathered {t.name} ({op.name})")
+           for t in (k, v)]
+    if phase == "forward":
+        return [*kv, *(Saved(Tensor(f"{out.name}.cp_{n}", out.dims, FP32), f"CP: the merge's FP32 {n} ({op.name})")
+                       for n in ("merged", "block", "temporary"))]
+    acc = [Saved(Tensor(f"{t.name}.cp_grad_fp32", t.dims, FP32), f"CP: FP32 accumulator of d{t.name} ({op.name})")
+           for t in (q, k, v)]
+    passed = [Saved(Tensor(f"{t.name}.cp_grad_{n}", t.dims, FP32), f"CP: FP32 d{t.name} {what} ({op.name})")
+              for t in (k, v) for n, what in (("sent", "concatenated to pass on"), ("received", "received"))]
+    return [*acc, *kv, *passed]
+
+
+def _flash_workspace_2412(op: Op, flow: Dataflow, phase: str, axes) -> list[Saved]:
+    """9dec370's flash SDPA: FlashAttention's backward workspace, and under CP the ring's transients."""
+    return [*_flash_backward_workspace(op, flow, phase, axes), *_ring_attention_workspace(op, flow, phase, axes)]
+
+
 # the RoPE table is a model buffer (the profile's), kept by no op. Two op kinds of torchtitan's DeepSeek-V3
 # (symmem.blocks.torchtitan): its `deterministic_scatter_add` keeps the index only (torchtitan/ops/scatter_add.py:28-43,
 # `ctx.save_for_backward(index)`), and the FP32 copy CUDA's FP32 autocast makes of the router gate's BF16 weight is
@@ -121,10 +162,10 @@ WQKV = frozenset({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"})
 
 def _rule_set(name: str, where: str, rmsnorm, sac_saved_kinds: frozenset[str],
               gemm_groups: tuple = (WQKV,), version: str = "torchtitan 0.3.0's Llama 3", torch: str = "2.13",
-              workspaces: dict | None = None) -> RuleSet:
+              workspaces: dict | None = None, context_parallel: bool = False) -> RuleSet:
     return RuleSet(name, f"{version} on {where} (torch {torch}): torch-eager's rules with this RMSNorm, "
                    "the RoPE table as a buffer and nll_loss's total_weight",
-                   {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": rmsnorm}, context_parallel=False,
+                   {**torch_eager.RULES.rules, **_CHANGES, "rmsnorm": rmsnorm}, context_parallel=context_parallel,
                    workspaces={"cross_entropy": _loss_workspace, **(workspaces or {})},
                    grad_in_place=frozenset({"cross_entropy"}),
                    sac_saved_kinds=sac_saved_kinds, gemm_groups=gemm_groups,
@@ -145,10 +186,13 @@ RULES_CPU = _rule_set("torchtitan-cpu", "the CPU (ATen's composite rms_norm; mea
 # torchtitan 9dec370 (2024-12-26), the code of its published H100 benchmarks: three q, k, v products, its RMSNorm
 # (module docstring); its per-op save list (torchtitan/parallelisms/parallelize_llama.py at that commit, `_save_list`:
 # mm, the efficient and flash SDPA kernels, reduce_scatter_tensor, abs and max) keeps the GPU's SDPA outputs
+# Under CP (torch's `context_parallel`: every activation's sequence sharded, the attention by the ring above) each rank
+# keeps what one device keeps of its s/CP rows: the dataflows' split is what 9dec370 keeps. torchtitan 0.3.0's CP
+# (FlexAttention's all-gathered k and v, kept for backward) is another set, not modelled
 RULES_2412 = _rule_set("torchtitan-2412", "a GPU (its own RMSNorm)", torch_eager.RULES.rules["rmsnorm"],
                        frozenset({"sdpa_flash", "sdpa_efficient"}), gemm_groups=(),
                        version="torchtitan 9dec370's Llama 3 (2024-12-26)", torch="of 2024-12-23",
-                       workspaces={"sdpa_flash": _flash_backward_workspace})
+                       workspaces={"sdpa_flash": _flash_workspace_2412}, context_parallel=True)
 
 
 # ----------------------------------------------------------------------------------------------- under TP
