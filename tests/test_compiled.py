@@ -90,9 +90,24 @@ def test_compiled_per_op_ac_drops_what_the_backward_does_not_read():
     assert full["dense layers"] == BS * 4096 * 2 + 16
 
 
+def test_compiled_layer_under_tp_by_hand():
+    """TP 2 with sequence parallelism, no AC: the column-parallel products read their inputs all-gathered (a
+    collective, off the allowlist), so each norm's output is kept whole rather than its rows' shard; the rest at
+    one GPU's share: x, the rstds and wo's reduce-scattered output on s/2 rows, q, k, v, SDPA's output and
+    logsumexp at half the heads, w1's, w3's outputs and w2's input at half the FFN (held against torch.compile on
+    the CPU at the tiny sizes: tests/validate/test_fsdp2_compile.py)."""
+    layer = _by_part("--tp", "2", "--dp", "4", "--recompute", "none", "--compile")["dense layers"]
+    per_token = (4096 * 2 // 2 + 2 * 4 // 2 + 2 * 4096 * 2 + 2048 * 2 + 2 * 512 * 2 + 2048 * 2 + 16 * 4
+                 + 4096 * 2 // 2 + 3 * 7168 * 2)
+    assert layer == BS * per_token
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--profile", "megatron-te", "--compile"], "--compile: torchtitan's torch.compile is modelled"),
-    (["--profile", "torchtitan", "--tp", "2", "--compile"], "--tp 2 with --compile"),
+    (["--profile", "torchtitan", "--tp", "2", "--recompute", "full", "--compile"],
+     "--recompute full with --compile --tp 2: torch 2.13's checkpoint fails under torch.compile with DTensor's TP"),
+    (["--profile", "torchtitan", "--tp", "2", "--recompute", "none", "--precision", "torchao-float8-tensorwise",
+      "--compile"], "--tp 2 with --compile: modelled for torchtitan's Llama 3 in BF16"),
     (["--profile", "torchtitan", "--precision", "torchao-float8-rowwise", "--compile"],
      "--precision torchao-float8-rowwise with --compile"),
     (["--profile", "torchtitan", "--precision", "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather",

@@ -47,9 +47,10 @@ from dataclasses import dataclass
 import sympy
 
 from symmem.errors import SymmemError
-from symmem.graph import FP32, INT64, Dataflow, Dim, DType, Op, Tensor, global_size
+from symmem.graph import FP32, INT64, Dataflow, Dim, DType, Op, Tensor, global_size, local_size
 
 FP8_E4M3 = DType("float8_e4m3fn", 1)
+BOOL = DType("bool", 1)
 
 COMPUTE, POINTWISE, REDUCTION, VIEW, INPUT = "compute", "pointwise", "reduction", "view", "input"
 PARAM = "param"  # a parameter read inside the region: free to keep (config.treat_parameters_as_free_to_save)
@@ -86,9 +87,32 @@ def _t(flow: Dataflow, name: str) -> Tensor:
     return flow.tensors[name]
 
 
-def _linear(op: Op, flow: Dataflow) -> Decomposed:
+def _split(t: Tensor, axis: str, axes) -> bool:
+    """Whether `t` is split over `axis` on this GPU (the axis in a dim, and its size above 1)."""
+    return axes is not None and axes.of(axis) != 1 and any(axis in d.axes for d in t.dims)
+
+
+def _sp_free(t: Tensor) -> tuple[Dim, ...]:
+    return tuple(Dim(d.size, tuple(a for a in d.axes if a != "sp")) for d in t.dims)
+
+
+def _linear(op: Op, flow: Dataflow, axes=None) -> Decomposed:
+    """A matrix product: its backward reads its input (grad_W = grad^T x). Under TP with sequence parallelism, as
+    DTensor runs torchtitan's plan inside the compiled graph: a column-parallel product (its input on s/TP rows, its
+    output on all) reads its input all-gathered, a functional collective off the allowlist, so the gathered input
+    is banned and kept (the rows' shard is then not read); a row-parallel one (its output on s/TP rows) makes its
+    full-sequence partial sum and reduce-scatters it (both off the allowlist)."""
     (x,), (y,) = op.inputs, op.outputs
-    return Decomposed((Node(_t(flow, y), COMPUTE, (x,)),), ((x, False),))  # mm: grad_W = grad^T x
+    xt, yt = _t(flow, x), _t(flow, y)
+    if _split(xt, "sp", axes) and not _split(yt, "sp", axes):
+        g = f"{x}.gathered"
+        return Decomposed((Node(Tensor(g, _sp_free(xt), xt.dtype), COMPUTE, (x,)), Node(yt, COMPUTE, (g,))),
+                          ((g, False),))
+    if _split(yt, "sp", axes) and not _split(xt, "sp", axes):
+        partial = f"{y}.partial"
+        return Decomposed((Node(Tensor(partial, _sp_free(yt), yt.dtype), COMPUTE, (x,)),
+                           Node(yt, COMPUTE, (partial,))), ((x, False),))
+    return Decomposed((Node(yt, COMPUTE, (x,)),), ((x, False),))
 
 
 def _rmsnorm(op: Op, flow: Dataflow) -> Decomposed:
@@ -164,6 +188,43 @@ def _cross_entropy(op: Op, flow: Dataflow) -> Decomposed:
         Node(Tensor(n["log_probs"], lt.dims, FP32), POINTWISE, (n["fp32"], n["row_max"], n["logsumexp"])),
         Node(_t(flow, loss), REDUCTION, (n["log_probs"], n["labels"])),
     ), ((n["log_probs"], True), (n["labels"], False)))
+
+
+def _cross_entropy_parallel(op: Op, flow: Dataflow) -> Decomposed:
+    """torchtitan 0.3.0's loss under TP (loss-parallel, `_LossParallelCrossEntropy`, components/loss.py:113-213)
+    compiled: the local vocabulary shard's log-probabilities by two all-reduces (max, sum of exponentials: off the
+    allowlist), then in the backward `(grad_input + exp(log_probs)) * where(labels != ignore, grad, 0)`, where
+    `grad_input` (zeros with -1 at each row's label in this shard) depends on the labels alone: the whole factor
+    before the gradient is a forward value, and the partitioner keeps it (one FP32 tensor of the local logits'
+    shape) with the labels' mask [N, 1] (bool) instead of the log-probabilities and the labels (measured: TP 2)."""
+    (logits,), (loss,) = op.inputs, op.outputs
+    lt = _t(flow, logits)
+    rows = lt.dims[:-1]
+    one = rows + (Dim(1),)
+    n = {k: f"{logits}.{k}" for k in ("labels", "fp32", "row_max", "max_all", "sum_exp", "sum_all", "log_probs",
+                                      "mask", "grad_input", "grad_factor")}
+    return Decomposed((
+        Node(Tensor(n["labels"], rows, INT64), INPUT),
+        Node(Tensor(n["fp32"], lt.dims, FP32), POINTWISE, (logits,)),
+        Node(Tensor(n["row_max"], one, FP32), REDUCTION, (n["fp32"],)),
+        Node(Tensor(n["max_all"], one, FP32), COMPUTE, (n["row_max"],)),  # all-reduce
+        Node(Tensor(n["sum_exp"], one, FP32), REDUCTION, (n["fp32"], n["max_all"])),
+        Node(Tensor(n["sum_all"], one, FP32), COMPUTE, (n["sum_exp"],)),  # all-reduce
+        Node(Tensor(n["log_probs"], lt.dims, FP32), POINTWISE, (n["fp32"], n["max_all"], n["sum_all"])),
+        Node(Tensor(n["mask"], one, BOOL), POINTWISE, (n["labels"],)),
+        # zeros with -1 at each row's label: an index_put, not recomputed (else the BF16 logits, a region input
+        # half the bytes, would be kept to recompute the factor from: they are not, measured)
+        Node(Tensor(n["grad_input"], lt.dims, FP32), COMPUTE, (n["labels"],)),
+        Node(Tensor(n["grad_factor"], lt.dims, FP32), POINTWISE, (n["grad_input"], n["log_probs"])),
+        Node(_t(flow, loss), COMPUTE, (n["log_probs"], n["labels"])),  # the gather and its all-reduce
+    ), ((n["grad_factor"], True), (n["mask"], True)))
+
+
+def _loss(op: Op, flow: Dataflow, axes=None) -> Decomposed:
+    """The loss, loss-parallel where its logits are split over the vocabulary (TP)."""
+    logits = _t(flow, op.inputs[0])
+    parallel = axes is not None and axes.of("tp") != 1 and "tp" in logits.dims[-1].axes
+    return (_cross_entropy_parallel if parallel else _cross_entropy)(op, flow)
 
 
 def _not_recomputable(needs: tuple[int, ...] = ()) -> Callable[[Op, Dataflow], Decomposed]:
@@ -254,7 +315,7 @@ _MODELS: dict[str, Callable[[Op, Dataflow], Decomposed]] = {
     "scale": _pointwise_needing(), "cast": _cast, "softmax": _softmax, "sigmoid": _softmax,
     "autocast_weight": _autocast_weight,
     "region": _alias, "split": _alias, "reshape": _alias, "view": _alias, "reduce_scatter": _alias,
-    "contiguous": _contiguous, "cross_entropy": _cross_entropy,
+    "contiguous": _contiguous, "cross_entropy": _loss,
     # bmm (the math attention's two products), _grouped_mm, cat, topk (its values unread by any gradient),
     # torchtitan's scatter_add (its backward gathers by the index, torchtitan/ops/scatter_add.py:28-43), and the
     # routing's index arithmetic (sort, histc, cumsum: no gradient)
@@ -262,6 +323,8 @@ _MODELS: dict[str, Callable[[Op, Dataflow], Decomposed]] = {
     "argtopk": _not_recomputable(), "scatter_add": _not_recomputable((0,)), "no_grad": _not_recomputable(),
     "index": _indexing, "gather": _indexing,
 }
+
+_PARALLEL_AWARE = (_linear, _loss)  # the models that read the parallel sizes (TP's gathers, its loss-parallel)
 
 # What the policy says of a value an op makes inside a checkpointed region, given the value's `Node.policy` ("op" or
 # "max"): "save" (MUST_SAVE) or "recompute" (PREFER_RECOMPUTE, which the partitioner treats as must-recompute)
@@ -274,9 +337,11 @@ class CutResult:
 
 
 def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, int], act_bytes: int,
-              decide: Decision | None = None, float8: Callable[[Op], str | None] | None = None) -> CutResult:
+              decide: Decision | None = None, float8: Callable[[Op], str | None] | None = None,
+              axes=None) -> CutResult:
     """The values the compiled region `ops` keeps for its backward (the module docstring's rules). `float8`: the
-    Float8Linear module a linear op belongs to (None: not one; `float8_linear`)."""
+    Float8Linear module a linear op belongs to (None: not one; `float8_linear`); `axes`: the parallel sizes, to weigh
+    each value at one GPU's size (None: the unsplit sizes)."""
     nodes: dict[str, Node] = {}
     made_by: dict[str, Op] = {}
     needs: list[tuple[str, bool]] = []
@@ -288,7 +353,8 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
             raise SymmemError(f"op kind = {op.kind!r} ({op.name}): --compile has no model of what torch.compile's "
                               f"partitioner makes of it (modelled: {', '.join(sorted(_MODELS))})") from None
         module = float8(op) if float8 is not None and op.kind == "linear" else None
-        d = float8_linear(op, flow, module) if module is not None else model(op, flow)
+        d = (float8_linear(op, flow, module) if module is not None
+             else model(op, flow, axes) if model in _PARALLEL_AWARE else model(op, flow))
         if op.kind == "cast" and all(_same_dtype(_t(flow, x).dtype, nd.tensor.dtype, act_bytes)
                                      for x, nd in zip(op.inputs, d.nodes, strict=True)):
             d = _alias(op, flow)  # `.to(dtype)` to its own dtype returns the tensor itself
@@ -345,7 +411,8 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
     def nbytes(n: str) -> float:
         t = nodes[n].tensor
         per = act_bytes if t.dtype.nbytes is None else t.dtype.nbytes
-        size = sympy.sympify(global_size(t.dims)).subs(sizes)
+        # (one GPU's: under TP a gathered input is TP times its rows' shard)
+        size = sympy.sympify(global_size(t.dims) if axes is None else local_size(t.dims, axes)).subs(sizes)
         return float(size.subs({sym: 1 for sym in size.free_symbols})) * per  # one token: b = s = 1
 
     def banned(n: str) -> str | None:
@@ -506,6 +573,7 @@ class CompileSpec:
     rng_state_bytes: int
     loss: bool = True  # the loss function compiled too (torchtitan 0.3.0; at 9dec370 it ran eagerly)
     float8: bool = False  # torchao's Float8Linear (tensorwise) for every eligible linear (`float8_linear`)
+    axes: object = None  # the parallel sizes (`AxisSizes`): each value weighed at one GPU's size
 
 
 def rng_state(flow_name: str, nbytes: int) -> Tensor:

@@ -48,6 +48,31 @@ def test_compiled_blocks_keep_what_the_cut_says_on_every_rank(ac):
         assert m["saved"]["layer 0"] == m["saved"]["layer 1"] == BY_HAND[ac], m["saved_detail"]["layer 0"]
 
 
+# TP 2 with sequence parallelism (FSDP 1 x TP 2), b 2, s 32, no AC. By hand, one block on one rank: the block's input
+# x on its 16 rows [2, 16, 64] 4,096; each norm's FP32 rstd [2, 16, 1] 128 x 2; each norm's output all-gathered
+# for the column-parallel products ([64, 64]: all 32 rows) 8,192 x 2, kept for the products' backward where the
+# rows' shard is not; q after RoPE at its 2 heads [2, 2, 32, 16] 4,096, k and v at the 1 KV head 2,048 x 2, SDPA's
+# output 4,096 and FP32 logsumexp [2, 2, 32] 512; wo's reduce-scattered output [2, 16, 64] 4,096; w1's and w3's
+# outputs and w2's input at the 128 local FFN columns [64, 128] 16,384 x 3
+TP2 = dataclasses.replace(TINY, vocab=256, b=2, tp=2)
+TP2_BLOCK = 4096 + 2 * 128 + 2 * 8192 + 4096 + 2 * 2048 + 4096 + 512 + 4096 + 3 * 16384
+
+
+def test_compiled_blocks_under_tp_keep_what_the_cut_says_on_every_rank():
+    # (the loss too: loss-parallel compiled keeps the factor of its backward, one FP32 tensor of the local logits'
+    # shape, and the labels' mask, symmem/accounting/compiled.py `_cross_entropy_parallel`)
+    from symmem.validate.fsdp2.predict import predicted
+
+    measured, pred = run(TP2), predicted(TP2)
+    assert len(measured) == len(pred) == TP2.world
+    for m, p in zip(measured, pred, strict=True):
+        assert (m["states"], m["saved"]) == (p["states"], p["saved"]), m["rank"]
+        assert m["saved"]["layer 0"] == m["saved"]["layer 1"] == TP2_BLOCK, m["saved_detail"]["layer 0"]
+        loss = [(tuple(x[0]), x[1], x[2]) for x in m["saved_detail"]["outside layers"]
+                if x[1] in ("float32", "bool") and len(x[0]) == 2]
+        assert sorted(loss) == [((64, 1), "bool", 64), ((64, 128), "float32", 64 * 128 * 4)], loss
+
+
 def test_compiled_uneven_shards_and_per_layer_checkpointing():
     from symmem.validate.fsdp2.predict import predicted
 
@@ -70,7 +95,8 @@ def test_measure_cli_compile(tmp_path, capsys):
                  "-s", "16", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["compile"] and out["match"] and len(out["ranks"]) == 2
-    for extra, words in ((["--tp", "2"], "--compile with --tp 2"),
+    for extra, words in ((["--tp", "2", "--ac", "full"], "--compile with --tp 2 and --ac full: torch 2.13's "
+                                                        "checkpoint fails"),
                          (["--recipe", "rowwise"], "--compile with --recipe"),
                          (["--framework", "transformers"], "--compile: only with --framework fsdp2")):
         argv = ["measure", "--framework", "fsdp2", "--config", str(cfg), "--compile", *extra]
