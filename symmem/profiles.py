@@ -67,6 +67,8 @@ class Profile:
     # the model states of one GPU when the framework lays them out itself (FSDP2's padded shards): (scenario,
     # stage, parts, values) -> StateBytes; None: symmem.accounting.states' ZeRO layout
     states: Callable | None = None
+    # k and v repeated to n_h heads before the attention (torchtitan 9dec370's `repeat_kv`; Llama's dataflow)
+    repeat_kv: bool = False
     # the dataflow and attention implementation the framework's modules are (None: the scenario's)
     dataflow: str | None = None
     attn_impl: str | None = None
@@ -660,7 +662,7 @@ def _with_pipeline_buffers(buffers: Callable) -> Callable:
 def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.0's Llama 3",
                         buffers: Callable = _rope_cache, step_on_host: bool = False,
                         allocation_order: str | None = None, where: str | None = None,
-                        pipelining: bool = True, first_unit: str = "embedding") -> Profile:
+                        pipelining: bool = True, first_unit: str = "embedding", repeat_kv: bool = False) -> Profile:
     """`pipelining`: torchtitan 0.3.0 under PP is modelled (its split, torch.distributed.pipelining's FSDP2 handling
     and receive buffers); 9dec370's is not."""
     from functools import partial
@@ -672,7 +674,7 @@ def _torchtitan_profile(name: str, on_gpu: bool, version: str = "torchtitan 0.3.
         allocation_order=allocation_order, layout="torchtitan" if pipelining else None, pipelined_fsdp=pipelining,
         dp_prefetch=first_unit,
         states=partial(_torchtitan_states, on_gpu=on_gpu, step_on_host=step_on_host),
-        dataflow="hf", attn_impl="sdpa", modules="torchtitan-gpu" if on_gpu else "torchtitan-cpu",
+        dataflow="hf", attn_impl="sdpa", modules="torchtitan-gpu" if on_gpu else "torchtitan-cpu", repeat_kv=repeat_kv,
         # torchtitan's enable_sequence_parallel defaults to on (torchtitan/config/configs.py:160): under TP the
         # norms and residuals run on s/t rows
         sequence_parallel=True,
@@ -708,7 +710,7 @@ PROFILES = {
                                             version="torchtitan 9dec370's Llama 3 (2024-12-26)",
                                             buffers=_freqs_cis_2412, step_on_host=True, allocation_order="fsdp2",
                                             where="a GPU: its own RMSNorm, foreach AdamW", pipelining=False,
-                                            first_unit="root"),
+                                            first_unit="root", repeat_kv=True),
 }
 
 

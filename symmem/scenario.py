@@ -310,8 +310,11 @@ class Scenario:
                 return own
         attn = prof.attn_impl if prof is not None and prof.attn_impl else self.attn_impl
         extra = {"s": self.s} if self.model.family.hf_impl_takes_seq else {}
-        return self.model.family.hf_impl(self.model, attn, self.experts_impl, self.hf_router,
-                                          unit_batch=self.b == 1, unit_seq=self.s == 1, **extra)
+        impl = self.model.family.hf_impl(self.model, attn, self.experts_impl, self.hf_router,
+                                         unit_batch=self.b == 1, unit_seq=self.s == 1, **extra)
+        if prof is not None and prof.repeat_kv and hasattr(impl, "repeat_kv"):
+            impl = dataclasses.replace(impl, repeat_kv=True)
+        return impl
 
     @property
     def routing_label(self) -> str:

@@ -49,15 +49,30 @@ def _attention_events(scn) -> dict:
 
 
 def test_the_ring_attention_transients_by_hand():
-    # Llama 3 8B at 65,536 tokens over CP 2: a rank's k and v each [1, 8 kv heads, 32,768, 128] BF16 = 64 MiB, its
-    # output [1, 32 heads, 32,768, 128] in FP32 = 512 MiB
-    kv, out32, q32, cp = 64 * MIB, 512 * MIB, 512 * MIB, 2
+    # Llama 3 8B at 65,536 tokens over CP 2: 9dec370 repeats k and v to the 32 query heads before SDPA (repeat_kv), so
+    # a rank's k and v are each [1, 32, 32,768, 128] BF16 = 256 MiB, its output the same in FP32 = 512 MiB
+    kv, out32, q32, cp = 256 * MIB, 512 * MIB, 512 * MIB, 2
     copies = 2 * kv + 2 * kv + 2 * cp * kv  # contiguous k, v; their concatenation; every rank's k and v gathered
     forward = copies + 3 * out32  # the merged output, a block's, one temporary, in FP32
     backward = q32 + 2 * (2 * kv) + copies + 4 * (2 * kv)  # FP32 dq, dk, dv; the copies; FP32 dk, dv sent, received
     assert _attention_events(_scn(4, 2, 65536, "none")) == {"forward": forward, "backward": backward}
-    assert (forward, backward) == (2048 * MIB, 1792 * MIB)
+    assert (forward, backward) == (3584 * MIB, 5632 * MIB)
     assert _attention_events(_scn(8, 1, 32768, "none")) == {"forward": 0, "backward": 0}  # none without CP
+
+
+def test_9dec370_keeps_k_and_v_at_the_query_heads():
+    # its repeat_kv copies k and v to n_h heads before a plain SDPA, which keeps them (0.3.0 passes enable_gqa and
+    # keeps them at the 8 KV heads): without AC each layer keeps 2 x (32 - 8) heads x 128 x 2 bytes a token more
+    from symmem.accounting.analysis import stage_terms, values
+    from symmem.accounting.evaluate import ceil_int, evaluate
+
+    def layers(profile):
+        scn = _scn(8, 1, 8192, "none", b=2).replace(profile_name=profile)
+        vals = values(scn)
+        return sum(ceil_int(evaluate(t.nbytes, vals)) for t in stage_terms(scn, scn.stages[0])
+                   if t.part == "dense layers" and ("key" in t.tensor or "value" in t.tensor or ".v" in t.tensor))
+
+    assert layers("torchtitan-2412") - layers("torchtitan") == 2 * 8192 * 2 * (32 - 8) * 128 * 2  # (a layer's)
 
 
 def test_the_rope_table_is_held_twice_under_cp():

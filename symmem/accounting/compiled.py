@@ -170,6 +170,16 @@ def _contiguous(op: Op, flow: Dataflow) -> Decomposed:
     return Decomposed((Node(_t(flow, y), POINTWISE, op.inputs),))  # clone, on the allowlist
 
 
+def _reshape(op: Op, flow: Dataflow) -> Decomposed:
+    """A reshape: a view where the dataflow says so, else a copy (torchtitan 9dec370's `repeat_kv`, expand then
+    reshape to n_h heads: an `expand` and a `clone`, on the allowlist; the SDPA that reads it bans it, as any input
+    of a matrix product)."""
+    (y,) = op.outputs
+    if _t(flow, y).view_of is not None:
+        return _alias(op, flow)
+    return Decomposed((Node(_t(flow, y), POINTWISE, op.inputs),))
+
+
 def _cross_entropy(op: Op, flow: Dataflow) -> Decomposed:
     """torchtitan's loss compiled on its own (components/loss.py:309-315): `F.cross_entropy(logits.float(), labels,
     reduction="sum")` as log_softmax's decomposition (amax, exp, sum, log: two reductions to one value a row) and
@@ -314,7 +324,7 @@ _MODELS: dict[str, Callable[[Op, Dataflow], Decomposed]] = {
     "add": _pointwise_needing(), "sum": _sum,
     "scale": _pointwise_needing(), "cast": _cast, "softmax": _softmax, "sigmoid": _softmax,
     "autocast_weight": _autocast_weight,
-    "region": _alias, "split": _alias, "reshape": _alias, "view": _alias, "reduce_scatter": _alias,
+    "region": _alias, "split": _alias, "reshape": _reshape, "view": _alias, "reduce_scatter": _alias,
     "contiguous": _contiguous, "cross_entropy": _loss,
     # bmm (the math attention's two products), _grouped_mm, cat, topk (its values unread by any gradient),
     # torchtitan's scatter_add (its backward gathers by the index, torchtitan/ops/scatter_add.py:28-43), and the

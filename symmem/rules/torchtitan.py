@@ -45,7 +45,9 @@ three matrix products (torchtitan/models/llama/model.py at that commit, `Attenti
 self.wk(x), self.wv(x)`), so its per-op checkpointing keeps the 1st, 3rd, 5th and 7th (wq, wv, w1, w2); and its
 own `RMSNorm` (torchtitan/models/norms.py at that commit, `norm_type = "rmsnorm"` in train_configs/llama3_8b.toml:
 `self._norm(x.float()).type_as(x) * self.weight`, `_norm` = `x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) +
-eps)`), the same ops as Hugging Face's LlamaRMSNorm, so torch-eager's rule (measured on it).
+eps)`), the same ops as Hugging Face's LlamaRMSNorm, so torch-eager's rule (measured on it); and its attention repeats
+k and v to n_h heads (`repeat_kv`, models/llama/model.py:116-131, :201-209 at that commit: expand, then reshape, a
+copy) before a plain `scaled_dot_product_attention`, which keeps them at n_h heads (`Profile.repeat_kv`).
 """
 
 from __future__ import annotations

@@ -46,6 +46,9 @@ class LlamaImpl:
     attn: str = "eager"  # attn_implementation: "eager" or "sdpa"
     unit_batch: bool = False  # b = 1
     unit_seq: bool = False  # s = 1
+    # k and v repeated to n_h heads before the attention whatever SDPA could take (torchtitan 9dec370's `repeat_kv`,
+    # models/llama/model.py:116-131, :201-209 there, then a plain `scaled_dot_product_attention`)
+    repeat_kv: bool = False
 
     def __post_init__(self) -> None:
         if self.attn not in ATTN_IMPLS:
@@ -57,7 +60,7 @@ def repeats_kv(model: ModelConfig, impl) -> bool:
     implementation (`attn`) and whether s = 1 (`unit_seq`)."""
     if model.value("n_kv") == model.value("n_h"):
         return False  # repeat_kv(x, 1) returns x; sdpa needs no GQA
-    if impl.attn == "eager":
+    if impl.attn == "eager" or getattr(impl, "repeat_kv", False):
         return True
     return model.value("d_h") > SDPA_GQA_MAX_HEAD_DIM and not impl.unit_seq
 
