@@ -30,17 +30,33 @@ def _next(fd: int) -> int | None:
     return int.from_bytes(data, "little") if len(data) == _INDEX_BYTES else None
 
 
-def map_on_two_cores(work, items: list, child_work=None) -> list:
-    """[work(x) for x in items], in that order, the items shared with a forked child where there are two cores.
-    `child_work(x)`, when given, is what the child runs instead of `work` (a result it can pickle, e.g. without
-    the closures a parent-side result may keep); its results are returned as they are."""
+def map_on_two_cores(work, items: list, child_work=None, take_order: list[int] | None = None) -> list:
+    """[work(x) for x in items], in that order (results, and the first error in that order), the items shared with a
+    forked child where there are two cores. `take_order`: the order the item indices are handed out in (the costliest
+    first balances best), by default the items' own. `child_work(x)`, when given, is what the child runs instead of
+    `work` (a result it can pickle, e.g. without the closures a parent-side result may keep); its results are
+    returned as they are."""
     if len(items) < 2 or len(items) > _MAX_ITEMS or _cores() < 2 or not hasattr(os, "fork"):
         return [work(x) for x in items]
+    order = list(range(len(items))) if take_order is None else list(take_order)
+    if sorted(order) != list(range(len(items))):
+        raise ValueError("take_order: each item's index once")
     tasks_r, tasks_w = os.pipe()
-    os.write(tasks_w, b"".join(i.to_bytes(_INDEX_BYTES, "little") for i in range(len(items))))
-    os.close(tasks_w)  # (read to its end, the pipe says so: each process stops there)
-    results_r, results_w = os.pipe()
-    pid = os.fork()
+    try:
+        os.write(tasks_w, b"".join(i.to_bytes(_INDEX_BYTES, "little") for i in order))
+    finally:
+        os.close(tasks_w)  # (read to its end, the pipe says so: each process stops there)
+    try:
+        results_r, results_w = os.pipe()
+    except OSError:
+        os.close(tasks_r)
+        raise
+    try:
+        pid = os.fork()
+    except OSError:  # (no fork: every pipe closed, the items worked here)
+        for fd in (tasks_r, results_r, results_w):
+            os.close(fd)
+        return [work(x) for x in items]
     if pid == 0:  # the child: the items it takes, their results through the pipe, then gone
         code = 0
         try:

@@ -109,3 +109,18 @@ def test_the_first_error_in_order_is_raised(two_cores):
 
     with pytest.raises(KeyError, match="item 0"):
         map_on_two_cores(work, list(range(4)))
+
+
+def test_take_order_hands_items_out_but_results_and_errors_keep_item_order(two_cores):
+    assert map_on_two_cores(lambda x: 2 * x, [1, 2, 3, 4], take_order=[3, 2, 1, 0]) == [2, 4, 6, 8]
+
+    def work(x):
+        if x in (1, 3):
+            raise KeyError(f"item {x}")
+        return x
+
+    # handed out last first, the error of item 1, the first in the items' order, is raised (as without the fork)
+    with pytest.raises(KeyError, match="item 1"):
+        map_on_two_cores(work, [0, 1, 2, 3], take_order=[3, 2, 1, 0])
+    with pytest.raises(ValueError, match="each item's index once"):
+        map_on_two_cores(work, [0, 1, 2, 3], take_order=[0, 0, 1, 2])

@@ -93,8 +93,10 @@ static Py_ssize_t run_at(const Pool *p, long long size) {
     return lo;
 }
 
-/* a new, empty run of `size` at position `at` */
+/* a new, empty run of `size` at position `at`. The spare list is grown first to hold every run there is, so that
+ * closing one never allocates: a failed allocation leaves the pools as they were */
 static Run *open_run(Pool *p, Py_ssize_t at, long long size) {
+    if (grow((void **)&p->spare, &p->spare_cap, p->len + p->nspare + 1, sizeof(Run)) < 0) return NULL;
     if (grow((void **)&p->runs, &p->cap, p->len + 1, sizeof(Run)) < 0) return NULL;
     memmove(p->runs + at + 1, p->runs + at, (size_t)(p->len - at) * sizeof(Run));
     p->len++;
@@ -110,9 +112,9 @@ static Run *open_run(Pool *p, Py_ssize_t at, long long size) {
     return r;
 }
 
-/* run `at`, now empty, out of the pool (its array kept for the next run opened) */
+/* run `at`, now empty, out of the pool (its array kept for the next run opened; the spare list has room:
+ * `open_run`) */
 static int close_run(Pool *p, Py_ssize_t at) {
-    if (grow((void **)&p->spare, &p->spare_cap, p->nspare + 1, sizeof(Run)) < 0) return -1;
     p->spare[p->nspare++] = p->runs[at];
     memmove(p->runs + at, p->runs + at + 1, (size_t)(p->len - at - 1) * sizeof(Run));
     p->len--;
@@ -123,7 +125,11 @@ static int pool_insert(Alloc *a, Pool *p, int i) {
     long long size = a->blocks[i].size, address = a->blocks[i].address;
     Py_ssize_t at = run_at(p, size);
     Run *r = at < p->len && p->runs[at].size == size ? &p->runs[at] : open_run(p, at, size);
-    if (!r || grow((void **)&r->idx, &r->cap, r->len + 1, sizeof(int)) < 0) return -1;
+    if (!r) return -1;
+    if (grow((void **)&r->idx, &r->cap, r->len + 1, sizeof(int)) < 0) {
+        if (r->len == 0) close_run(p, at); /* (the run just opened: the pool as it was) */
+        return -1;
+    }
     Py_ssize_t j = r->len; /* by address: from the end (a run holds a few blocks) */
     while (j > 0 && a->blocks[r->idx[j - 1]].address < address) {
         r->idx[j] = r->idx[j - 1]; /* (moved up as it goes: a run's few entries, no memmove call) */

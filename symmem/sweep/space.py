@@ -224,9 +224,10 @@ def sweep(space: Space, top: int = 20, marginal: bool = False, region: bool = Fa
 
     # the pipeline depths shared with a forked child where there are two cores (each a third to a fifth of the
     # sweep), then merged in sweep order: the same counts, records and rejections as one process
-    order = sorted(range(len(space.pp)), key=lambda i: -space.pp[i])  # the deepest (the costliest) first
-    parts = dict(zip(order, map_on_two_cores(depth, order, child_work=lambda i: depth(i, child=True)),
-                     strict=True))
+    depths = list(range(len(space.pp)))  # (in sweep order: the first error in it is raised, as one process would)
+    order = sorted(depths, key=lambda i: -space.pp[i])  # handed out the deepest (the costliest) first
+    parts = dict(zip(depths, map_on_two_cores(depth, depths, child_work=lambda i: depth(i, child=True),
+                                              take_order=order), strict=True))
     items: list = []
     one_by_one: list = []
     raw_rej: list = []
