@@ -427,6 +427,7 @@ _CASES: dict[tuple, CompiledCase] = {}
 def compile_case(scn: Scenario) -> CompiledCase:
     """Derive `scn`'s stage expressions once (symbolic in t, ep, etp) and compile them; cached per structure."""
     from symmem.accounting.analysis import stage_activation_expr, stage_params
+    from symmem.accounting.recompute import Recompute
     from symmem.model import stage_parts
 
     key = structural_key(scn)
@@ -447,7 +448,9 @@ def compile_case(scn: Scenario) -> CompiledCase:
         params = tuple(Poly.compile(per_gpu[g], consts, parallel) for g in GROUPS)
         # (`peak_events` reads of the stage its parts, compared without their layer indices, and what the profile's
         # backward tensors may read: `head` and `embedding`)
-        content = (stage_parts(scn.model, st, scn.convention, scn.flow_impl), st.head, st.embedding)
+        content = (stage_parts(scn.model, st, scn.convention, scn.flow_impl), st.head, st.embedding,
+                   # (per-layer checkpointing picks layers by their index: then the stage's own layers)
+                   st.layers if scn.policy.kind is Recompute.SELECTIVE_LAYER else None)
         if content not in events:
             events[content] = peak_events(scn, st, consts, known)
         peak = events[content]

@@ -65,10 +65,13 @@ def _content(scn, stage) -> tuple:
     """What `costs.stage_costs` reads of a stage: its parts (compared without their layer indices), whether it
     holds the head and the embedding (its pipeline sends), and the kind of its last layer (the residual stream it
     sends, `comm.pipeline_bytes`)."""
+    from symmem.accounting.recompute import Recompute
     from symmem.model import stage_parts
 
     last = scn.model.layer_kinds()[stage.layers[-1]] if stage.layers else None
-    return stage_parts(scn.model, stage, scn.convention), stage.head, stage.embedding, last
+    # (per-layer checkpointing picks layers by their index: then the stage's own layers)
+    by_index = stage.layers if scn.policy.kind is Recompute.SELECTIVE_LAYER else None
+    return stage_parts(scn.model, stage, scn.convention), stage.head, stage.embedding, last, by_index
 
 
 def stage_arrays(scn, s_values: tuple[int, ...], b_values: tuple[int, ...]) -> list:
