@@ -149,22 +149,22 @@ class Scenario:
 
     def _check_compiled(self) -> None:
         """--compile is torchtitan's (each decoder layer and the loss compiled), in BF16 or torchao's tensorwise
-        Float8 (weights gathered in BF16), under torchtitan's checkpointing modes; under TP, Llama in BF16 without
+        Float8 (weights gathered in BF16), under torchtitan's checkpointing modes; under TP, in BF16 without
         checkpointing (what runs and was measured)."""
         if not (self.profile_name or "").startswith("torchtitan"):
             raise SymmemError(f"--compile: torchtitan's torch.compile is modelled under the torchtitan profiles "
                               f"(--profile torchtitan, torchtitan-cpu, torchtitan-2412), not {self._profile_said()}")
         if self.parallel.tp != 1:
-            # measured under TP: torchtitan 0.3.0's Llama without checkpointing, BF16 (tests/validate/
-            # test_fsdp2_compile.py); with full or per-op AC torch 2.13 itself fails on the CPU (its checkpoint under
-            # torch.compile saves DTensor's device mesh: "expected all tensors_saved_with_vc_check to be Tensors")
+            # measured under TP: torchtitan 0.3.0's Llama 3 and DeepSeek-V3 without checkpointing, BF16 (tests/
+            # validate/test_fsdp2_compile.py); with full or per-op AC torch 2.13 itself fails on the CPU (its checkpoint
+            # under torch.compile saves DTensor's device mesh: "expected all tensors_saved_with_vc_check to be Tensors")
             if self.policy.kind is not Recompute.NONE:
                 raise SymmemError(f"--recompute {self.policy.label} with --compile --tp {self.parallel.tp}: torch "
                                   "2.13's checkpoint fails under torch.compile with DTensor's TP (it saves the device "
                                   "mesh; measured on the CPU), so it is not modelled; use --recompute none, or --tp 1")
-            if self.precision.low_precision is not None or self.model.family.name != "llama":
-                raise SymmemError(f"--tp {self.parallel.tp} with --compile: modelled for torchtitan's Llama 3 in BF16 "
-                                  "(measured); not with Float8 or other models; use --tp 1")
+            if self.precision.low_precision is not None:
+                raise SymmemError(f"--tp {self.parallel.tp} with --compile: modelled in BF16 (measured); Float8 under "
+                                  "TP and compile is not; use --tp 1, or drop --precision")
         lp = self.precision.low_precision
         if lp is not None and lp.fsdp_float8_all_gather is not None:
             raise SymmemError("--enable-fsdp-float8-all-gather with --compile: FSDP2's float8 all-gather under "

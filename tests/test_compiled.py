@@ -107,7 +107,7 @@ def test_compiled_layer_under_tp_by_hand():
     (["--profile", "torchtitan", "--tp", "2", "--recompute", "full", "--compile"],
      "--recompute full with --compile --tp 2: torch 2.13's checkpoint fails under torch.compile with DTensor's TP"),
     (["--profile", "torchtitan", "--tp", "2", "--recompute", "none", "--precision", "torchao-float8-tensorwise",
-      "--compile"], "--tp 2 with --compile: modelled for torchtitan's Llama 3 in BF16"),
+      "--compile"], "--tp 2 with --compile: modelled in BF16 (measured); Float8 under TP and compile is not"),
     (["--profile", "torchtitan", "--precision", "torchao-float8-rowwise", "--compile"],
      "--precision torchao-float8-rowwise with --compile"),
     (["--profile", "torchtitan", "--precision", "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather",

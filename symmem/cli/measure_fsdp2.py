@@ -63,8 +63,7 @@ def _settings(raw: dict, args, name: str):
         for bad, why in ((tp > 1 and args.ac != "none",
                           f"--tp {tp} and --ac {args.ac}: torch 2.13's checkpoint fails under torch.compile with "
                           "DTensor's TP (it saves the device mesh); measured with --ac none"),
-                         (tp > 1 and (bool(float8) or raw["model_type"] != "llama"),
-                          f"--tp {tp}: a compiled step under TP is measured for Llama in BF16"),
+                         (tp > 1 and bool(float8), f"--tp {tp}: a compiled step under TP is measured in BF16"),
                          (pp > 1, f"--pp {pp}: a compiled pipeline stage is not measured"),
                          (bool(float8) and (float8["float8"] != "tensorwise" or float8["float8_all_gather"]),
                           "--recipe: under torch.compile Float8 is measured for tensorwise without the float8 "
