@@ -213,6 +213,11 @@ def _local_size(dims: tuple[Dim, ...], axes: AxisSizes) -> sympy.Expr:
     return total
 
 
+def unsplit(dims: Iterable[Dim], axis: str) -> tuple[Dim, ...]:
+    """`dims` whole over `axis` (its split taken off): a tensor gathered over that axis (TP's sequence, CP's)."""
+    return tuple(Dim(d.size, tuple(a for a in d.axes if a != axis)) for d in dims)
+
+
 def global_size(dims: Iterable[Dim]) -> sympy.Expr:
     return _global_size(tuple(dims))
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import sympy
 
 from symmem.errors import SymmemError
-from symmem.graph import FP32, INT64, Dataflow, Dim, DType, Op, Tensor, global_size, local_size
+from symmem.graph import FP32, INT64, Dataflow, Dim, DType, Op, Tensor, global_size, local_size, unsplit
 
 FP8_E4M3 = DType("float8_e4m3fn", 1)
 BOOL = DType("bool", 1)
@@ -92,10 +92,6 @@ def _split(t: Tensor, axis: str, axes) -> bool:
     return axes is not None and axes.of(axis) != 1 and any(axis in d.axes for d in t.dims)
 
 
-def _sp_free(t: Tensor) -> tuple[Dim, ...]:
-    return tuple(Dim(d.size, tuple(a for a in d.axes if a != "sp")) for d in t.dims)
-
-
 def _linear(op: Op, flow: Dataflow, axes=None) -> Decomposed:
     """A matrix product: its backward reads its input (grad_W = grad^T x). Under TP with sequence parallelism, as
     DTensor runs torchtitan's plan inside the compiled graph: a column-parallel product (its input on s/TP rows, its
@@ -106,11 +102,11 @@ def _linear(op: Op, flow: Dataflow, axes=None) -> Decomposed:
     xt, yt = _t(flow, x), _t(flow, y)
     if _split(xt, "sp", axes) and not _split(yt, "sp", axes):
         g = f"{x}.gathered"
-        return Decomposed((Node(Tensor(g, _sp_free(xt), xt.dtype), COMPUTE, (x,)), Node(yt, COMPUTE, (g,))),
+        return Decomposed((Node(Tensor(g, unsplit(xt.dims, "sp"), xt.dtype), COMPUTE, (x,)), Node(yt, COMPUTE, (g,))),
                           ((g, False),))
     if _split(yt, "sp", axes) and not _split(xt, "sp", axes):
         partial = f"{y}.partial"
-        return Decomposed((Node(Tensor(partial, _sp_free(yt), yt.dtype), COMPUTE, (x,)),
+        return Decomposed((Node(Tensor(partial, unsplit(yt.dims, "sp"), yt.dtype), COMPUTE, (x,)),
                            Node(yt, COMPUTE, (partial,))), ((x, False),))
     return Decomposed((Node(yt, COMPUTE, (x,)),), ((x, False),))
 

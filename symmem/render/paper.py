@@ -7,7 +7,6 @@ tables are computed (the machine has two cores; `symmem paper` must stay well un
 from __future__ import annotations
 
 import importlib
-import os
 
 from symmem.render.tables import Table, index_markdown, render_all
 
@@ -106,10 +105,9 @@ def _in_child(conn, modules, rows, rows_writer) -> None:
 
 
 def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this platform
-        return os.cpu_count() or 1
+    from symmem._twocores import _cores as cores
+
+    return cores()
 
 
 def _start_child():

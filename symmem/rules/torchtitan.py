@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-from symmem.graph import FP32, Dataflow, Dim, Op, Tensor
+from symmem.graph import FP32, Dataflow, Dim, Op, Tensor, unsplit
 from symmem.rules import torch_eager
 from symmem.rules._base import RuleSet, Saved, inputs, nothing, outputs
 
@@ -108,11 +108,6 @@ def _flash_backward_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[
             Saved(Tensor(f"{lse.name}.softmax_d", lse.dims, FP32), f"FlashAttention's FP32 softmax_d ({op.name})")]
 
 
-def _gathered(t: Tensor) -> tuple[Dim, ...]:
-    """`t`'s dims with its sequence whole: the context-parallel split (`cp`) taken off."""
-    return tuple(Dim(d.size, tuple(a for a in d.axes if a != "cp")) for d in t.dims)
-
-
 def _ring_attention_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[Saved]:
     """torch's context-parallel SDPA under CP (`context_parallel` as torchtitan 9dec370 enters it, train.py:269-279:
     its default rotate method "allgather", load balancing on), derived from torch's source
@@ -132,8 +127,8 @@ def _ring_attention_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list[
           for t in (k, v)]
     kv += [Saved(Tensor(f"{t.name}.cp_cat", t.dims, t.dtype), f"CP: {t.name} concatenated for the exchange "
                  f"({op.name})") for t in (k, v)]
-    kv += [Saved(Tensor(f"{t.name}.cp_gathered", _gathered(t), t.dtype), f"CP: all-gathered {t.name} ({op.name})")
-           for t in (k, v)]
+    kv += [Saved(Tensor(f"{t.name}.cp_gathered", unsplit(t.dims, "cp"), t.dtype),
+                 f"CP: all-gathered {t.name} ({op.name})") for t in (k, v)]
     if phase == "forward":
         return [*kv, *(Saved(Tensor(f"{out.name}.cp_{n}", out.dims, FP32), f"CP: the merge's FP32 {n} ({op.name})")
                        for n in ("merged", "block", "temporary"))]
@@ -214,7 +209,7 @@ RULES_2412 = _rule_set("torchtitan-2412", "a GPU (its own RMSNorm)", torch_eager
 #   `_LossParallelCrossEntropy`, :113-190): it keeps the FP32 log-probabilities of its vocabulary shard and the
 #   labels (`ctx.save_for_backward(log_probs, labels_1d)`, :181), no `total_weight`.
 def _sp_free(x: Tensor) -> tuple[Dim, ...]:
-    return tuple(Dim(d.size, tuple(a for a in d.axes if a != "sp")) for d in x.dims)
+    return unsplit(x.dims, "sp")
 
 
 def _split_over_sp(x: Tensor) -> bool:
