@@ -381,11 +381,13 @@ def _torchtitan_check(scn) -> None:
     other = [f"--{k} {getattr(par, k)}" for k in ("pp", "cp", "ep") if getattr(par, k) != 1
              and not (k == "pp" and scn.profile.pipelined_fsdp)
              and not (k == "cp" and scn.profile.name == TORCHTITAN_9DEC370)]
+    version = TORCHTITAN_COMMITS.get(scn.profile.name, "0.3.0")
     if other:
         modelled = ("FSDP (and HSDP) data parallelism, TP and PP" if scn.profile.pipelined_fsdp
-                    else "FSDP (and HSDP) data parallelism and CP")
+                    else "FSDP (and HSDP) data parallelism and CP" if scn.profile.name == TORCHTITAN_9DEC370
+                    else "FSDP and HSDP data parallelism")
         raise SymmemError(f"profile {scn.profile.name}: {', '.join(other)}: only {modelled} are modelled for "
-                          f"torchtitan {'9dec370' if scn.profile.name == TORCHTITAN_9DEC370 else '0.3.0'} so far; "
+                          f"torchtitan {version} so far; "
                           f"set {' and '.join(o.split()[0] for o in other)} 1")
     if par.pp > 1:
         _torchtitan_pp_check(scn)
@@ -394,9 +396,10 @@ def _torchtitan_check(scn) -> None:
     if par.tp > 1:
         # TP as torchtitan 0.3.0 applies it (symmem/rules/torchtitan.py, `under_tp`), measured on the CPU with
         # sequence parallelism and with no or full checkpointing
-        if scn.profile.name == TORCHTITAN_9DEC370:
-            raise SymmemError(f"profile {scn.profile.name}: --tp {par.tp}: 9dec370's TP (PyTorch's parallelize_module "
-                              "and loss_parallel) is not modelled; use --profile torchtitan, or --tp 1")
+        if scn.profile.name in TORCHTITAN_COMMITS:
+            raise SymmemError(f"profile {scn.profile.name}: --tp {par.tp}: {version}'s TP (PyTorch's "
+                              "parallelize_module and loss_parallel) is not modelled; use --profile torchtitan, or "
+                              "--tp 1")
         if not par.sequence_parallel:
             raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} without sequence parallelism is not modelled "
                               "(torchtitan's default, enable_sequence_parallel, is on); drop --no-sequence-parallel")
@@ -417,7 +420,7 @@ def _torchtitan_check(scn) -> None:
                           "per-op checkpointing of Float8 linears (aten._scaled_mm) is not modelled eagerly; use "
                           "--recompute none or full with Float8, or --compile")
     fam = scn.model.family.name
-    if fam == "deepseek" and scn.profile.name != TORCHTITAN_9DEC370:
+    if fam == "deepseek" and scn.profile.name not in TORCHTITAN_COMMITS:
         _torchtitan_deepseek_check(scn)
     elif fam != "llama":
         raise SymmemError(f"profile {scn.profile.name}: {scn.model.name} (family {fam}): torchtitan's Llama 3 and "
@@ -523,11 +526,19 @@ def _torchtitan_deepseek_check(scn) -> None:
 
 
 TORCHTITAN_9DEC370 = "torchtitan-2412"  # the profile of torchtitan 9dec370, the code of its published H100 runs
+# the profile of torchtitan e7c0cae (2025-06-13), the code of Trainy's published H200 runs
+# (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md)
+TORCHTITAN_E7C0CAE = "torchtitan-2506"
+# the profiles of torchtitan's code before 0.3.0, by the commit they write: q, k and v three products, one root FSDP
+# unit (the embedding, the final norm and the output), the last block not resharded after forward, TP and PP not
+# modelled
+TORCHTITAN_COMMITS = {TORCHTITAN_9DEC370: "9dec370", TORCHTITAN_E7C0CAE: "e7c0cae"}
 
 
 def fuses_qkv(scn) -> bool:
-    """torchtitan 0.3.0 runs q, k and v as one `wqkv` parameter; 9dec370 (the `torchtitan-2412` profile) as three."""
-    return scn.profile.name != TORCHTITAN_9DEC370
+    """torchtitan 0.3.0 runs q, k and v as one `wqkv` parameter; 9dec370 and e7c0cae (the `torchtitan-2412` and
+    `torchtitan-2506` profiles) as three."""
+    return scn.profile.name not in TORCHTITAN_COMMITS
 
 
 FLOAT8_ALL_GATHER_FLAG = "--enable-fsdp-float8-all-gather"
@@ -549,7 +560,7 @@ def with_fsdp_float8_all_gather(scn):
     flag = FLOAT8_ALL_GATHER_FLAG
     if scn.profile.gather_bytes is None:
         raise SymmemError(f"{flag}: profile {scn.profile.name} does not run FSDP2; use --profile torchtitan, "
-                          f"torchtitan-cpu or {TORCHTITAN_9DEC370}")
+                          f"torchtitan-cpu, {TORCHTITAN_9DEC370} or {TORCHTITAN_E7C0CAE}")
     if scn.precision.name != "torchao-float8-tensorwise":
         raise SymmemError(f"{flag} with --precision {scn.precision.name}: torchao gathers float8 weights under its "
                           "tensorwise recipe only (torchao/float8/float8_linear.py:330); use --precision "
@@ -560,7 +571,9 @@ def with_fsdp_float8_all_gather(scn):
     if scn.model.family.name != "llama":
         raise SymmemError(f"{flag}: {scn.model.name} (family {scn.model.family.name}): modelled for Llama models (the "
                           "grouped experts' float8 path is another converter)")
-    head = scn.profile.name != TORCHTITAN_9DEC370  # 9dec370 filtered "output"; 0.3.0 filters no FQN by default
+    # 9dec370 filtered "output" (its default), e7c0cae's llama3_8b.toml too (`[float8] filter_fqns = ["output"]`);
+    # 0.3.0 filters no FQN by default
+    head = scn.profile.name not in TORCHTITAN_COMMITS
     out = scn.replace(precision=with_ag(scn.precision, fused_qkv=fuses_qkv(scn), head=head))
     ag = out.precision.low_precision.fsdp_float8_all_gather
     vals = scn.size_values()
@@ -633,11 +646,21 @@ def _freqs_cis_2412(scn, stage, parts, values) -> list[Buffer]:
     """torchtitan 9dec370's one RoPE table, a buffer of the model (not per layer): `precompute_freqs_cis(dim //
     n_heads, max_seq_len * 2)`, complex64, with max_seq_len the training sequence (train.py:107 at that commit,
     `model_config.max_seq_len = job_config.training.seq_len`; torchtitan/models/llama/model.py:417-422)."""
+    return _freqs_cis(scn, values, 2, "torchtitan/models/llama/model.py:368, :417-422 (9dec370)")
+
+
+def _freqs_cis_2506(scn, stage, parts, values) -> list[Buffer]:
+    """torchtitan e7c0cae's one RoPE table: `precompute_freqs_cis(dim // n_heads, max_seq_len)`, the training
+    sequence's rows, no longer twice (torchtitan/models/llama3/model.py:455-465 at that commit, "we removed the 2x
+    relaxing in our CP enablement PR"; max_seq_len = training.seq_len, :45)."""
+    return _freqs_cis(scn, values, 1, "torchtitan/models/llama3/model.py:104, :455-465 (e7c0cae)")
+
+
+def _freqs_cis(scn, values, rows_per_token: int, source: str) -> list[Buffer]:
     m = scn.model
     head = m.value("h") // m.value("n_h")
-    n = 2 * int(values[s_symbol])
-    table = [Buffer(f"RoPE table freqs_cis [{n:,}, {head // 2}] complex64", n * (head // 2) * 8,
-                    "torchtitan/models/llama/model.py:368, :417-422 (9dec370)")]
+    n = rows_per_token * int(values[s_symbol])
+    table = [Buffer(f"RoPE table freqs_cis [{n:,}, {head // 2}] complex64", n * (head // 2) * 8, source)]
     if scn.parallel.cp > 1:
         # torch's `context_parallel` (train.py:269-279 at 9dec370 passes freqs_cis among its buffers) clones each
         # buffer it restores after the step, then shards the buffer in place (`resize_` to the shard, which keeps the
@@ -711,6 +734,14 @@ PROFILES = {
                                             buffers=_freqs_cis_2412, step_on_host=True, allocation_order="fsdp2",
                                             where="a GPU: its own RMSNorm, foreach AdamW", pipelining=False,
                                             first_unit="root", repeat_kv=True),
+    # the code of Trainy's published H200 runs (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md): torchtitan
+    # e7c0cae (2025-06-13) with torch 2.8.0a0+5228986c39 (symmem/rules/torchtitan.py): 9dec370's model and FSDP units
+    # with nn.RMSNorm, a RoPE table of s rows, the loss compiled with the blocks, fused AdamW
+    TORCHTITAN_E7C0CAE: _torchtitan_profile(TORCHTITAN_E7C0CAE, on_gpu=True,
+                                            version="torchtitan e7c0cae's Llama 3 (2025-06-13)",
+                                            buffers=_freqs_cis_2506, allocation_order="fsdp2",
+                                            where="a GPU: nn.RMSNorm (ATen's composite), fused AdamW",
+                                            pipelining=False, first_unit="root", repeat_kv=True),
 }
 
 

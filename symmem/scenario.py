@@ -153,7 +153,8 @@ class Scenario:
         checkpointing (what runs and was measured)."""
         if not (self.profile_name or "").startswith("torchtitan"):
             raise SymmemError(f"--compile: torchtitan's torch.compile is modelled under the torchtitan profiles "
-                              f"(--profile torchtitan, torchtitan-cpu, torchtitan-2412), not {self._profile_said()}")
+                              "(--profile torchtitan, torchtitan-cpu, torchtitan-2412, torchtitan-2506), not "
+                              f"{self._profile_said()}")
         if self.parallel.tp != 1:
             # measured under TP: torchtitan 0.3.0's Llama 3 and DeepSeek-V3 without checkpointing, BF16 (tests/
             # validate/test_fsdp2_compile.py); with full or per-op AC torch 2.13 itself fails on the CPU (its checkpoint
@@ -240,13 +241,22 @@ class Scenario:
         compiled by torchtitan 0.3.0, not by 9dec370 (train.py:136-138 there)."""
         from symmem.accounting.compiled import CPU_RNG_STATE_BYTES, CUDA_RNG_STATE_BYTES, CompileSpec
 
+        loss = base.name != "torchtitan-2412"  # 9dec370 compiled the blocks only
         spec = CompileSpec(tuple(sorted(self._size_values.items(), key=lambda kv: str(kv[0]))), self.act_bytes,
                            CPU_RNG_STATE_BYTES if base.name.endswith("-cpu") else CUDA_RNG_STATE_BYTES,
-                           loss=base.name != "torchtitan-2412",  # 9dec370 compiled the blocks only
-                           float8=self.precision.low_precision is not None, axes=self.parallel.axis_sizes())
-        return dataclasses.replace(base, name=f"{base.name}+compile", compile=spec,
-                                   description=f"{base.description}; each decoder layer and the loss compiled "
-                                   "(torch.compile, inductor: the partitioner's cut)")
+                           loss=loss, float8=self.precision.low_precision is not None,
+                           axes=self.parallel.axis_sizes())
+        out = dataclasses.replace(base, name=f"{base.name}+compile", compile=spec,
+                                  description=f"{base.description}; each decoder layer{' and the loss' if loss else ''}"
+                                  " compiled (torch.compile, inductor: the partitioner's cut)")
+        if loss and self.parallel.tp == 1:
+            # the compiled loss's own kernels: no FP32 logits-sized transient, and the BF16 gradient of the logits
+            # written while the logits it keeps are alive (the eager loss casts it after releasing them)
+            from symmem.accounting.compiled import compiled_loss_workspace
+
+            out = dataclasses.replace(out, workspaces={**out.workspaces, "cross_entropy": compiled_loss_workspace},
+                                      grad_in_place=out.grad_in_place - {"cross_entropy"})
+        return out
 
     def size_values(self) -> dict:
         """The model's sizes as the implementation allocates them (Megatron pads the vocabulary); a copy."""

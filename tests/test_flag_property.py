@@ -19,7 +19,8 @@ from symmem.cli.main import build_parser, main
 from symmem.config import load_model
 from symmem.errors import SymmemError
 
-PROFILES = ["paper", "torch-eager", "megatron-te", "megatron-local", "torchtitan", "torchtitan-cpu", "torchtitan-2412"]
+PROFILES = ["paper", "torch-eager", "megatron-te", "megatron-local", "torchtitan", "torchtitan-cpu", "torchtitan-2412",
+            "torchtitan-2506"]
 MODELS = {"dense": ["--model", "llama-3-8b"], "moe": ["--model", "qwen3-30b-a3b"], "mla": ["--model", "deepseek-v3"]}
 COMMON = ["-s", "1024", "--gpu", "H100"]
 # a value other than the usual default for each flag (both values of a switch)

@@ -14,7 +14,7 @@ from symmem.cli.main import main
      "over 0 stages"),
     # torchtitan-2412 models no pipelining: not "use a torchtitan profile", not Megatron's zb1p
     (["--model", "llama-3-8b", "--profile", "torchtitan-2412", "--schedule", "zbv", "--pp", "2", "--dp", "2"],
-     "profile torchtitan-2412 (torchtitan 9dec370, the code of its published H100 runs) models no pipelining",
+     "profile torchtitan-2412 (torchtitan 9dec370, the code of published runs) models no pipelining",
      "zb1p"),
     # a zero-bubble schedule at PP 1 is refused, not answered as no pipeline
     (["--model", "llama-3-8b", "--profile", "torchtitan", "--schedule", "dualpipev", "--dp", "2"],

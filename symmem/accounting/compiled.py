@@ -196,6 +196,23 @@ def _cross_entropy(op: Op, flow: Dataflow) -> Decomposed:
     ), ((n["log_probs"], True), (n["labels"], False)))
 
 
+def compiled_loss_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list:
+    """What the compiled loss (`_cross_entropy`, one device's logits) allocates beyond what it keeps: inductor runs
+    its forward as one fused kernel that reads the BF16 logits and writes a value a row (the max and the log of the
+    sum of exponentials, both kept) and the loss, and its backward as one fused kernel that writes the BF16 gradient
+    of the logits (the `.float()`'s backward fused in) beside one FP32 value a row (the rows' sums of the incoming
+    gradient). So no FP32 tensor of the logits' size exists, forward or backward, where the eager loss holds three
+    (symmem/rules/torchtitan.py `_loss_workspace`). Read off inductor's generated code for the loss on the CPU,
+    `reduction="sum"` (torchtitan 0.3.0) and `"mean"` (e7c0cae) alike (tests/validate/test_compiled_loss.py)."""
+    from symmem.rules._base import Saved
+
+    if phase == "forward":
+        return []
+    logits = _t(flow, op.inputs[0])
+    return [Saved(Tensor(f"{logits.name}.grad_row_sum", logits.dims[:-1] + (Dim(1),), FP32),
+                  f"the compiled loss's FP32 row sums of the incoming gradient ({op.name})")]
+
+
 def _cross_entropy_parallel(op: Op, flow: Dataflow) -> Decomposed:
     """torchtitan 0.3.0's loss under TP (loss-parallel, `_LossParallelCrossEntropy`, components/loss.py:113-213)
     compiled: the local vocabulary shard's log-probabilities by two all-reduces (max, sum of exponentials: off the

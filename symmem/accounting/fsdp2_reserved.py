@@ -134,10 +134,13 @@ def _outer_units(scn, root: _Group) -> _Units:
     "default": True without PP, fsdp.py:66-74), the root holding nothing; `zero_grad(set_to_none=False)`
     (trainer.py:874, `disable_cuda_graphs` off) keeps the gradients, later reduce-scatters adding into them; fused
     AdamW (components/optimizer/optimizer.py:109-111), its step scalars on the device."""
-    from symmem.profiles import TORCHTITAN_9DEC370
+    from symmem.profiles import TORCHTITAN_COMMITS, TORCHTITAN_E7C0CAE
 
-    if scn.profile.name == TORCHTITAN_9DEC370:
-        return _Units(root, None, None, {}, frozenset(), (), "lm_head", True, False)
+    if scn.profile.name in TORCHTITAN_COMMITS:
+        # e7c0cae: the same units (torchtitan/models/llama3/parallelize_llama.py `apply_fsdp` there), `zero_grad()`
+        # to None, and fused AdamW, its default (config_manager.py:139, `optimizer.implementation = "fused"`)
+        return _Units(root, None, None, {}, frozenset(), (), "lm_head", True,
+                      scn.profile.name == TORCHTITAN_E7C0CAE)
     names = {p[0]: p for p in root.params}
     emb = _Group("embedding unit", tuple(p for k, p in names.items() if k.startswith("embedding[")))
     head = _Group("[norm, lm_head] unit", tuple(p for k, p in names.items() if k.startswith("head[")))

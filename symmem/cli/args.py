@@ -90,8 +90,8 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
             g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
         g.add_argument("--rules", help="saved-tensor rule set: paper (or torch-eager where available)")
         g.add_argument("--profile", help="implementation profile: paper, torch-eager, megatron-te, megatron-local, "
-                                         "torchtitan, torchtitan-cpu, torchtitan-2412 (its rules, state layout and "
-                                         "framework buffers; --precision/--zero override)")
+                                         "torchtitan, torchtitan-cpu, torchtitan-2412, torchtitan-2506 (its rules, "
+                                         "state layout and framework buffers; --precision/--zero override)")
         # Megatron's DDP settings (megatron profiles, which only these commands take)
         g.add_argument("--overlap-grad-reduce", dest="overlap_grad_reduce", action="store_true",
                        help="Megatron's DDP: buckets on the first stage, each reduced while the backward goes on "
@@ -391,10 +391,12 @@ def _profile_fixes(prof) -> dict[str, str | None]:
 
 
 def _framework_flags(prof, args) -> None:
-    if prof.name == "torchtitan-2412" and getattr(args, "schedule", None):
-        raise SymmemError(f"--schedule {args.schedule}: profile torchtitan-2412 (torchtitan 9dec370, the code of its "
-                          "published H100 runs) models no pipelining; torch's schedules run under --profile "
-                          "torchtitan")
+    from symmem.profiles import TORCHTITAN_COMMITS
+
+    if prof.name in TORCHTITAN_COMMITS and getattr(args, "schedule", None):
+        raise SymmemError(f"--schedule {args.schedule}: profile {prof.name} (torchtitan "
+                          f"{TORCHTITAN_COMMITS[prof.name]}, the code of published runs) models no pipelining; "
+                          "torch's schedules run under --profile torchtitan")
     for field, own in _profile_fixes(prof).items():
         given = getattr(args, field, None)
         if given is None:

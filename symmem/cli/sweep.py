@@ -289,10 +289,10 @@ def _fsdp_only(args, profile: str) -> None:
     pipelining (`--profile torchtitan`), or 9dec370's CP (`torchtitan-2412`): their sweeps keep CP, EP and ETP at 1
     unless given, and refuse other values given where the profile does not model them (in one line, as `symmem
     memory` does); TP and PP are swept over their default values where the profile models them, else kept at 1."""
-    from symmem.profiles import TORCHTITAN_9DEC370
+    from symmem.profiles import TORCHTITAN_9DEC370, TORCHTITAN_COMMITS
 
-    tp_modelled = profile != TORCHTITAN_9DEC370  # 0.3.0's TP and PP (profiles._torchtitan_check)
-    cp_modelled = not tp_modelled  # 9dec370's CP (profiles._torchtitan_cp_check)
+    tp_modelled = profile not in TORCHTITAN_COMMITS  # 0.3.0's TP and PP (profiles._torchtitan_check)
+    cp_modelled = profile == TORCHTITAN_9DEC370  # 9dec370's CP (profiles._torchtitan_cp_check)
     for axis, default in _SWEEP_DEFAULTS.items():
         if axis in ("tp", "pp") and tp_modelled:
             continue

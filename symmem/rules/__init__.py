@@ -19,12 +19,12 @@ def _registry() -> dict[str, RuleSet]:
 
     return {**{r.RULES.name: r.RULES for r in (paper, torch_eager, megatron_te, megatron_local_ops, torchtitan)},
             torchtitan.RULES_CPU.name: torchtitan.RULES_CPU,
-            torchtitan.RULES_2412.name: torchtitan.RULES_2412}
+            torchtitan.RULES_2412.name: torchtitan.RULES_2412, torchtitan.RULES_2506.name: torchtitan.RULES_2506}
 
 
 def rule_set(name: str) -> RuleSet:
     """The rule set called `name`: `paper`, `torch-eager`, `megatron-te`, `megatron-local`, `torchtitan` or
-    `torchtitan-cpu` or `torchtitan-2412`.
+    `torchtitan-cpu`, `torchtitan-2412` or `torchtitan-2506`.
 
     >>> rule_set("paper").rules["softmax"].__name__
     'rule'
