@@ -111,7 +111,9 @@ def test_compiled_layer_under_tp_by_hand():
     (["--profile", "torchtitan", "--precision", "torchao-float8-rowwise", "--compile"],
      "--precision torchao-float8-rowwise with --compile"),
     (["--profile", "torchtitan", "--precision", "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather",
-      "--compile"], "--enable-fsdp-float8-all-gather with --compile"),
+      "--compile", "--recompute", "none"],
+     "--enable-fsdp-float8-all-gather with --compile --recompute none: FSDP2's float8 all-gather under torch.compile "
+     "is modelled with --recompute selective-op or full"),
 ])
 def test_compile_refusals(flags, words):
     code, err = _memory(*flags)
@@ -152,3 +154,31 @@ def test_the_replay_takes_compiled_float8_without_the_all_gather_only():
 
     assert refusal(scn("--compile")) is None
     assert "Float8's copies and scales" in refusal(scn())  # eager: the casts' transients matter in the blocks
+
+
+def test_the_replay_gathers_float8_weights_at_one_byte():
+    """FSDP2's float8 all-gather under compile (per-op AC; torchtitan e7c0cae, Trainy's runs): a Llama 3 8B block's
+    all-gather output over 32 ranks holds its seven Float8 weights at 1 byte an element (wq and wo 4096 x 4096, wk and
+    wv 1024 x 4096, w1, w2 and w3 14336 x 4096) and its two norms' weights in BF16 (4096 x 2 bytes each); the root
+    (embedding, final norm, output: none of them a Float8 linear in these runs) stays BF16. torchtitan 0.3.0's fused
+    wqkv is refused."""
+    from symmem.accounting import fsdp2_reserved as F
+    from symmem.accounting.analysis import values
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.model import stage_parts
+
+    def scn(profile, *flags):
+        argv = ["memory", "--model", "llama-3-8b", "-b", "2", "-s", "8192", "--dp", "32", "--profile", profile,
+                "--precision", "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather", "--compile",
+                "--recompute", "selective-op", *flags]
+        return scenario_from_args(build_parser().parse_args(argv))
+
+    s = scn("torchtitan-2506")
+    assert F.refusal(s) is None
+    parts = stage_parts(s.model, s.stages[0], s.convention, s.flow_impl)
+    root, blocks, _ = F._groups(s, parts, values(s), 32)
+    float8 = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096
+    assert all(b.padded_bytes(32, 2) == float8 + 2 * 4096 * 2 for b in blocks)
+    assert root.padded_bytes(32, 2) == 2 * root.padded(32)
+    assert "fused wqkv is not" in F.refusal(scn("torchtitan"))

@@ -132,7 +132,7 @@ def compiled_kept(flow: Dataflow, rules: RuleSet, policy: Policy) -> tuple[Kept,
                 # per-op AC: torchtitan's save list holds aten.max (the Float8 casts' amax), beside the products
                 # (torchtitan/distributed/activation_checkpoint.py:45-47)
                 return "save" if op.name in saves or (per_op and tag == "max") else "recompute"
-        cut = partition(region, flow, sizes, spec.act_bytes, decide, float8, spec.axes)
+        cut = partition(region, flow, sizes, spec.act_bytes, decide, float8, spec.axes, spec.float8_gathered)
         for tensor, op, why in cut.saved:
             op = op or next(o for o in region if tensor.name in o.inputs)  # a region's input: its first reader
             kept.setdefault(tensor.name, Kept(tensor, op.name, op.block, why))

@@ -287,7 +287,7 @@ def _softmax(op: Op, flow: Dataflow) -> Decomposed:
     return Decomposed((Node(_t(flow, y), POINTWISE, op.inputs),), ((y, True),))
 
 
-def float8_linear(op: Op, flow: Dataflow, module: str) -> Decomposed:
+def float8_linear(op: Op, flow: Dataflow, module: str, gathered: bool = False) -> Decomposed:
     """torchao's Float8Linear, tensorwise (float8/float8_linear.py:29-149, `matmul_with_hp_or_float8_args`), as its
     compiled graph has it with `torch._scaled_mm` (a GPU's path, and the CPU's with emulate off). The forward casts
     the input and the weight: amax = max(abs(t)) (a reduction to one value, in the tensor's dtype), scale =
@@ -297,7 +297,14 @@ def float8_linear(op: Op, flow: Dataflow, module: str) -> Decomposed:
     transposed parameter), so its amax and the reciprocal of its scale (a `_scaled_mm` operand in the backward) are
     read; the input's is not (the backward casts the input reshaped to 2-D, other nodes), so the backward reads the
     input through pointwise ops and a reduction: fusible, recomputable. `module`: the Float8Linear the op belongs to
-    (torchtitan's wqkv is one module for q, k and v: one weight, one amax, one scale)."""
+    (torchtitan's wqkv is one module for q, k and v: one weight, one amax, one scale).
+
+    `gathered`: FSDP2 gathers the weight in float8 (torchao's `enable_fsdp_float8_all_gather`): the region reads the
+    gathered float8 data, a parameter (free to keep), and its FP32 scale (the unsharded Float8TrainingTensor's,
+    computed before the all-gather, torchao float8/fsdp_utils.py), and casts nothing of the weight: no weight amax.
+    Measured under per-op and full AC (tests/validate/test_fsdp2_compile.py). Without AC the partitioner keeps the
+    column-major float8 copy the backward's `_scaled_mm` reads for some products and not others (the last two of a
+    block, measured), a rule not found: refused (`Scenario._check_compiled`)."""
     (x,), (y,) = op.inputs, op.outputs
     xt, yt = _t(flow, x), _t(flow, y)
     wdims = op.weights[0].dims
@@ -305,17 +312,26 @@ def float8_linear(op: Op, flow: Dataflow, module: str) -> Decomposed:
     n = {k: f"{module}.{k}" for k in ("weight_amax", "weight_scale", "weight_inv_scale", "weight_fp8")}
     # the input's cast is one per input tensor: products reading one input (w1 and w3) share it (CSE)
     i = {k: f"{x}.float8_{k}" for k in ("amax", "scale", "inv_scale", "data")}
+    cast_input = (
+        Node(Tensor(i["amax"], (), xt.dtype), REDUCTION, (x,), "max"),
+        Node(Tensor(i["scale"], (), FP32), POINTWISE, (i["amax"],), "recompute"),
+        Node(Tensor(i["inv_scale"], (), FP32), POINTWISE, (i["scale"],)),
+        Node(Tensor(i["data"], xt.dims, FP8_E4M3), POINTWISE, (x, i["scale"]), "recompute"),
+        Node(yt, COMPUTE, (i["data"], n["weight_fp8"], i["inv_scale"], n["weight_inv_scale"])))
+    if gathered:
+        return Decomposed((
+            Node(Tensor(n["weight_fp8"], wdims, FP8_E4M3), PARAM),  # the gathered float8 data: free to keep
+            Node(Tensor(n["weight_scale"], (), FP32), INPUT),
+            Node(Tensor(n["weight_inv_scale"], (), FP32), POINTWISE, (n["weight_scale"],)),
+            *cast_input,
+        ), ((x, True), (n["weight_fp8"], True), (n["weight_inv_scale"], False)))
     return Decomposed((
         Node(Tensor(w, wdims, xt.dtype), PARAM),  # the parameter: free to keep
         Node(Tensor(n["weight_amax"], (), xt.dtype), REDUCTION, (w,), "max"),
         Node(Tensor(n["weight_scale"], (), FP32), POINTWISE, (n["weight_amax"],), "recompute"),
         Node(Tensor(n["weight_inv_scale"], (), FP32), POINTWISE, (n["weight_scale"],)),
         Node(Tensor(n["weight_fp8"], wdims, FP8_E4M3), POINTWISE, (w, n["weight_scale"]), "recompute"),
-        Node(Tensor(i["amax"], (), xt.dtype), REDUCTION, (x,), "max"),
-        Node(Tensor(i["scale"], (), FP32), POINTWISE, (i["amax"],), "recompute"),
-        Node(Tensor(i["inv_scale"], (), FP32), POINTWISE, (i["scale"],)),
-        Node(Tensor(i["data"], xt.dims, FP8_E4M3), POINTWISE, (x, i["scale"]), "recompute"),
-        Node(yt, COMPUTE, (i["data"], n["weight_fp8"], i["inv_scale"], n["weight_inv_scale"])),
+        *cast_input,
     ), ((x, True), (n["weight_amax"], True), (n["weight_fp8"], True), (n["weight_inv_scale"], False)))
 
 
@@ -361,10 +377,11 @@ class CutResult:
 
 def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, int], act_bytes: int,
               decide: Decision | None = None, float8: Callable[[Op], str | None] | None = None,
-              axes=None) -> CutResult:
+              axes=None, float8_gathered: bool = False) -> CutResult:
     """The values the compiled region `ops` keeps for its backward (the module docstring's rules). `float8`: the
     Float8Linear module a linear op belongs to (None: not one; `float8_linear`); `axes`: the parallel sizes, to weigh
-    each value at one GPU's size (None: the unsplit sizes)."""
+    each value at one GPU's size (None: the unsplit sizes); `float8_gathered`: FSDP2 gathers the Float8 weights in
+    float8."""
     nodes: dict[str, Node] = {}
     made_by: dict[str, Op] = {}
     needs: list[tuple[str, bool]] = []
@@ -376,7 +393,7 @@ def partition(ops: tuple[Op, ...], flow: Dataflow, sizes: Mapping[sympy.Symbol, 
             raise SymmemError(f"op kind = {op.kind!r} ({op.name}): --compile has no model of what torch.compile's "
                               f"partitioner makes of it (modelled: {', '.join(sorted(_MODELS))})") from None
         module = float8(op) if float8 is not None and op.kind == "linear" else None
-        d = (float8_linear(op, flow, module) if module is not None
+        d = (float8_linear(op, flow, module, float8_gathered) if module is not None
              else model(op, flow, axes) if model in _PARALLEL_AWARE else model(op, flow))
         if op.kind == "cast" and all(_same_dtype(_t(flow, x).dtype, nd.tensor.dtype, act_bytes)
                                      for x, nd in zip(op.inputs, d.nodes, strict=True)):
@@ -596,6 +613,7 @@ class CompileSpec:
     rng_state_bytes: int
     loss: bool = True  # the loss function compiled too (torchtitan 0.3.0; at 9dec370 it ran eagerly)
     float8: bool = False  # torchao's Float8Linear (tensorwise) for every eligible linear (`float8_linear`)
+    float8_gathered: bool = False  # FSDP2 gathers those linears' weights in float8 (`float8_linear`'s `gathered`)
     axes: object = None  # the parallel sizes (`AxisSizes`): each value weighed at one GPU's size
 
 

@@ -68,13 +68,24 @@ class Fsdp2Reserved:
 
 @dataclass(frozen=True)
 class _Group:
-    """One FSDP2 unit: its parameters' (name, padded shard elements, unsharded elements, local shard elements)."""
+    """One FSDP2 unit: its parameters' (name, padded shard elements, unsharded elements, local shard elements), and
+    the names of those gathered in float8 (FSDP2's float8 all-gather: 1 byte an element, the others at the param
+    dtype's)."""
 
     name: str
     params: tuple[tuple[str, int, int, int], ...]
+    float8: frozenset = frozenset()
 
     def padded(self, n: int) -> int:
         return sum(p[1] for p in self.params) * n
+
+    def gathered_bytes(self, name: str, elements: int, param_bytes: int) -> int:
+        return elements * (1 if name in self.float8 else param_bytes)
+
+    def padded_bytes(self, n: int, param_bytes: int) -> int:
+        """Every rank's padded shards in the bytes they are gathered in: the all-gather's output (torch 2.13
+        _fsdp_collectives.py `foreach_all_gather`: one flat buffer, of bytes when the dtypes are mixed)."""
+        return sum(self.gathered_bytes(p[0], p[1], param_bytes) for p in self.params) * n
 
 
 def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
@@ -85,15 +96,21 @@ def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
 
     fused = fuses_qkv(scn)
     params = fsdp_params(parts, vals, fuse_qkv=fused)
+    lp = scn.precision.low_precision
+    ag = lp.fsdp_float8_all_gather if lp is not None else None
+    op_of = {op.name: op for part in parts for op in part.flow.ops}
     # each layer part's copies are global layers (DeepSeek-V3: a dense part, then MoE parts)
     layer_of = {p.name: p.layer_ids for p in parts if p.is_layers}
     blocks: dict[int, list] = {}
     root: list = []
     grads: dict = {}
+    float8: set = set()
     for p in params:
         part, rest = p.name.split("[", 1)
         copy, op = rest.split("].", 1)
         entry = (p.name, p.padded(n), p.d0 * p.rest, p.rows(0, n) * p.rest)
+        if ag is not None and op in op_of and ag.is_float8(op_of[op]):
+            float8.add(p.name)  # (q, k and v apart: the profiles with the float8 all-gather in the replay)
         if part in layer_of:
             blocks.setdefault(layer_of[part][int(copy)], []).append(entry)
         else:
@@ -104,7 +121,9 @@ def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
             grads.setdefault((part, int(copy), o), []).append((p.name, 2 * p.d0 * p.rest))
     if sorted(blocks) != list(range(len(blocks))):
         raise AssertionError(f"the stage's layers are not 0..{len(blocks) - 1}: {sorted(blocks)}")
-    return (_Group("root", tuple(root)), [_Group(f"block {i}", tuple(blocks[i])) for i in sorted(blocks)], grads)
+    f8 = frozenset(float8)
+    return (_Group("root", tuple(root), f8), [_Group(f"block {i}", tuple(blocks[i]), f8) for i in sorted(blocks)],
+            grads)
 
 
 @dataclass
@@ -154,6 +173,8 @@ FLOAT8_LEFT_OUT = ("Float8 (compiled): the float8 copies of each product's input
 
 def refusal(scn) -> str | None:
     """Why a scenario's FSDP2 step is not replayed, or None."""
+    from symmem.profiles import fuses_qkv
+
     if scn.profile.allocation_order != "fsdp2":
         return (f"profile {scn.profile.name} does not allocate as torchtitan does; use --profile torchtitan-2412 or "
                 "torchtitan")
@@ -162,10 +183,14 @@ def refusal(scn) -> str | None:
                 f"{len(scn.stages)} stage(s) and M = {scn.m} micro-batches per step (set --pp 1 and the global batch "
                 "to local batch x DP)")
     lp = scn.precision.low_precision
-    if lp is not None and not (scn.compiled and lp.fsdp_float8_all_gather is None):
+    if lp is not None and not scn.compiled:
         return f"precision {scn.precision.name}: the replay does not allocate Float8's copies and scales"
-    # (compiled, tensorwise, weights gathered in BF16: the saved set is the partitioner's, with each module's amax and
-    # scale; the casts' float8 copies, alive while their product runs, are left out, `FLOAT8_LEFT_OUT`)
+    if lp is not None and lp.fsdp_float8_all_gather is not None and fuses_qkv(scn):
+        return (f"precision {scn.precision.name}: the replay gathers float8 weights for q, k and v as separate "
+                "parameters (torchtitan 9dec370, e7c0cae); torchtitan 0.3.0's fused wqkv is not")
+    # (compiled, tensorwise: the saved set is the partitioner's, with each module's amax and scale; the casts' float8
+    # copies, alive while their product runs, are left out, `FLOAT8_LEFT_OUT`; under the float8 all-gather each Float8
+    # linear's weight is gathered at 1 byte an element, its FP32 scale, 4 bytes, left out)
     if scn.parallel.tp > 1:
         return (f"TP {scn.parallel.tp}: the replay writes FSDP's step alone, not TP's collectives and their buffers "
                 "(the saved tensors and states under TP are modelled; their allocation order is not)")
@@ -234,8 +259,8 @@ def replay(scn) -> Fsdp2Reserved:
 
     def all_gather(it, g: _Group) -> None:
         alloc.tag = (step[0], f"all-gather of {g.name}")
-        malloc((it, "cast", g.name), pd * g.padded(n) // n, COPY_IN)
-        malloc((it, "all-gather", g.name), pd * g.padded(n), COPY_IN)
+        malloc((it, "cast", g.name), g.padded_bytes(n, pd) // n, COPY_IN)
+        malloc((it, "all-gather", g.name), g.padded_bytes(n, pd), COPY_IN)
         alloc.free((it, "cast", g.name))
 
     def copy_out(it, g: _Group, forward: bool) -> None:
@@ -243,7 +268,7 @@ def replay(scn) -> Fsdp2Reserved:
             alloc.free(stash.pop())
         alloc.tag = (step[0], f"copy-out of {g.name}")
         for name, shard, *_ in g.params:
-            malloc((it, "unsharded", name), pd * shard * n)
+            malloc((it, "unsharded", name), g.gathered_bytes(name, shard * n, pd))
         if forward:
             stash.append((it, "all-gather", g.name))
         else:

@@ -65,9 +65,11 @@ def _settings(raw: dict, args, name: str):
                           "DTensor's TP (it saves the device mesh); measured with --ac none"),
                          (tp > 1 and bool(float8), f"--tp {tp}: a compiled step under TP is measured in BF16"),
                          (pp > 1, f"--pp {pp}: a compiled pipeline stage is not measured"),
-                         (bool(float8) and (float8["float8"] != "tensorwise" or float8["float8_all_gather"]),
-                          "--recipe: under torch.compile Float8 is measured for tensorwise without the float8 "
-                          "all-gather")):
+                         (bool(float8) and float8["float8"] != "tensorwise",
+                          "--recipe: under torch.compile Float8 is measured for tensorwise"),
+                         (bool(float8) and float8["float8_all_gather"] and args.ac not in ("selective-op", "full"),
+                          f"--ac {args.ac} and the float8 all-gather: measured with --ac selective-op or full (without "
+                          "checkpointing the partitioner's choice of kept weight copies is not modelled)")):
             if bad:
                 raise SymmemError(f"--compile with {why}")
     if raw["model_type"] == "deepseek_v3":

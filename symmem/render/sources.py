@@ -111,9 +111,10 @@ CAPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
                            "and reduce; the engine's timeline peak (two layers gathered) and the step replayed "
                            "through the caching allocator with expandable segments",
                            ("torchtitan", "fsdp2")),
-    "torchtitan_published": ("Profile torchtitan-2412 (torchtitan 9dec370, eager BF16, FSDP2, per-op selective "
-                             "checkpointing) replayed through the caching allocator with expandable segments, "
-                             "beside torchtitan's and Trainy's published reserved memory",
+    "torchtitan_published": ("Profiles torchtitan-2412 and torchtitan-2506 (torchtitan 9dec370 and e7c0cae, the "
+                             "runs' code: FSDP2, eager or compiled, BF16 or Float8) replayed through the caching "
+                             "allocator with expandable segments, beside torchtitan's and Trainy's published "
+                             "reserved memory",
                              ("torchtitanbench", "torchtitan", "fsdp2")),
     "fig:measured_runs": (_MEASURED[0].upper() + _MEASURED[1:], ("simumax", "megatronlm", "transformerengine")),
     "fig:measured_step_times": ("symmem's step-time model (symmem/steptime/); " + _MEASURED,

@@ -162,3 +162,22 @@ def test_compiled_float8_blocks_on_every_rank(ac):
     for m, p in zip(measured, pred, strict=True):
         assert (m["states"], m["saved"]) == (p["states"], p["saved"]), (ac, m["rank"], m["saved"], p["saved"])
         assert m["saved"]["layer 0"] == FLOAT8_BY_HAND[ac], m["saved_detail"]["layer 0"]
+
+
+# FSDP2's float8 all-gather under compile (torchtitan e7c0cae's Trainy runs: per-op AC), by hand: the region reads the
+# gathered float8 weight (a parameter) and its FP32 scale, so no weight is cast in it: the 5 weights' BF16 amaxes go
+# from the per-op set above, the rest stays (the inputs' two amaxes, the 4 reciprocal scales). Full AC: the block's
+# input and the generator state, as without it.
+FLOAT8_GATHERED_BY_HAND = {"selective-op": 4096 + 8192 + 16384 + 2 * 2 + 4 * 4 + 5056, "full": 4096 + 5056}
+
+
+@pytest.mark.parametrize("ac", ["selective-op", "full"])
+def test_compiled_float8_all_gather_blocks_on_every_rank(ac):
+    from symmem.validate.fsdp2.predict import predicted
+
+    st = dataclasses.replace(TINY, vocab=256, ac=ac, float8="tensorwise", float8_all_gather=True)
+    measured, pred = run(st), predicted(st)
+    for m, p in zip(measured, pred, strict=True):
+        assert (m["states"], m["saved"]) == (p["states"], p["saved"]), (ac, m["rank"], m["saved"], p["saved"])
+        assert m["saved"]["layer 0"] == m["saved"]["layer 1"] == FLOAT8_GATHERED_BY_HAND[ac], \
+            m["saved_detail"]["layer 0"]
