@@ -172,8 +172,9 @@ class Scenario:
             # the last two of a block) and not others, by a rule not found (symmem/accounting/compiled.py
             # `float8_linear`); with full or per-op AC it recomputes them all (measured)
             raise SymmemError(f"--enable-fsdp-float8-all-gather with --compile --recompute {self.policy.label}: "
-                              "FSDP2's float8 all-gather under torch.compile is modelled with --recompute "
-                              "selective-op or full; leave it out (the weights gathered in BF16), or checkpoint")
+                              "FSDP2's float8 all-gather under torch.compile is modelled where every layer is "
+                              "checkpointed (--recompute selective-op or full); use one of those, or leave the flag "
+                              "out (the weights gathered in BF16)")
         if lp is not None and not lp.name.startswith("torchao-float8-tensorwise"):
             raise SymmemError(f"--precision {self.precision.name} with --compile: under torch.compile Float8 is "
                               "modelled for torchao's tensorwise recipe (--precision torchao-float8-tensorwise)")

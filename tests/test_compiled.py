@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import json
 import random
 
 import pytest
@@ -112,23 +113,53 @@ def test_compiled_layer_under_tp_by_hand():
      "--precision torchao-float8-rowwise with --compile"),
     (["--profile", "torchtitan", "--precision", "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather",
       "--compile", "--recompute", "none"],
-     "--enable-fsdp-float8-all-gather with --compile --recompute none: FSDP2's float8 all-gather under torch.compile "
-     "is modelled with --recompute selective-op or full"),
+     "--enable-fsdp-float8-all-gather with --compile --recompute none: FSDP2's float8 all-gather under "
+     "torch.compile is modelled where every layer is checkpointed"),
 ])
 def test_compile_refusals(flags, words):
     code, err = _memory(*flags)
     assert code == 2 and words in err and err.count("\n") == 1, err
 
 
-def test_sweep_and_page_refuse_compile(tmp_path):
-    for argv in (["sweep", "--model", "llama-3-8b", "--gpus", "8", "--profile", "torchtitan", "--compile"],
-                 ["html", "--model", "llama-3-8b", "--profile", "torchtitan", "--compile", "-o",
-                  str(tmp_path / "p.html")]):
-        err = io.StringIO()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-            assert main(argv) == 2, argv
-        assert "--compile: torch.compile is not modelled by the" in err.getvalue()
+def test_the_page_refuses_compile(tmp_path):
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert main(["html", "--model", "llama-3-8b", "--profile", "torchtitan", "--compile", "-o",
+                     str(tmp_path / "p.html")]) == 2
+    assert "--compile: torch.compile is not modelled by the page" in err.getvalue()
     assert not (tmp_path / "p.html").exists()
+
+
+def _json(argv) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(argv) == 0, argv
+    return json.loads(out.getvalue())
+
+
+@pytest.mark.parametrize("profile, flags", [
+    ("torchtitan", []),
+    ("torchtitan-2506", ["--precision", "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather"]),
+])
+def test_the_sweep_under_compile_builds_each_configuration_as_memory_does(profile, flags):
+    """`symmem sweep --compile` under a torchtitan profile: each configuration that fits is `symmem memory
+    --compile`'s (peak, replayed reserved, time); the default policies are torchtitan's modes (none, per-op,
+    full), and the float8 all-gather's configurations without checkpointing are rejected with the reason, not the
+    sweep."""
+    common = ["--model", "llama-3-8b", "-s", "4096", "--profile", profile, "--compile", "--gpu", "H100", *flags]
+    d = _json(["sweep", *common, "--gpus", "8", "--tp", "1", "--pp", "1", "-b", "1,2", "--top", "0", "--json",
+               "--rejected"])
+    rows = d["ranked"]
+    assert {r["recompute"] for r in rows} == ({"selective-op", "full"} if flags else {"none", "selective-op", "full"})
+    if flags:
+        assert any(x["reason"].startswith("--enable-fsdp-float8-all-gather with --compile --recompute none:")
+                   for x in d["rejected"]), d["rejected"]
+    for r in rows:
+        m = _json(["memory", *common, "--dp", str(r["dp"]), "-b", str(r["b"]), "--recompute", r["recompute"],
+                   "--json"])
+        st = m["stages"][0]
+        assert (st["peak_allocated"], st["reserved"]) == (r["peak_allocated"], r["reserved"]), r
+        assert m["step"]["time_s"] == pytest.approx(r["time_s"], rel=1e-12)
 
 
 def test_compiled_float8_layer_recomputes_the_products_inputs():

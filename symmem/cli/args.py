@@ -102,8 +102,9 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
         g.add_argument("--ddp-bucket-size", dest="ddp_bucket_size", type=int_arg(1, 2**40),
                        help="parameters per DDP bucket (default max(40M, 1M x DP); with --overlap-grad-reduce)")
         g.add_argument("--compile", dest="compiled", action="store_true",
-                       help="torchtitan's torch.compile: each decoder layer and the loss compiled, what they keep "
-                            "decided by the partitioner's cut (torchtitan profiles; TP 1, no CP, BF16 or FP32)")
+                       help="torchtitan's torch.compile: each decoder layer (and the loss, but at 9dec370) "
+                            "compiled, what they keep decided by the partitioner's cut (torchtitan profiles; BF16 or "
+                            "torchao's tensorwise Float8)")
         if not swept:
             g.add_argument("--recompute", help="none, full, selective, deepseek, selective-op (torchtitan's per-op "
                                                 "SAC), selective-layer:N (every N-th layer full) or custom:OPS")
@@ -151,8 +152,9 @@ def add_swept_args(p: argparse.ArgumentParser) -> None:
                    help="expert tensor-parallel sizes (default 1)")
     a.add_argument("-b", "--micro-batch-size", dest="b", default="1,2,4,8", help="default 1,2,4,8")
     a.add_argument("-s", "--seq-length", dest="s", help="default: the scenario's")
-    a.add_argument("--recompute", default="none,selective,full",
-                   help="none, full, selective, deepseek, selective-op, custom:OPS (default none,selective,full)")
+    a.add_argument("--recompute",
+                   help="none, full, selective, deepseek, selective-op, custom:OPS (default none,selective,full; "
+                        "under the torchtitan profiles torchtitan's modes, none,selective-op,full)")
     a.add_argument("--schedule", help="gpipe, 1f1b, zb1p, interleaved[:V], dualpipe (default: scenario's)")
     a.add_argument("--chunks", default="2", help="virtual stages V for a bare `interleaved` (default 2)")
     a.add_argument("--zero", help="ZeRO stages (default 0,1,2,3; a profile's own, e.g. megatron-te's 1)")

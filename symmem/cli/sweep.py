@@ -211,6 +211,13 @@ def _flag_rules_out_all(args: argparse.Namespace, axes: dict, model) -> None:
                               f"{field.upper()} must divide; every layout of the sweep is ruled out")
 
 
+def default_recompute(profile: str) -> str:
+    """The policies swept when --recompute is not given: the paper's three, or under a torchtitan profile the modes
+    torchtitan runs (`activation_checkpoint.mode` none and full, and "selective" with `selective_ac_option = "op"`;
+    the paper's selective recomputation of the attention core is not one of them)."""
+    return "none,selective-op,full" if profile.startswith("torchtitan") else "none,selective,full"
+
+
 def space_from_args(args: argparse.Namespace):
     from symmem.parallel.layout import LayoutSpec
     from symmem.parallel.schedule import Schedule
@@ -220,7 +227,11 @@ def space_from_args(args: argparse.Namespace):
     gpus = _positive(args.gpus, "--gpus")
     # The fixed settings through the one flag-to-Scenario mapping every command shares (cli/args.py); the swept
     # fields are the sweep's own, and the layout, schedule and M are set per configuration.
-    scn = scenario_from_args(args, skip=SWEPT)
+    base_args, skip = args, SWEPT
+    if getattr(args, "compiled", False) and getattr(args, "fsdp_float8_all_gather", False):
+        # checked under a policy the float8 all-gather takes under compile (each configuration under its own)
+        base_args, skip = argparse.Namespace(**{**vars(args), "recompute": "full"}), SWEPT - {"recompute"}
+    scn = scenario_from_args(base_args, skip=skip)
     memory_only(scn, "the sweep", "time a configuration with symmem memory")
     model = scn.model
     seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
@@ -252,7 +263,7 @@ def space_from_args(args: argparse.Namespace):
         "b": _array(args.b, "-b", maximum=num.MAX_B),
     }
     _flag_rules_out_all(args, axes, model)
-    recompute = parse_recompute(args.recompute)
+    recompute = parse_recompute(args.recompute or default_recompute(scn.profile.name))
     schedule = parse_schedules(sched, chunks)
     microbatches = parse_microbatches(args.microbatches)
     global_batch = _global_batch(args, scn, gpus, axes)
@@ -474,8 +485,9 @@ def _text(summary, top: int, rejected: bool) -> str:
         lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by {by}; "
                      "sizes in GiB = 2^30 bytes; the stage with the highest peak, its largest component (dynamic: "
                      "what the step adds at the peak event) and the event that binds:")
+        rw = max([10, *(len(r["recompute"]) for r in summary.ranked)])  # selective-op, custom:... are longer
         head = (f"{'rank':>4} {'TP':>3} {'CP':>3} {'PP':>3} {'EP':>4} {'ETP':>3} {'DP':>5} {'EDP':>5} "
-                f"{'recompute':<10} "
+                f"{'recompute':<{rw}} "
                 f"{'schedule':<13} {'M':>4} {'ZeRO':>4} {'b':>4} {'s':>7} {'stage':>5} {'binding':<11} "
                 f"{'low-high GiB':>15} {'headroom':>8} {'reserved':>8} {'time s':>7} {'tok/s/GPU':>9} {'MFU':>5}  "
                 "peak event")
@@ -484,7 +496,7 @@ def _text(summary, top: int, rejected: bool) -> str:
             lines.append(
                 f"{r['rank']:>4} {r['tp']:>3} {r['cp']:>3} {r['pp']:>3} {r['ep']:>4} {r['etp']:>3} {r['dp']:>5} "
                 f"{r['edp']:>5} "
-                f"{r['recompute']:<10} {r['schedule']:<13} {r['microbatches']:>4} {r['zero']:>4} {r['b']:>4} "
+                f"{r['recompute']:<{rw}} {r['schedule']:<13} {r['microbatches']:>4} {r['zero']:>4} {r['b']:>4} "
                 f"{r['s']:>7} {r['stage']:>5} {r['binding']:<11} "
                 f"{fmt_gib(r['low']) + '-' + fmt_gib(r['high']):>15} {r['headroom'] / GIB:>8.2f} "
                 f"{(fmt_gib(r['reserved']) if r.get('reserved') is not None else '-'):>8} "
