@@ -7,9 +7,9 @@ torchtitan's H100 runs, `torchtitan-2506` (e7c0cae) for Trainy's H200 runs.
 Sources (public): pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (the torchtitan team, H100 96 GB,
 torch 1963fc8 of 2024-12-23, torchao eab345c, torchtitan 9dec370 of 2024-12-26; memory read at iteration 90, the
 maximum over GPUs) and benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (Trainy, H200, torchtitan e7c0cae of
-2025-06-13, compiled with Float8 and FSDP's float8 all-gather, memory at iteration 100). Compared: the eager, compiled
-(`--compile`), Float8 and CP runs of 9dec370 and Trainy's compiled Float8 runs with the float8 all-gather; the TP and
-PP runs are listed, not predicted."""
+2025-06-11, dated 2025-06-13 in the page's table, compiled with Float8 and FSDP's float8 all-gather, memory at
+iteration 100). Compared: the eager, compiled (`--compile`), Float8 and CP runs of 9dec370 and Trainy's compiled
+Float8 runs with the float8 all-gather; the TP and PP runs are listed, not predicted."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def tables() -> list[Table]:
          "at the previous log step (torchtitan/metrics.py at 9dec370), the maximum over the GPUs; from pytorch/"
          f"torchtitan {H100_2412} (torch 1963fc8 2024-12-23, torchtitan 9dec370 2024-12-26, H100 96 GB, "
          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as its run_llama_train.sh sets) and "
-         f"{H200_2506} (torchtitan e7c0cae 2025-06-13, H200).",
+         f"{H200_2506} (torchtitan e7c0cae, committed 2025-06-11, 2025-06-13 in the page's table; H200).",
          "symmem: profile torchtitan-2412 (symmem/profiles.py, symmem/rules/torchtitan.py): torchtitan 9dec370's "
          "Llama 3 (wq, wk, wv separate; its RMSNorm; SDPA's flash kernel; the loss cross_entropy(pred.float())), "
          "per-op selective checkpointing (its save list keeps the 1st, 3rd, 5th and 7th matrix products, wq, wv, w1, "
@@ -180,10 +180,13 @@ def tables() -> list[Table]:
          "values a row, and its backward writes the BF16 gradient of the logits directly (inductor's kernels, read "
          "on the CPU), where the eager loss holds three FP32 logits-sized tensors. FSDP2's float8 all-gather: each "
          "Float8 linear's weight gathered at 1 byte an element (the output stays BF16, filtered by the run's "
-         "llama3_8b.toml), the compiled blocks' saved set under per-op AC measured on the CPU; the run's "
+         "llama3_8b.toml), the compiled blocks' saved set under per-op AC measured on the CPU on torchtitan 0.3.0's "
+         "block (its q, k and v one product; e7c0cae's three take the same rule); the run's "
          "force_recompute_fp8_weight_in_bwd does nothing at its torchao (pytorch/ao 03c850a, before 0afa4c1). The "
-         "replay comes out 8-10 % under the two measurements, more at FSDP 64 than at 32, as the 9dec370 runs' "
-         "at FSDP 128 against 8: what the runs hold beyond it is not found (docs/torchtitan.md).",
+         "replay comes out 8-10 % under the two measurements: its peak allocation falls by the compiled loss's "
+         "15.7 GiB from 9dec370's code, about what the runs fall, but what it reserves beyond that allocation "
+         "falls from 8.3 to 3.5 GiB; the allocator's layout over the step is the likely place of the 4 to 5 GiB, "
+         "not found (docs/torchtitan.md).",
          "Not modelled, so not predicted: tensor and pipeline parallelism for torchtitan 9dec370, AsyncTP. "
          "NCCL's buffers are outside the allocator and outside both figures. Llama 3.1 8B has Llama 3 8B's "
          "shapes (preset llama-3-8b); its longer RoPE range does not matter here: torchtitan 9dec370 sizes its one "

@@ -526,7 +526,7 @@ def _torchtitan_deepseek_check(scn) -> None:
 
 
 TORCHTITAN_9DEC370 = "torchtitan-2412"  # the profile of torchtitan 9dec370, the code of its published H100 runs
-# the profile of torchtitan e7c0cae (2025-06-13), the code of Trainy's published H200 runs
+# the profile of torchtitan e7c0cae (2025-06-11), the code of Trainy's published H200 runs
 # (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md)
 TORCHTITAN_E7C0CAE = "torchtitan-2506"
 # the profiles of torchtitan's code before 0.3.0, by the commit they write: q, k and v three products, one root FSDP
@@ -735,10 +735,10 @@ PROFILES = {
                                             where="a GPU: its own RMSNorm, foreach AdamW", pipelining=False,
                                             first_unit="root", repeat_kv=True),
     # the code of Trainy's published H200 runs (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md): torchtitan
-    # e7c0cae (2025-06-13) with torch 2.8.0a0+5228986c39 (symmem/rules/torchtitan.py): 9dec370's model and FSDP units
+    # e7c0cae (2025-06-11) with torch 2.8.0a0+5228986c39 (symmem/rules/torchtitan.py): 9dec370's model and FSDP units
     # with nn.RMSNorm, a RoPE table of s rows, the loss compiled with the blocks, fused AdamW
     TORCHTITAN_E7C0CAE: _torchtitan_profile(TORCHTITAN_E7C0CAE, on_gpu=True,
-                                            version="torchtitan e7c0cae's Llama 3 (2025-06-13)",
+                                            version="torchtitan e7c0cae's Llama 3 (2025-06-11)",
                                             buffers=_freqs_cis_2506, allocation_order="fsdp2",
                                             where="a GPU: nn.RMSNorm (ATen's composite), fused AdamW",
                                             pipelining=False, first_unit="root", repeat_kv=True),

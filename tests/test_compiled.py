@@ -212,4 +212,9 @@ def test_the_replay_gathers_float8_weights_at_one_byte():
     float8 = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096
     assert all(b.padded_bytes(32, 2) == float8 + 2 * 4096 * 2 for b in blocks)
     assert root.padded_bytes(32, 2) == 2 * root.padded(32)
+    # each parameter's unsharded copy-out: wq at 1 byte an element, a norm's weight at 2
+    unsharded = {name.rsplit(".", 1)[-1]: blocks[0].gathered_bytes(name, shard * 32, 2)
+                 for name, shard, *_ in blocks[0].params}
+    assert unsharded["q_proj"] == 4096 * 4096 and unsharded["input_layernorm"] == 4096 * 2
+    assert sum(unsharded.values()) == blocks[0].padded_bytes(32, 2)  # the copy-out fills the all-gather's buffer
     assert "fused wqkv is not" in F.refusal(scn("torchtitan"))

@@ -116,7 +116,8 @@ def test_replay_within_5_percent_of_torchtitans_published_reserved(dp, measured_
 def test_replay_refusals_name_the_fix():
     from symmem.accounting.fsdp2_reserved import refusal, replay
 
-    assert "use --profile torchtitan-2412 or torchtitan" in refusal(_scenario(8, profile="torchtitan-cpu"))
+    said = refusal(_scenario(8, profile="torchtitan-cpu"))
+    assert "use --profile torchtitan-2412, torchtitan-2506 or torchtitan" in said
     with pytest.raises(SymmemError, match="M = 2 micro-batches"):
         replay(_scenario(8, microbatches=2))
 

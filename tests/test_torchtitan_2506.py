@@ -73,3 +73,11 @@ def test_refusals(capsys, flags, words):
                  *flags])
     err = capsys.readouterr().err
     assert code == 2 and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("axis", ["--tp", "--cp", "--pp"])
+def test_the_sweep_keeps_every_other_axis_at_one(capsys, axis):
+    code = main(["sweep", "--model", "llama-3-8b", "--gpus", "8", "--profile", "torchtitan-2506", axis, "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{axis} = '2': profile torchtitan-2506 models FSDP (and HSDP); TP, PP, CP and EP stay 1" in err

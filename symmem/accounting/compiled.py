@@ -302,7 +302,8 @@ def float8_linear(op: Op, flow: Dataflow, module: str, gathered: bool = False) -
     `gathered`: FSDP2 gathers the weight in float8 (torchao's `enable_fsdp_float8_all_gather`): the region reads the
     gathered float8 data, a parameter (free to keep), and its FP32 scale (the unsharded Float8TrainingTensor's,
     computed before the all-gather, torchao float8/fsdp_utils.py), and casts nothing of the weight: no weight amax.
-    Measured under per-op and full AC (tests/validate/test_fsdp2_compile.py). Without AC the partitioner keeps the
+    Measured under per-op and full AC on torchtitan 0.3.0's block (tests/validate/test_fsdp2_compile.py; its q, k
+    and v one product, the rule the same for each of three). Without AC the partitioner keeps the
     column-major float8 copy the backward's `_scaled_mm` reads for some products and not others (the last two of a
     block, measured), a rule not found: refused (`Scenario._check_compiled`)."""
     (x,), (y,) = op.inputs, op.outputs

@@ -176,8 +176,8 @@ def refusal(scn) -> str | None:
     from symmem.profiles import fuses_qkv
 
     if scn.profile.allocation_order != "fsdp2":
-        return (f"profile {scn.profile.name} does not allocate as torchtitan does; use --profile torchtitan-2412 or "
-                "torchtitan")
+        return (f"profile {scn.profile.name} does not allocate as torchtitan does; use --profile torchtitan-2412, "
+                "torchtitan-2506 or torchtitan")
     if len(scn.stages) != 1 or scn.m != 1:
         return ("the replay writes torchtitan's step without pipelining or gradient accumulation; this scenario has "
                 f"{len(scn.stages)} stage(s) and M = {scn.m} micro-batches per step (set --pp 1 and the global batch "

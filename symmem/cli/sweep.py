@@ -297,7 +297,8 @@ _SWEEP_DEFAULTS = {"tp": "1,2,4,8", "cp": "1", "pp": None, "ep": None, "etp": "1
 
 def _fsdp_only(args, profile: str) -> None:
     """The torchtitan profiles model FSDP (and HSDP), and torchtitan 0.3.0's TP with sequence parallelism and its
-    pipelining (`--profile torchtitan`), or 9dec370's CP (`torchtitan-2412`): their sweeps keep CP, EP and ETP at 1
+    pipelining (`--profile torchtitan`), or 9dec370's CP (`torchtitan-2412`; e7c0cae's `torchtitan-2506` FSDP
+    alone): their sweeps keep CP, EP and ETP at 1
     unless given, and refuse other values given where the profile does not model them (in one line, as `symmem
     memory` does); TP and PP are swept over their default values where the profile models them, else kept at 1."""
     from symmem.profiles import TORCHTITAN_9DEC370, TORCHTITAN_COMMITS
@@ -313,7 +314,8 @@ def _fsdp_only(args, profile: str) -> None:
         elif axis == "cp" and cp_modelled:
             continue  # (the values given: each configuration checked as symmem memory checks it)
         elif any(v != 1 for v in _array(given, f"--{axis}", maximum=num.MAX_PARALLEL).tolist()):
-            held, more = (("CP and EP stay", ", TP and PP") if tp_modelled else ("TP, PP and EP stay", " and CP"))
+            held, more = (("CP and EP stay", ", TP and PP") if tp_modelled
+                          else ("TP, PP and EP stay", " and CP") if cp_modelled else ("TP, PP, CP and EP stay", ""))
             raise SymmemError(f"--{axis} = {given!r}: profile {profile} models FSDP (and HSDP){more}; {held} 1 "
                               "(leave the flag out)")
 

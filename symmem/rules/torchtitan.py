@@ -191,14 +191,14 @@ RULES_2412 = _rule_set("torchtitan-2412", "a GPU (its own RMSNorm)", torch_eager
                        version="torchtitan 9dec370's Llama 3 (2024-12-26)", torch="of 2024-12-23",
                        workspaces={"sdpa_flash": _flash_workspace_2412}, context_parallel=True)
 
-# torchtitan e7c0cae (2025-06-13), the code of Trainy's published H200 runs, with their torch (2.8.0a0+5228986c39 of
+# torchtitan e7c0cae (2025-06-11), the code of Trainy's published H200 runs, with their torch (2.8.0a0+5228986c39 of
 # 2025-05-29): 9dec370's Llama 3 (three q, k, v products, k and v repeated to the query heads before SDPA) with
 # torch's nn.RMSNorm (torchtitan/models/llama3/model.py:341-342, :416 there), which torch 2.8 runs as ATen's composite
 # rms_norm on a GPU too (the fused CUDA kernel, `_fused_rms_norm`, came after: pytorch PR 153666), so as the CPU rule
 # above; its per-op save list is 9dec370's without `abs` (torchtitan/models/llama3/parallelize_llama.py:218-227)
 RULES_2506 = _rule_set("torchtitan-2506", "a GPU (nn.RMSNorm: ATen's composite rms_norm)", _rms_norm_composite,
                        frozenset({"sdpa_flash", "sdpa_efficient"}), gemm_groups=(),
-                       version="torchtitan e7c0cae's Llama 3 (2025-06-13)", torch="2.8.0a0+5228986c39",
+                       version="torchtitan e7c0cae's Llama 3 (2025-06-11)", torch="2.8.0a0+5228986c39",
                        workspaces={"sdpa_flash": _flash_backward_workspace})
 
 # ----------------------------------------------------------------------------------------------- under TP
