@@ -168,10 +168,11 @@ NEW_COMMANDS = [["memory", "--json", "--model", m] for m in ("llama-3-8b", "gpt2
     ["measure", "--config", str(ROOT / "symmem" / "presets" / "gpt2.json")]]
 NEW_FLAGS = {
     "--profile": ["paper", "torch-eager", "megatron-te", "megatron-local", "torchtitan", "torchtitan-cpu",
-                  "torchtitan-2412", "x"],
+                  "torchtitan-2412", "torchtitan-2506", "x"],
     "--recompute": ["none", "full", "selective-op", "selective-layer:2", "selective-layer:0", "selective-layer",
                     "selective-layer:x"],
-    "--precision": ["te-delayed", "deepseek-v3-fp8", "te-nvfp4", "torchao-float8-rowwise", "fp32", "nope"],
+    "--precision": ["te-delayed", "deepseek-v3-fp8", "te-nvfp4", "torchao-float8-rowwise", "torchao-float8-tensorwise",
+                    "fp32", "nope"],
     "--global-batch-size": ["8", "16", "7", "0", "-2", "1" + "0" * 25, "x"],
     "--gpu": ["H100", "B200", "H20", "MI300X", "A100", "nope"],
     "--rank-by": ["time", "headroom", "x"],
