@@ -20,7 +20,8 @@ DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
 ROOTS = ("symmem/", "derivations/", "tests/", "docs/", "paper_tables/", "benchmarks/", ".ci/")
 # paths of other repositories, named beside their repository (not ours)
 EXTERNAL = {"docs/b200/b200_release_v1.2_summary.md",  # MooreThreads/SimuMax
-            "benchmarks/llama3_h100_202412_torchtitan.md"}  # pytorch/torchtitan
+            "benchmarks/llama3_h100_202412_torchtitan.md",  # pytorch/torchtitan
+            "benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"}  # pytorch/torchtitan
 
 _BACKTICK = re.compile(r"`([^`\s]+)`")
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
