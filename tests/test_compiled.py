@@ -192,7 +192,7 @@ def test_the_replay_gathers_float8_weights_at_one_byte():
     all-gather output over 32 ranks holds its seven Float8 weights at 1 byte an element (wq and wo 4096 x 4096, wk and
     wv 1024 x 4096, w1, w2 and w3 14336 x 4096) and its two norms' weights in BF16 (4096 x 2 bytes each); the root
     (embedding, final norm, output: none of them a Float8 linear in these runs) stays BF16. torchtitan 0.3.0's fused
-    wqkv is refused."""
+    wqkv is one Float8 weight of 6144 x 4096, and its output (no FQN filtered) one too."""
     from symmem.accounting import fsdp2_reserved as F
     from symmem.accounting.analysis import values
     from symmem.cli.args import scenario_from_args
@@ -217,4 +217,9 @@ def test_the_replay_gathers_float8_weights_at_one_byte():
                  for name, shard, *_ in blocks[0].params}
     assert unsharded["q_proj"] == 4096 * 4096 and unsharded["input_layernorm"] == 4096 * 2
     assert sum(unsharded.values()) == blocks[0].padded_bytes(32, 2)  # the copy-out fills the all-gather's buffer
-    assert "fused wqkv is not" in F.refusal(scn("torchtitan"))
+    s = scn("torchtitan")
+    assert F.refusal(s) is None
+    parts = stage_parts(s.model, s.stages[0], s.convention, s.flow_impl)
+    root, blocks, _ = F._groups(s, parts, values(s), 32)
+    assert all(b.padded_bytes(32, 2) == float8 + 2 * 4096 * 2 for b in blocks)  # wqkv: (4096 + 2 x 1024) x 4096
+    assert root.padded_bytes(32, 2) == 2 * root.padded(32) - 128256 * 4096  # lm_head at 1 byte, not 2

@@ -87,6 +87,24 @@ def fsdp_params(parts, vals: dict, fuse_qkv: bool = True, axes=None) -> list[Fsd
     return _fuse_qkv(ordered) if fuse_qkv else ordered
 
 
+def gathered_in_float8(scn, parts, params: list[FsdpParam]) -> frozenset[str]:
+    """The names of the `params` FSDP2 gathers in float8 (torchao's `enable_fsdp_float8_all_gather`): each Float8
+    linear's weight, a fused wqkv by its q projection's op (one Float8Linear). Empty without the flag."""
+    lp = scn.precision.low_precision
+    ag = lp.fsdp_float8_all_gather if lp is not None else None
+    if ag is None:
+        return frozenset()
+    ops = {op.name: op for part in parts for op in part.flow.ops}
+    out = set()
+    for p in params:
+        name = p.name.partition("].")[2]
+        if name.endswith(".wqkv"):  # q, k and v as one parameter (`_fuse_qkv`): q's op stands for it
+            name = f"{name.rsplit('.', 1)[0]}.{QKV[0]}"
+        if name in ops and ag.is_float8(ops[name]):
+            out.add(p.name)
+    return frozenset(out)
+
+
 def _fuse_qkv(params: list[FsdpParam]) -> list[FsdpParam]:
     """torchtitan's wqkv: the q, k and v projections of one layer (copy) are one parameter, outputs stacked on
     dim 0, in q's place."""

@@ -91,26 +91,21 @@ class _Group:
 def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
     """The root group (every parameter outside the decoder layers), the blocks' groups in layer order, and each
     (part, copy, op) -> the unsharded BF16 gradient bytes its backward makes."""
-    from symmem.accounting.fsdp import fsdp_params
+    from symmem.accounting.fsdp import fsdp_params, gathered_in_float8
     from symmem.profiles import fuses_qkv
 
     fused = fuses_qkv(scn)
     params = fsdp_params(parts, vals, fuse_qkv=fused)
-    lp = scn.precision.low_precision
-    ag = lp.fsdp_float8_all_gather if lp is not None else None
-    op_of = {op.name: op for part in parts for op in part.flow.ops}
+    f8 = gathered_in_float8(scn, parts, params)
     # each layer part's copies are global layers (DeepSeek-V3: a dense part, then MoE parts)
     layer_of = {p.name: p.layer_ids for p in parts if p.is_layers}
     blocks: dict[int, list] = {}
     root: list = []
     grads: dict = {}
-    float8: set = set()
     for p in params:
         part, rest = p.name.split("[", 1)
         copy, op = rest.split("].", 1)
         entry = (p.name, p.padded(n), p.d0 * p.rest, p.rows(0, n) * p.rest)
-        if ag is not None and op in op_of and ag.is_float8(op_of[op]):
-            float8.add(p.name)  # (q, k and v apart: the profiles with the float8 all-gather in the replay)
         if part in layer_of:
             blocks.setdefault(layer_of[part][int(copy)], []).append(entry)
         else:
@@ -121,7 +116,6 @@ def _groups(scn, parts, vals, n: int) -> tuple[_Group, list[_Group], dict]:
             grads.setdefault((part, int(copy), o), []).append((p.name, 2 * p.d0 * p.rest))
     if sorted(blocks) != list(range(len(blocks))):
         raise AssertionError(f"the stage's layers are not 0..{len(blocks) - 1}: {sorted(blocks)}")
-    f8 = frozenset(float8)
     return (_Group("root", tuple(root), f8), [_Group(f"block {i}", tuple(blocks[i]), f8) for i in sorted(blocks)],
             grads)
 
@@ -173,8 +167,6 @@ FLOAT8_LEFT_OUT = ("Float8 (compiled): the float8 copies of each product's input
 
 def refusal(scn) -> str | None:
     """Why a scenario's FSDP2 step is not replayed, or None."""
-    from symmem.profiles import fuses_qkv
-
     if scn.profile.allocation_order != "fsdp2":
         return (f"profile {scn.profile.name} does not allocate as torchtitan does; use --profile torchtitan-2412, "
                 "torchtitan-2506 or torchtitan")
@@ -185,9 +177,6 @@ def refusal(scn) -> str | None:
     lp = scn.precision.low_precision
     if lp is not None and not scn.compiled:
         return f"precision {scn.precision.name}: the replay does not allocate Float8's copies and scales"
-    if lp is not None and lp.fsdp_float8_all_gather is not None and fuses_qkv(scn):
-        return (f"precision {scn.precision.name}: the replay gathers float8 weights for q, k and v as separate "
-                "parameters (torchtitan 9dec370, e7c0cae); torchtitan 0.3.0's fused wqkv is not")
     # (compiled, tensorwise: the saved set is the partitioner's, with each module's amax and scale; the casts' float8
     # copies, alive while their product runs, are left out, `FLOAT8_LEFT_OUT`; under the float8 all-gather each Float8
     # linear's weight is gathered at 1 byte an element, its FP32 scale, 4 bytes, left out)

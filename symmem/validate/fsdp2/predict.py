@@ -83,24 +83,17 @@ def unsharded_bytes(scn, parts, params, n: int) -> dict[str, int]:
     torch/distributed/fsdp/_fully_shard/_fsdp_param.py `init_all_gather_outputs`) in the param dtype
     (`Scenario.gather_bytes`), or under the float8 all-gather a Float8 linear's at 1 byte per element and its FP32
     scale (`timeline.Float8Gathered`)."""
-    from symmem.accounting.fsdp import QKV
-    from symmem.accounting.timeline import Float8Gathered
+    from symmem.accounting.fsdp import gathered_in_float8
     from symmem.validate.fsdp2.peak import layer_of, param_layer
 
-    g = scn.gathered
-    f8 = g.float8 if isinstance(g, Float8Gathered) else None
-    ops = {op.name: op for part in parts for op in part.flow.ops}
+    float8 = gathered_in_float8(scn, parts, params)
     layers = layer_of(parts)
     out: dict[str, int] = {}
     for p in params:
-        name = p.name.partition("].")[2]
-        if name.endswith(".wqkv"):  # q, k and v as one parameter (`fsdp._fuse_qkv`): q's op stands for it
-            name = f"{name.rsplit('.', 1)[0]}.{QKV[0]}"
-        op = ops.get(name)
         i = param_layer(p, layers)
         unit = "root" if i is None else f"layer {i}"
-        float8 = f8 is not None and op is not None and f8.is_float8(op)
-        out[unit] = out.get(unit, 0) + p.padded(n) * n * (1 if float8 else scn.gather_bytes) + (4 if float8 else 0)
+        f8 = p.name in float8
+        out[unit] = out.get(unit, 0) + p.padded(n) * n * (1 if f8 else scn.gather_bytes) + (4 if f8 else 0)
     return out
 
 
