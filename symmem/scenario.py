@@ -148,9 +148,9 @@ class Scenario:
         check_convention(self.flops_convention)
 
     def _check_compiled(self) -> None:
-        """--compile is torchtitan's (each decoder layer and the loss compiled), in BF16 or torchao's tensorwise
-        Float8 (weights gathered in BF16), under torchtitan's checkpointing modes; under TP, in BF16 without
-        checkpointing (what runs and was measured)."""
+        """--compile is torchtitan's (each decoder layer, and the loss but at 9dec370, compiled), in BF16 or torchao's
+        tensorwise Float8 (weights gathered in BF16, or in float8 under per-op or full AC), under torchtitan's
+        checkpointing modes; under TP, in BF16 without checkpointing (what runs and was measured)."""
         if not (self.profile_name or "").startswith("torchtitan"):
             raise SymmemError(f"--compile: torchtitan's torch.compile is modelled under the torchtitan profiles "
                               "(--profile torchtitan, torchtitan-cpu, torchtitan-2412, torchtitan-2506), not "
