@@ -167,7 +167,10 @@ class Scenario:
                 raise SymmemError(f"--tp {self.parallel.tp} with --compile: modelled in BF16 (measured); Float8 under "
                                   "TP and compile is not; use --tp 1, or drop --precision")
         lp = self.precision.low_precision
-        if self._float8_gathered and self.policy.kind not in (Recompute.FULL, Recompute.SELECTIVE_OP):
+        every_layer = self.policy.kind in (Recompute.FULL, Recompute.SELECTIVE_OP) or (
+            self.policy.kind is Recompute.SELECTIVE_LAYER
+            and all(self.policy.checkpoints_layer(i) for i in range(self.model.value("L"))))
+        if self._float8_gathered and not every_layer:
             # without AC the partitioner keeps the column-major float8 weight copies of some products (measured:
             # the last two of a block) and not others, by a rule not found (symmem/accounting/compiled.py
             # `float8_linear`); with full or per-op AC it recomputes them all (measured)

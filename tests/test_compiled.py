@@ -223,3 +223,15 @@ def test_the_replay_gathers_float8_weights_at_one_byte():
     root, blocks, _ = F._groups(s, parts, values(s), 32)
     assert all(b.padded_bytes(32, 2) == float8 + 2 * 4096 * 2 for b in blocks)  # wqkv: (4096 + 2 x 1024) x 4096
     assert root.padded_bytes(32, 2) == 2 * root.padded(32) - 128256 * 4096  # lm_head at 1 byte, not 2
+
+
+def test_float8_all_gather_under_compile_takes_any_policy_that_checkpoints_every_layer():
+    """selective-layer:1 checkpoints every block, as full does: the same figures; selective-layer:2 leaves half the
+    blocks without AC, and is refused in one line."""
+    flags = ["--model", "llama-3-8b", "-b", "2", "-s", "8192", "--dp", "32", "--profile", "torchtitan-2506",
+             "--compile", "--precision", "torchao-float8-tensorwise", "--enable-fsdp-float8-all-gather", "--json"]
+    every, full = (_json(["memory", *flags, "--recompute", r])["stages"][0] for r in ("selective-layer:1", "full"))
+    assert (every["peak_allocated"], every["reserved"]) == (full["peak_allocated"], full["reserved"])
+    code, err = _memory("--profile", "torchtitan-2506", "--compile", "--precision", "torchao-float8-tensorwise",
+                        "--enable-fsdp-float8-all-gather", "--recompute", "selective-layer:2")
+    assert code == 2 and "--recompute selective-layer:2: FSDP2's float8 all-gather" in err and err.count("\n") == 1

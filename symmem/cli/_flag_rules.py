@@ -45,11 +45,11 @@ def routing_parameter(args: argparse.Namespace, kind: str, scenario_routing) -> 
         raise SymmemError(f"--routing {kind}: needs {flag} ({example})")
 
 
-def memory_only(scn, where: str, instead: str) -> None:
+def memory_only(scn, where: str, instead: str, compile_modelled: bool = False) -> None:
     """Refuse the scenario's flags that only `symmem memory` models, for the sweep or the page (`where`): torch.compile
     on the page (its script evaluates the eager saved sets; the sweep builds each torchtitan configuration as `symmem
     memory` does, compiled regions and all) and Megatron's DDP buckets (their tables read one bucket per buffer)."""
-    if scn.compiled and where != "the sweep":
+    if scn.compiled and not compile_modelled:
         raise SymmemError(f"--compile: torch.compile is not modelled by {where} (its tables read the eager saved "
                           "sets); use symmem memory --compile")
     if scn.ddp.flags:

@@ -106,6 +106,9 @@ def _run(args) -> int:
     if args.microbatches is not None:
         raise SymmemError("--microbatches: the page sets M from --global-batch-size (or PP by default); give "
                           "--global-batch-size instead")
+    if getattr(args, "compiled", False):  # before the scenario's own checks, whose advice the page cannot take
+        raise SymmemError("--compile: torch.compile is not modelled by the page (its script evaluates the eager saved "
+                          "sets); use symmem memory --compile")
     base = scenario_from_args(args)
     memory_only(base, "the page", "use symmem memory")
     from symmem.render.page import refusal

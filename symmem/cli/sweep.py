@@ -232,7 +232,9 @@ def space_from_args(args: argparse.Namespace):
         # checked under a policy the float8 all-gather takes under compile (each configuration under its own)
         base_args, skip = argparse.Namespace(**{**vars(args), "recompute": "full"}), SWEPT - {"recompute"}
     scn = scenario_from_args(base_args, skip=skip)
-    memory_only(scn, "the sweep", "time a configuration with symmem memory")
+    # --compile: the torchtitan profiles (the only ones --compile takes) lay their states out themselves, so every
+    # configuration is built one by one as `symmem memory` builds it (sweep/exact.py), compiled regions and all
+    memory_only(scn, "the sweep", "time a configuration with symmem memory", compile_modelled=True)
     model = scn.model
     seq, moe = scn.parallel.sequence_parallel, scn.parallel.moe_sequence_parallel
     base = scn.replace(parallel=Parallel(sequence_parallel=seq, moe_sequence_parallel=moe,
