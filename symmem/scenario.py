@@ -265,9 +265,10 @@ class Scenario:
         if loss and self.parallel.tp == 1:
             # the compiled loss's own kernels: no FP32 logits-sized transient, and the BF16 gradient of the logits
             # written while the logits it keeps are alive (the eager loss casts it after releasing them)
-            from symmem.accounting.compiled import compiled_loss_workspace
+            from symmem.accounting.compiled import compiled_loss_workspace, compiled_loss_workspace_cpu
 
-            out = dataclasses.replace(out, workspaces={**out.workspaces, "cross_entropy": compiled_loss_workspace},
+            ws = compiled_loss_workspace_cpu if base.name.endswith("-cpu") else compiled_loss_workspace
+            out = dataclasses.replace(out, workspaces={**out.workspaces, "cross_entropy": ws},
                                       grad_in_place=out.grad_in_place - {"cross_entropy"})
         return out
 

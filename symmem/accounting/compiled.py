@@ -196,21 +196,29 @@ def _cross_entropy(op: Op, flow: Dataflow) -> Decomposed:
     ), ((n["log_probs"], True), (n["labels"], False)))
 
 
-def compiled_loss_workspace(op: Op, flow: Dataflow, phase: str, axes) -> list:
+def compiled_loss_workspace(op: Op, flow: Dataflow, phase: str, axes, on_cpu: bool = False) -> list:
     """What the compiled loss (`_cross_entropy`, one device's logits) allocates beyond what it keeps: inductor runs
-    its forward as one fused kernel that reads the BF16 logits and writes a value a row (the max and the log of the
-    sum of exponentials, both kept) and the loss, and its backward as one fused kernel that writes the BF16 gradient
-    of the logits (the `.float()`'s backward fused in) beside one FP32 value a row (the rows' sums of the incoming
-    gradient). So no FP32 tensor of the logits' size exists, forward or backward, where the eager loss holds three
-    (symmem/rules/torchtitan.py `_loss_workspace`). Read off inductor's generated code for the loss on the CPU,
-    `reduction="sum"` (torchtitan 0.3.0) and `"mean"` (e7c0cae) alike (tests/validate/test_compiled_loss.py)."""
+    its forward as fused kernels that read the BF16 logits and write values a row (the max and the log of the sum of
+    exponentials, both kept) and the loss, and its backward as one fused kernel that writes the BF16 gradient of the
+    logits (the `.float()`'s backward fused in; on the CPU beside one FP32 value a row, the rows' sums of the
+    incoming gradient, which the GPU's kernel keeps in registers). No FP32 tensor of the logits' size exists, forward
+    or backward, where the eager loss holds three (symmem/rules/torchtitan.py `_loss_workspace`): the joint-graph
+    pass `scatter_upon_const_tensor` (torch/_inductor/fx_passes/joint_graph.py) turns nll_loss's zeros-and-scatter
+    into a pointwise select. Read off inductor's generated code: on the CPU for `reduction="sum"` (torchtitan 0.3.0)
+    and `"mean"` (e7c0cae) (tests/validate/test_compiled_loss.py), and inductor's CUDA code for e7c0cae's at Llama 3
+    8B's logits, generated here with the device faked (tools/compile_study/cuda_codegen_loss.py)."""
     from symmem.rules._base import Saved
 
-    if phase == "forward":
+    if phase == "forward" or not on_cpu:
         return []
     logits = _t(flow, op.inputs[0])
     return [Saved(Tensor(f"{logits.name}.grad_row_sum", logits.dims[:-1] + (Dim(1),), FP32),
                   f"the compiled loss's FP32 row sums of the incoming gradient ({op.name})")]
+
+
+def compiled_loss_workspace_cpu(op: Op, flow: Dataflow, phase: str, axes) -> list:
+    """`compiled_loss_workspace` of inductor's C++ kernels."""
+    return compiled_loss_workspace(op, flow, phase, axes, on_cpu=True)
 
 
 def _cross_entropy_parallel(op: Op, flow: Dataflow) -> Decomposed:
