@@ -1,6 +1,6 @@
 """Inductor's CUDA (Triton) code for torchtitan's compiled loss, generated on a machine without a GPU.
 
-What it shows (torch 2.13, run 2026-12-07): the buffers each compiled graph of
+What it shows (torch 2.13 and torch 2.8.0 alike, run 2026-12-07): the buffers each compiled graph of
 `cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))` (torchtitan e7c0cae's loss, components/loss.py:18-22
 there) allocates on a GPU, at Llama 3 8B's logits (b 2, s 8,192, vocabulary 128,256):
 
@@ -67,7 +67,15 @@ def main(joint_passes: bool = True, b: int = 2, s: int = 8192, vocab: int = 1282
     from torch._inductor import codecache
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
-    from torch._inductor.compile_fx import partition_fn as inductor_partition
+    try:
+        from torch._inductor.compile_fx import partition_fn as inductor_partition
+    except ImportError:  # torch 2.8 defines it inside compile_fx (compile_fx.py:2281-2306 there): the same steps
+        from torch._inductor.compile_fx import _recursive_joint_graph_passes
+
+        def inductor_partition(gm, joint_inputs, **kwargs):
+            _recursive_joint_graph_passes(gm, skip_invoke_subgraph=True)
+            kwargs.pop("static_lifetime_input_indices", None)
+            return min_cut_rematerialization_partition(gm, joint_inputs, compiler="inductor", **kwargs)
 
     graphs = {}
 
@@ -86,6 +94,10 @@ def main(joint_passes: bool = True, b: int = 2, s: int = 8192, vocab: int = 1282
         f(pred, labels).backward()
 
     fake_an_h100()
+    import torch._subclasses.fake_tensor as fake_tensor
+
+    if hasattr(fake_tensor, "init_gpu_context"):  # torch 2.8: a fake CUDA tensor first touches the device
+        fake_tensor.init_gpu_context = lambda *a, **k: None
     sources = []
 
     def load(key, path, *args, **kwargs):
