@@ -181,12 +181,15 @@ def tables() -> list[Table]:
          "on the CPU), where the eager loss holds three FP32 logits-sized tensors. FSDP2's float8 all-gather: each "
          "Float8 linear's weight gathered at 1 byte an element (the output stays BF16, filtered by the run's "
          "llama3_8b.toml), the compiled blocks' saved set under per-op AC measured on the CPU on torchtitan 0.3.0's "
-         "block (its q, k and v one product; e7c0cae's three take the same rule); the run's "
+         "block (its q, k and v one product), and on e7c0cae's own block under the runs' torch 2.8.0 and torchao "
+         "0.12.0 alike (tools/compile_study/e7c0cae_float8_blocks.py: the same bytes as under this project's torch "
+         "and torchao, the profile's cut); the run's "
          "force_recompute_fp8_weight_in_bwd does nothing at its torchao (pytorch/ao 03c850a, before 0afa4c1). The "
          "replay comes out 8-10 % under the two measurements: its peak allocation falls by the compiled loss's "
          "15.7 GiB from 9dec370's code, about what the runs fall, but what it reserves beyond that allocation "
          "falls from 8.3 to 3.5 GiB; the allocator's layout over the step is the likely place of the 4 to 5 GiB, "
-         "not found (docs/torchtitan.md).",
+         "not found (docs/torchtitan.md). Not the versions: inductor's CUDA code for the compiled loss under torch "
+         "2.8.0 allocates what 2.13's does.",
          "Not modelled, so not predicted: tensor and pipeline parallelism for torchtitan 9dec370, AsyncTP. "
          "NCCL's buffers are outside the allocator and outside both figures. Llama 3.1 8B has Llama 3 8B's "
          "shapes (preset llama-3-8b); its longer RoPE range does not matter here: torchtitan 9dec370 sizes its one "
