@@ -138,7 +138,7 @@ def tables() -> list[Table]:
          "docs/b200/b200_release_v1.2_summary.md): 8x NVIDIA B200, Megatron-LM 23e00ed0, TransformerEngine 2.11, "
          "BF16 (no FP8), micro-batch 1, no recomputation, 1F1B, distributed optimizer, no communication overlap; "
          "s = 4096 (the CP runs: s = 32,768, all-to-all CP); the fastest steady iteration on the highest rank."),
-        align="lrrrrrrrr"), _by_kind_table(), *_kernel_tables()]
+        align="lrrrrrrrr"), _by_kind_table(), _measured_kernels_table(), *_kernel_tables()]
 
 
 def _by_kind_table() -> Table:
@@ -223,6 +223,119 @@ def kernel_by_kind() -> tuple[dict, ...]:
                 "slowed": errors(s_all, runs), "slowed_constants": s_all,
                 "fitted_out": [r["error"] for r in rows()]})
     return tuple(out)
+
+
+# ---- the measured-kernels model (symmem/steptime/measured.py): what `symmem memory --gpu B200` times these
+# steps by ----
+
+
+@lru_cache(maxsize=1)
+def measured_kernel_rows() -> dict[str, list[tuple]]:
+    """{run: [(steptime.measured.Iteration, measured seconds)]} in the data file's order."""
+    from symmem.hardware import gpu
+    from symmem.scenario import load_scenario
+    from symmem.steptime import measured
+
+    runs = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
+    g = gpu("B200")
+    out: dict[str, list[tuple]] = {}
+    for run in runs:
+        base = load_scenario(run["case"])
+        why = measured.applies(base, g)
+        if why is not None:
+            raise AssertionError(f"{run['case']}: {why}")  # every measured run is one the profile covers
+        for r in run["measured_step_time"]["by_num_microbatches"]:
+            it = measured.iteration(base.replace(microbatches=r["num_microbatches"]), g)
+            out.setdefault(run["case"], []).append((it, r["real_ms"] / 1000))
+    return out
+
+
+@lru_cache(maxsize=1)
+def measured_kernel_by_kind() -> tuple[dict, ...]:
+    """Per kind of run (`KINDS`), then all runs: the measured-kernels model's errors (%) fitted without the kind
+    and fitted on all runs, beside the fitted model's kind-out errors (`by_kind`) and the peer's."""
+    from symmem.scenario import load_scenario
+    from symmem.steptime import measured
+
+    runs = measured_kernel_rows()
+    k_all = measured.fit([r for rs in runs.values() for r in rs])
+    per_iteration = {(r["case"], r["microbatches"]): r for r in rows()}
+
+    def errors(k, cases) -> list[float]:
+        return [100 * (measured.seconds(it, k) - m) / m for case in cases for it, m in runs[case]]
+
+    def peer(cases) -> list[float]:
+        return [r["peer_error"] for case in cases for (c, _m), r in per_iteration.items() if c == case]
+
+    fitted_out = {r["kind"]: r["errors"] for r in by_kind()}
+    out = []
+    for kind, is_kind in KINDS:
+        held = [case for case in runs if is_kind(load_scenario(case))]
+        k, _predicted = measured.leave_out(runs, set(held))
+        out.append({"kind": kind, "constants": k, "errors": errors(k, held), "in": errors(k_all, held),
+                    "fitted_out": fitted_out[kind], "peer": peer(held)})
+    every = errors(k_all, runs)
+    out.append({"kind": "all runs (in sample)", "constants": k_all, "errors": every, "in": every,
+                "fitted_out": [r["error"] for r in rows()], "peer": peer(runs)})
+    return tuple(out)
+
+
+def _measured_kernels_table() -> Table:
+    from symmem.steptime.kernels import profile
+    from symmem.steptime.measured import KERNEL_CONSTANTS
+
+    kinds = measured_kernel_by_kind()
+    body = []
+    for r in kinds:
+        cells = [r["kind"], str(len(r["errors"]))]
+        for key in ("errors", "in", "fitted_out", "peer"):
+            mean, worst = _mean_worst(r[key])
+            cells += [f"{mean:.2f}", f"{worst:.2f}"]
+        body.append(tuple(cells))
+    held = kinds[:-1]
+    means = [_mean_worst(r["errors"])[0] for r in held]
+    mean, worst = sum(means) / len(means), max(_mean_worst(r["errors"])[1] for r in held)
+    f_means = [_mean_worst(r["fitted_out"])[0] for r in held]
+    f_worst = max(_mean_worst(r["fitted_out"])[1] for r in held)
+    k = kinds[-1]["constants"]
+    shown = KERNEL_CONSTANTS["B200"]
+    spread = {name: (min(getattr(r["constants"], name) for r in held), max(getattr(r["constants"], name)
+                                                                           for r in held))
+              for name in ("gemm_slowdown", "attention_slowdown", "launch_s", "fixed_s")}
+    met = "met" if mean <= 3 and worst <= 6 else "not met"
+    p = profile("B200")
+    return Table(
+        "measured_step_times_kernels",
+        "The measured-kernels step-time model (what symmem memory --gpu B200 times these steps by) on the measured "
+        "iterations: each kind of run held out whole (absolute error, % of measured)",
+        ("kind held out", "iterations", "measured kernels, kind out: mean", "worst", "in sample: mean", "worst",
+         "fitted model, kind out: mean", "worst", "peer: mean", "worst"), tuple(body),
+        (f"Over the six kinds held out: the mean of their mean errors {mean:.2f} %, the worst iteration "
+         f"{worst:.2f} %; the issue's targets (at most 3 % and 6 %) are {met}. The fitted model's, the same way: "
+         f"{sum(f_means) / len(f_means):.2f} % and {f_worst:.2f} % (measured_step_times_by_kind).",
+         "The model (symmem/steptime/measured.py): each GEMM's three passes at the time SimuMax's authors measured "
+         "for its shape on B200 and the fused attention's forward and backward likewise (symmem/data/kernels/"
+         f"B200.json, SimuMax commit {p.source['commit'][:7]}; between measured shapes the nearest ones), each "
+         "collective at NCCL's time measured on the same 8-GPU node for its kind and group size (bytes / "
+         f"(efficiency x {p.link_gib:.0f} GiB/s) + latency per ring step + a fixed latency per call, SimuMax's "
+         "formula), the pipeline's sends as measured p2p, the memory-bound ops and the optimizer step at the "
+         "profile's fraction of HBM bandwidth. Four constants remain, fitted by non-negative least squares on the "
+         f"relative error: on all runs the GEMMs {k.gemm_slowdown:.4f} times as long as measured alone, the "
+         f"attention {k.attention_slowdown:.4f} times, {k.launch_s * 1e6:.2f} us per kernel launched, "
+         f"{k.fixed_s * 1000:.2f} ms per iteration (symmem.steptime.measured.KERNEL_CONSTANTS: "
+         f"{shown.gemm_slowdown}, {shown.attention_slowdown}, {shown.launch_s * 1e6:.2f} us, "
+         f"{shown.fixed_s * 1000:.2f} ms). Each kind held out, they range over "
+         f"{spread['gemm_slowdown'][0]:.3f}-{spread['gemm_slowdown'][1]:.3f}, "
+         f"{spread['attention_slowdown'][0]:.3f}-{spread['attention_slowdown'][1]:.3f}, "
+         f"{spread['launch_s'][0] * 1e6:.2f}-{spread['launch_s'][1] * 1e6:.2f} us and "
+         f"{spread['fixed_s'][0] * 1000:.2f}-{spread['fixed_s'][1] * 1000:.2f} ms: the slowdowns move little with "
+         "the kind left out, the launch cost and the fixed seconds trade against each other; nothing here is a "
+         "link efficiency or latency, which the fitted model could fix only from the 70B runs.",
+         "Where symmem uses it: `symmem memory --gpu B200` and the sweep's time ranking time a BF16 step whose "
+         "groups all sit in one node (not FSDP2's prefetching, Megatron's overlap flags or the P2P CP ring) by "
+         "this model; any other step, and every other GPU, by the fitted one (`steptime.measured.applies` says "
+         "why). The page leaves such a step's time to `symmem memory`."),
+        align="lrrrrrrrrr")
 
 
 # (label, b, s, heads, kv heads, qk dim, v dim) of attention kernels on one GPU: the measured runs' own, and the
@@ -310,8 +423,9 @@ def _kernel_tables() -> list[Table]:
          "sustained load). The iterations at 32 micro-batches come out under and those at 4 over, as with the "
          "fitted model (a cost that grows with M faster than the model's). With the slowdowns fitted the kernel "
          f"times beat the fitted efficiencies in sample and on {slowed_better} of the six kinds, and lose on the "
-         "others, with a worse worst iteration; `symmem memory`, the sweep and the page keep the fitted model, "
-         "whose sweep tables and page read one efficiency per kind of kernel, not tables by shape."),
+         "others, with a worse worst iteration. The link's constants are what holds it back: timed instead by "
+         "NCCL's measured collectives, the same kernel times meet the targets held out by kind "
+         "(measured_step_times_kernels), and that is the model `symmem memory --gpu B200` uses where it applies."),
         align="lrrrrrrrrr")
     att_body = []
     ratios: dict = {}

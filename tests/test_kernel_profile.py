@@ -91,13 +91,18 @@ def test_the_extractor_keeps_what_the_simulator_reads():
         "sdp_fwd": {"accurate_efficient_factor": {att + "True": 0.6, att + "False": 0.1}},
         "sdp_bwd": {"accurate_efficient_factor": {att + "True": 0.7, att + "False": 0.1}}},
         "bandwidth": {"default": {"efficient_factor": 0.5}}},
-        "networks": {"high_intra_node": {"op": {"all_gather": {"efficient_factor": 0.6, "latency_us": 9.0,
-                                                               "scale": 1}}}}}
+        "networks": {"high_intra_node": {"bandwidth": {"gbps": 900.0, "efficient_factor": 1.0},
+                                         "op": {"all_gather": {"efficient_factor": 0.6, "latency_us": 9.0,
+                                                               "scale": 1},
+                                                "all2all": {"efficient_factor": 0.5, "latency_us": 7.0,
+                                                            "fixed_latency_us_by_comm_num": {"2": 51.0}}}}}}
     out = extract(system, "X", "0" * 40, "configs/system/x.json")
     assert out["gemm"]["rows"] == [["NN", 128, 16, 32, 0.4], ["NT", 16, 64, 32, 0.3], ["TN", 64, 32, 16, 0.5]]
     assert out["grouped_gemm"]["rows"] == [["fwd", 4, 8, 16, 32, 0.2]]
     assert out["attention"]["rows"] == [[1, 128, 4, 1, 64, 64, 0.6, 0.7]]
     assert out["collectives"]["all_gather"] == {"efficient_factor": 0.6, "latency_us": 9.0}
+    assert out["collectives"]["all2all"]["fixed_latency_us_by_comm_num"] == {"2": 51.0}
+    assert out["collectives"]["link_gib_per_s"] == 900.0  # what the efficiencies are fractions of (GiB/s)
     assert out["memory_bound"]["default"] == 0.5 and out["peak_tflops"] == 100.0
 
 

@@ -77,11 +77,15 @@ def extract(system: dict, gpu: str, commit: str, path: str) -> dict:
                       "rows": sorted(attention)},
         "memory_bound": {"note": "fraction of the HBM bandwidth (SimuMax's accelerator.bandwidth)",
                          **{name: v["efficient_factor"] for name, v in bandwidth.items()}},
-        "collectives": {"note": "NCCL within a node (SimuMax's networks.high_intra_node.op): time = latency_us "
-                                "per ring step + fixed_latency_us + bytes / (efficiency x link)",
+        "collectives": {"note": "NCCL within a node (SimuMax's networks.high_intra_node): time = bytes / "
+                                "(efficient_factor x link_gib_per_s GiB/s) + latency_us per ring step + "
+                                "fixed_latency_us (all-to-all's by group size: fixed_latency_us_by_comm_num), "
+                                "simumax/core/config.py compute_net_op_time",
                         **{name: {k: v for k, v in spec.items() if k in
-                                  ("efficient_factor", "latency_us", "fixed_latency_us")}
-                           for name, spec in links["op"].items()}},
+                                  ("efficient_factor", "latency_us", "fixed_latency_us",
+                                   "fixed_latency_us_by_comm_num")}
+                           for name, spec in links["op"].items()},
+                        "link_gib_per_s": links["bandwidth"]["gbps"]},
     }
 
 

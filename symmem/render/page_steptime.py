@@ -13,8 +13,14 @@ def template(scn) -> dict:
     """What the page needs of `scn`'s step time at any b and s (and M, DP, ZeRO, GPU, which it computes itself)."""
     if scn.precision.low_precision is not None:
         raise SymmemError(f"precision {scn.precision.name}: its low-precision GEMMs are not on the page")
+    from symmem.steptime.measured import KERNEL_CONSTANTS, scenario_reason
+
+    # where `symmem memory` times the step by a GPU's measured kernels (`steptime.measured.applies`), which the
+    # page does not evaluate: the GPUs whose scenario-wide test passes (the arrangement's is the script's)
+    measured = [name for name in KERNEL_CONSTANTS if scenario_reason(scn, name) is None]
     return {"S": scn.s, "stages": stage_templates(scn), "flops": model_flops(scn), "moe":
-            scn.model.family.routed_experts is not None}
+            scn.model.family.routed_experts is not None, "measured": measured,
+            "cp_a2a": scn.parallel.cp_comm_type == "a2a"}
 
 
 def gpus() -> dict:

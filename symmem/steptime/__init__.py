@@ -47,6 +47,11 @@ class StepTime:
     comm_bytes: dict = field(default_factory=dict)  # per GPU per iteration, by axis
     seconds_by_part: dict = field(default_factory=dict)  # the iteration by component (model.breakdown)
     world_size: int = 1
+    # which model timed it: "measured kernels" (`steptime.measured`: the GPU's kernel profile covers the step) or
+    # "fitted" (`steptime.model`), with why the measured kernels do not apply
+    model: str = "fitted"
+    model_note: str = ""
+    constants: dict = field(default_factory=dict)
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -57,7 +62,8 @@ class StepTime:
                 "time_s": self.time_s, "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "comm_bytes": dict(self.comm_bytes), "seconds_by_part": dict(self.seconds_by_part),
-                "constants": _constants_of(self.gpu).as_dict()}
+                "model": self.model, "model_note": self.model_note,
+                "constants": dict(self.constants) or _constants_of(self.gpu).as_dict()}
 
 
 _FLOPS: dict = {}  # what one micro-batch's FLOPs depend on -> exact FLOPs (the sweep times thousands of alike)
@@ -302,10 +308,19 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     g = gpu(name)
     check_gpu(scn, g)
     f = features(scn, g)
-    k = _constants_of(g.name)  # a measured profile's own (`--gpu FILE`), else the fitted ones
-    # a measured profile without collectives has links of infinite speed (`hardware_profile.register`)
-    _check_links(scn, f, g)
-    parts = breakdown(f, g, k)
+    from symmem.steptime import measured
+
+    why = measured.applies(scn, g)
+    if why is None:  # the GPU's measured kernels cover the step (`steptime.measured`)
+        km = measured.KERNEL_CONSTANTS[g.name]
+        parts = measured.breakdown(measured.iteration(scn, g), km)
+        model, constants = "measured kernels", km.as_dict()
+    else:
+        k = _constants_of(g.name)  # a measured profile's own (`--gpu FILE`), else the fitted ones
+        # a measured profile without collectives has links of infinite speed (`hardware_profile.register`)
+        _check_links(scn, f, g)
+        parts = breakdown(f, g, k)
+        model, constants = "fitted", k.as_dict()
     t = sum(parts.values())
     par = scn.parallel
     fm, tokens_per_s, mfu = rates(scn, g, t)
@@ -314,7 +329,8 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     comm["cp"] += int(f.cp_ring_bytes * scn.m)
     comm["tp"] += int(f.comm_bytes("etp") * scn.m)
     comm["dp"] = int(f.dp_bytes)
-    return StepTime(g.name, fm, fh, t, tokens_per_s, mfu, comm, parts, par.world_size)
+    return StepTime(g.name, fm, fh, t, tokens_per_s, mfu, comm, parts, par.world_size, model,
+                    "" if why is None else why, constants)
 
 
 class UnmeasuredLink(SymmemError):

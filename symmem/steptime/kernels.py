@@ -37,6 +37,7 @@ class KernelProfile:
     attention: tuple  # (points (log s, log heads, log kv heads, log qk, log v), fwd efficiencies, bwd efficiencies)
     memory_bound: float  # fraction of HBM bandwidth an elementwise kernel reaches
     collectives: dict
+    link_gib: float  # the link the collectives' efficiencies are fractions of, GiB/s per direction
 
 
 def _points(rows, cols) -> tuple:
@@ -61,7 +62,7 @@ def profile(gpu_name: str) -> KernelProfile | None:
     att = d["attention"]["rows"]
     return KernelProfile(d["gpu"], d["peak_tflops"] * 1e12, d["source"], gemm, grouped,
                          (_points(att, (1, 2, 3, 4, 5)), tuple(r[6] for r in att), tuple(r[7] for r in att)),
-                         d["memory_bound"]["default"], d["collectives"])
+                         d["memory_bound"]["default"], d["collectives"], d["collectives"]["link_gib_per_s"])
 
 
 def _nearest(points, values, at) -> float:

@@ -178,6 +178,9 @@ def block_times(blk, flat: np.ndarray) -> np.ndarray | None:
         return None
     if sp.base.profile.dp_prefetch:  # FSDP2's overlapped traffic (`model._dp_exposed`): not in these tables
         return None
+    pi = np.unravel_index(flat, blk.alloc.shape)[0]
+    if _measured_kernels(sp, [blk.pars[i] for i in np.unique(pi)]):
+        return None
     per_space = _BLOCKS.get(sp)
     if per_space is None:
         if len(_BLOCKS) > 8:
@@ -194,6 +197,18 @@ def block_times(blk, flat: np.ndarray) -> np.ndarray | None:
     m_val = blk.m_values.astype(np.float64)[mi]
     return m_val * tile.slot[pi, si, bi] + tile.bubble * tile.mean[pi, si, bi] + tile.once[pi, zi, mi] \
         + CONSTANTS.fixed_s
+
+
+def _measured_kernels(sp, pars) -> bool:
+    """Whether any of these arrangements is timed by the GPU's measured kernels (`steptime.measured.applies`), which
+    these tables (the fitted model's) do not hold: those are timed one by one, by `steptime.step_time`."""
+    from symmem.hardware import gpu
+    from symmem.steptime.measured import KERNEL_CONSTANTS, applies
+
+    if sp.base.gpu_name not in KERNEL_CONSTANTS:
+        return False
+    g = gpu(sp.base.gpu_name)
+    return any(applies(sp.base.replace(parallel=par), g) is None for par in pars)
 
 
 class _Tile:
