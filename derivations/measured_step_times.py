@@ -178,7 +178,8 @@ def kernel_rows() -> dict[str, list[tuple]]:
     """{run: [(StepFeatures with the profile's GEMM and attention times, GPU, measured seconds)]}."""
     from symmem.hardware import gpu
     from symmem.scenario import load_scenario
-    from symmem.steptime.kernels import kernel_features, profile
+    from symmem.steptime.kernel_times import kernel_features
+    from symmem.steptime.kernels import profile
 
     runs = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
     g, p = gpu("B200"), profile("B200")

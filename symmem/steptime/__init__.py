@@ -22,7 +22,16 @@ import sympy
 from symmem._cache import bounded
 from symmem.errors import SymmemError
 from symmem.hardware import GPU, gpu
-from symmem.steptime.model import Constants, StepFeatures, breakdown, fit, leave_one_run_out, leave_out, seconds
+from symmem.steptime.model import (
+    Constants,
+    StepFeatures,
+    breakdown,
+    bubble_slots,
+    fit,
+    leave_one_run_out,
+    leave_out,
+    seconds,
+)
 
 __all__ = ["CONSTANTS", "NEUTRAL", "Constants", "StepFeatures", "StepTime", "UnmeasuredLink", "breakdown",
            "bubble_slots", "check_gpu", "features", "fit", "fsdp_floor", "leave_one_run_out", "leave_out",
@@ -156,7 +165,7 @@ def features(scn, g: GPU | None = None, constants: Constants | None = None, per_
     """The model's reading of `scn` on `g` (B200 by default): M slots of the slowest stage (under `constants`,
     CONSTANTS by default), the bubble's slots at the other stages' mean, and the iteration's once-only costs (the
     data-parallel traffic and the optimizer step of the stage with the most). `per_stage` reads one stage's
-    `costs.StageCosts` (default `stage_features`; `kernels.kernel_features` passes the kernel profile's)."""
+    `costs.StageCosts` (default `stage_features`; `kernel_times.kernel_features` passes the kernel profile's)."""
     import dataclasses
 
     g = g or gpu("B200")
@@ -266,28 +275,6 @@ def _mean(fs: list[StepFeatures], slots: float) -> StepFeatures:
                         avg["attention_flops"], avg["memory_bytes"],
                         tuple((a, v[0], v[1], v[2]) for a, v in sorted(comm.items())), avg["cp_ring_bytes"], slots,
                         0.0, 0, False, 0.0, avg["kernels"])
-
-
-def bubble_slots(schedule, pp: int) -> float:
-    """The pipeline bubble in slots (one slot: a micro-batch's forward and backward through the stage), taking a
-    backward as twice a forward, its input and weight halves equal (F = B_input = W = 1/3 slot):
-
-    * GPipe and 1F1B: PP - 1 (Huang et al. 2019; Narayanan et al. 2021, arXiv 2104.04473, section 2.2);
-    * interleaved 1F1B with v chunks a GPU: (PP - 1) / v (Narayanan et al. 2021, section 2.2.2);
-    * ZB-1P (ZB-H1): (PP - 1)(F + B - 2W) in the DeepSeek-V3 report's notation (arXiv 2412.19437, Table 2; Qi et
-      al. 2023, arXiv 2401.10241) with B the whole backward: (PP - 1)(1/3 + 2/3 - 2/3) = (PP - 1) / 3;
-    * DualPipe: (PP/2 - 1)(F&B + B - 3W) (the same Table 2; B the whole backward), each chunk a whole stage
-      (GPU i runs stage i and stage PP - 1 - i, `Schedule.held_stages`: F = 1/3, B = 2/3, W = 1/3 slot), with no
-      credit for the overlap inside F&B (F&B = F + B = 1): (PP/2 - 1)(1 + 2/3 - 1) = 2(PP/2 - 1)/3."""
-    if pp <= 1:
-        return 0.0
-    if schedule.name == "interleaved":
-        return (pp - 1) / schedule.chunks
-    if schedule.name == "zb1p":
-        return (pp - 1) / 3
-    if schedule.name == "dualpipe":
-        return 2 * max(pp / 2 - 1, 0) / 3
-    return float(pp - 1)
 
 
 def check_gpu(scn, g: GPU) -> None:

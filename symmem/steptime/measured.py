@@ -163,7 +163,7 @@ def stage_terms(scn, stage, g) -> tuple[dict, float]:
     """One micro-batch through one GPU of `stage`: seconds by component at the profile's times and the kernels
     launched (its parts', each times its copies, and the pipeline's sends as measured p2p)."""
     from symmem.model import stage_parts
-    from symmem.steptime import _stage_costs
+    from symmem.steptime.costs import stage_costs
     from symmem.steptime.kernels import profile
 
     out: dict = {}
@@ -173,7 +173,7 @@ def stage_terms(scn, stage, g) -> tuple[dict, float]:
         for name, v in terms.items():
             out[name] = out.get(name, 0.0) + part.count * v
         kernels += part.count * k
-    pp = _stage_costs(scn)[stage].comm.get("pp")
+    pp = stage_costs(scn, stage).comm.get("pp") if scn.parallel.pp > 1 else None
     if pp is not None and pp[1]:
         nb, sends, _net = pp
         out["comm_pp"] = sends * p2p_seconds(profile(g.name), nb / sends)
@@ -206,9 +206,9 @@ class Iteration:
 
 
 def iteration(scn, g) -> Iteration:
-    from symmem.steptime import bubble_slots
     from symmem.steptime.costs import dp_cost, optimizer_bytes
     from symmem.steptime.kernels import profile
+    from symmem.steptime.model import bubble_slots
 
     per_stage = [stage_terms(scn, st, g) for st in scn.stages]
     p = profile(g.name)

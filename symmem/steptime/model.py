@@ -300,3 +300,25 @@ def leave_out(rows_by_run: dict, held: set) -> tuple[Constants, dict[str, list[f
     has not seen, which leaving one run out among its siblings does not."""
     k = fit([r for name, rs in rows_by_run.items() if name not in held for r in rs])
     return k, {run: [seconds(f, g, k) for f, g, _m in rows_by_run[run]] for run in held}
+
+
+def bubble_slots(schedule, pp: int) -> float:
+    """The pipeline bubble in slots (one slot: a micro-batch's forward and backward through the stage), taking a
+    backward as twice a forward, its input and weight halves equal (F = B_input = W = 1/3 slot):
+
+    * GPipe and 1F1B: PP - 1 (Huang et al. 2019; Narayanan et al. 2021, arXiv 2104.04473, section 2.2);
+    * interleaved 1F1B with v chunks a GPU: (PP - 1) / v (Narayanan et al. 2021, section 2.2.2);
+    * ZB-1P (ZB-H1): (PP - 1)(F + B - 2W) in the DeepSeek-V3 report's notation (arXiv 2412.19437, Table 2; Qi et
+      al. 2023, arXiv 2401.10241) with B the whole backward: (PP - 1)(1/3 + 2/3 - 2/3) = (PP - 1) / 3;
+    * DualPipe: (PP/2 - 1)(F&B + B - 3W) (the same Table 2; B the whole backward), each chunk a whole stage
+      (GPU i runs stage i and stage PP - 1 - i, `Schedule.held_stages`: F = 1/3, B = 2/3, W = 1/3 slot), with no
+      credit for the overlap inside F&B (F&B = F + B = 1): (PP/2 - 1)(1 + 2/3 - 1) = 2(PP/2 - 1)/3."""
+    if pp <= 1:
+        return 0.0
+    if schedule.name == "interleaved":
+        return (pp - 1) / schedule.chunks
+    if schedule.name == "zb1p":
+        return (pp - 1) / 3
+    if schedule.name == "dualpipe":
+        return 2 * max(pp / 2 - 1, 0) / 3
+    return float(pp - 1)
