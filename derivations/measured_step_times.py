@@ -317,12 +317,12 @@ def _measured_kernels_table() -> Table:
          "The model (symmem/steptime/measured.py): each GEMM's three passes at the time SimuMax's authors measured "
          "for its shape on B200 and the fused attention's forward and backward likewise (symmem/data/kernels/"
          f"B200.json, SimuMax commit {p.source['commit'][:7]}; between measured shapes the nearest ones), each "
-         "collective at NCCL's time measured on the same 8-GPU node for its kind and group size (bytes / "
+         "collective at NCCL's time measured on a B200 node (SimuMax's config) for its kind and group size (bytes / "
          f"(efficiency x {p.link_gib:.0f} GiB/s) + latency per ring step + a fixed latency per call, SimuMax's "
          "formula), the pipeline's sends as measured p2p, the memory-bound ops and the optimizer step at the "
-         "profile's fraction of HBM bandwidth. Four constants remain, fitted by non-negative least squares on the "
-         f"relative error: on all runs the GEMMs {k.gemm_slowdown:.4f} times as long as measured alone, the "
-         f"attention {k.attention_slowdown:.4f} times, {k.launch_s * 1e6:.2f} us per kernel launched, "
+         "profile's default fraction of HBM bandwidth. Four constants remain, fitted by non-negative least "
+         f"squares on the relative error: on all runs the GEMMs {k.gemm_slowdown:.4f} times as long as measured "
+         f"alone, the attention {k.attention_slowdown:.4f} times, {k.launch_s * 1e6:.2f} us per kernel launched, "
          f"{k.fixed_s * 1000:.2f} ms per iteration (symmem.steptime.measured.KERNEL_CONSTANTS: "
          f"{shown.gemm_slowdown}, {shown.attention_slowdown}, {shown.launch_s * 1e6:.2f} us, "
          f"{shown.fixed_s * 1000:.2f} ms). Each kind held out, they range over "
@@ -333,9 +333,10 @@ def _measured_kernels_table() -> Table:
          "the kind left out, the launch cost and the fixed seconds trade against each other; nothing here is a "
          "link efficiency or latency, which the fitted model could fix only from the 70B runs.",
          "Where symmem uses it: `symmem memory --gpu B200` and the sweep's time ranking time a BF16 step whose "
-         "groups all sit in one node (not FSDP2's prefetching, Megatron's overlap flags or the P2P CP ring) by "
-         "this model; any other step, and every other GPU, by the fitted one (`steptime.measured.applies` says "
-         "why). The page leaves such a step's time to `symmem memory`."),
+         "groups all sit in one node (in effect at most 8 GPUs; not FSDP2's prefetching, Megatron's overlap "
+         "flags, the P2P CP ring, ZeRO-3 or DualPipe) by this model; any other step, and every other GPU, by the "
+         "fitted one (`steptime.measured.applies` says why). The page leaves such a step's time to `symmem "
+         "memory`."),
         align="lrrrrrrrrr")
 
 

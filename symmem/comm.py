@@ -281,6 +281,12 @@ def dp_bytes(scn, stage) -> Fraction:
 
 
 def _dp_one(scn, stage) -> Fraction:
+    return sum((nb for _n, nb in dp_groups(scn, stage)), Fraction(0))
+
+
+def dp_groups(scn, stage) -> list[tuple[int, Fraction]]:
+    """`dp_bytes` of one stage by group: (its size, the bytes one GPU sends in it) for the dense parameters over DP
+    (x CP) and the expert parameters over the expert data-parallel group, each where it sends anything."""
     from symmem.accounting.analysis import stage_params
     from symmem.accounting.params import MOE_GROUPS
 
@@ -293,7 +299,7 @@ def _dp_one(scn, stage) -> Fraction:
 
         pads = ddp_padding(scn, stage, stage_parts(scn.model, stage, scn.convention), scn.size_values())
     float8_gather = _float8_gather(scn, stage) if z >= 3 else None
-    total = Fraction(0)
+    out: list[tuple[int, Fraction]] = []
     for groups, n, pad in ((("dense",), par.dense_shard, pads["dense"]), (MOE_GROUPS, par.expert_dp, pads["expert"])):
         params = sum(int(sp.per_gpu[g]) for g in groups if g in sp.per_gpu)
         if n <= 1 or params == 0:
@@ -301,18 +307,19 @@ def _dp_one(scn, stage) -> Fraction:
         ring = Fraction(n - 1, n)
         params += pad
         if z == 0:
-            total += 2 * params * p.grad_bytes * ring
+            nb = 2 * params * p.grad_bytes * ring
         elif z < 3:
-            total += params * (p.grad_bytes + p.weight_bytes) * ring
+            nb = params * (p.grad_bytes + p.weight_bytes) * ring
         elif groups == ("dense",) and float8_gather:
             # the Float8 linears' weights gathered in float8 (1 byte), the others in the param dtype, after an
             # all-reduce of each Float8 weight's amax (4 bytes, a ring's 2 (n - 1)/n) that makes its scale
             # (torchao/float8/fsdp_utils.py:240-251, float8_scaling_utils.py `hp_tensor_to_float8_dynamic`)
             gathered, scales = float8_gather
-            total += (params * p.grad_bytes + 2 * scn.m * (gathered + 2 * 4 * scales)) * ring
+            nb = (params * p.grad_bytes + 2 * scn.m * (gathered + 2 * 4 * scales)) * ring
         else:
-            total += params * (p.grad_bytes + 2 * scn.m * scn.gather_bytes) * ring  # gathered per micro-batch
-    return total
+            nb = params * (p.grad_bytes + 2 * scn.m * scn.gather_bytes) * ring  # gathered per micro-batch
+        out.append((n, nb))
+    return out
 
 
 def _float8_gather(scn, stage) -> tuple[int, int] | None:

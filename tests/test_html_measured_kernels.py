@@ -24,12 +24,16 @@ def test_the_page_leaves_a_measured_kernels_step_to_memory(browser, tmp_path):  
         assert "symmem memory --gpu B200" in note and "measured kernels" in note, note
     finally:
         page.close()
-    # DP 8 x TP 2: 16 GPUs, the data-parallel groups span two nodes: the fitted model, on the page as in memory
-    want = memory_json(*FLAGS[:-6], "--tp", "2", "--dp", "8", "--gpu", "B200")
-    assert want["step"]["model"] == "fitted"
-    page, errors = _open(browser, path, "?dp=8")
-    try:
-        _assert_equal(page, want)
-        assert not errors
-    finally:
-        page.close()
+    # where memory uses the fitted model the page shows its time: DP 8 x TP 2 (16 GPUs, the data-parallel groups
+    # span two nodes), CP 2 over the P2P ring, and the same step on an H100 (no kernel profile)
+    for query, flags in (("?dp=8", ("--tp", "2", "--dp", "8", "--gpu", "B200")),
+                         ("?cp=2&dp=2", ("--tp", "2", "--cp", "2", "--dp", "2", "--gpu", "B200")),
+                         ("?gpu=H100", ("--tp", "2", "--dp", "4", "--gpu", "H100"))):
+        want = memory_json(*FLAGS[:-6], *flags)
+        assert want["step"]["model"] == "fitted", query
+        page, errors = _open(browser, path, query)
+        try:
+            _assert_equal(page, want)
+            assert not errors
+        finally:
+            page.close()

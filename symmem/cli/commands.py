@@ -235,10 +235,6 @@ def _describe(scn) -> str:
     return scn.parallel.describe(scn.model.family.routed_experts is not None)
 
 
-# the GPUs with a kernel profile the step-time model reads (`steptime.measured.KERNEL_CONSTANTS`)
-_PROFILED = ("B200",)
-
-
 def _constants_said(step) -> str:
     """Where the step-time constants come from: a measured profile's (`--gpu FILE`) or the fit."""
     from symmem.steptime.model import DEVICE_CONSTANTS
@@ -246,10 +242,12 @@ def _constants_said(step) -> str:
     if step.model == "measured kernels":
         return (f"each GEMM, attention and collective at the time measured for it on {step.gpu} "
                 "(symmem/data/kernels/), four constants fitted on measured B200 runs")
+    from symmem.steptime.measured import KERNEL_CONSTANTS
+
     k = DEVICE_CONSTANTS.get(step.gpu)
     if k is None:
         return "five constants fitted on measured B200 runs" + (f"; not the measured kernels: {step.model_note}"
-                                                                 if step.model_note and step.gpu in _PROFILED
+                                                                 if step.model_note and step.gpu in KERNEL_CONSTANTS
                                                                  else "")
     from symmem.hardware import GPUS
 

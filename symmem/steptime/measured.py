@@ -5,29 +5,35 @@ For the busiest pipeline stage, one micro-batch's slot is
 
     GEMMs       each GEMM's three passes at the times measured for its shape   x GEMM_SLOWDOWN
   + attention   the fused attention forward and backward at the measured times x ATTENTION_SLOWDOWN
-  + memory      bytes of the norms, RoPE, SwiGLU, adds, permutes, cross-entropy / (HBM x the profile's fraction)
+  + memory      bytes of the norms, RoPE, SwiGLU, adds, permutes, cross-entropy / (HBM x the profile's default
+                fraction; its own fractions for the permutes and the cross-entropy are not read)
   + collectives each at NCCL's time measured on the GPU's node for its kind and group size (the profile's
                 `collectives`, SimuMax's networks.high_intra_node): bytes / (efficiency x link) + latency per ring
                 step + a fixed latency per call (all-to-all's by group size); pipeline sends as measured p2p
-  + kernels     x LAUNCH (each kernel's launch and its gap on the stream)
+  + kernels     x LAUNCH (each kernel's launch and its gap on the stream; counted as `costs.part_costs` counts
+                them: a grouped experts' GEMM one launch per local expert and pass)
 
 and the iteration is M slots of the busiest stage, the schedule's bubble at the other stages' mean, the
-data-parallel reduce-scatter and all-gather (the same measured collectives), the optimizer step's bytes at the
-profile's bandwidth, and FIXED. Nothing here is fitted on iteration times but the four named constants: the two
+data-parallel reduce-scatter and all-gather (the same measured collectives; the dense buffer over DP x CP, the
+experts' over their data-parallel group), the optimizer step's bytes at the profile's bandwidth, and FIXED. As in
+the fitted model, an interleaved schedule's sends are charged two latencies a micro-batch (its bytes are all
+counted). Nothing here is fitted on iteration times but the four named constants: the two
 slowdowns (at least 1: a kernel in an iteration runs as fast as alone at most), the launch cost and the fixed
 seconds, fitted by non-negative least squares on the relative error of the measured Megatron-LM iterations
 (`fit`; derivations/measured_step_times.py reports them held out by kind of run, beside the fitted model's).
 
 What the profile's tables do not cover falls back to the fitted model (`steptime.model`), and `applies` says why:
-FP8/FP4 GEMMs (the tables are BF16), groups spanning nodes (the collectives were measured within one node), the
-P2P CP ring (its overlap with the attention is the fitted model's), FSDP2's prefetching and Megatron's overlap flags
-(what runs beside the compute is the fitted model's)."""
+FP8/FP4 GEMMs (the tables are BF16), groups spanning nodes (the collectives were measured within one node: in
+effect any step on more than 8 GPUs), the P2P CP ring (its overlap with the attention is the fitted model's),
+FSDP2's prefetching and Megatron's overlap flags (what runs beside the compute is the fitted model's), ZeRO-3 (its
+gathers per layer and micro-batch) and DualPipe (a GPU holding two stages)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from symmem._cache import bounded
+from symmem.errors import SymmemError
 
 
 @dataclass(frozen=True)
@@ -45,8 +51,8 @@ class KernelConstants:
 
 # fitted by `fit` on the 22 measured iterations of symmem/data/megatron_b200.json (a test checks these are its
 # result to the digits shown; derivations/measured_step_times.py shows each kind of run held out)
-KERNEL_CONSTANTS = {"B200": KernelConstants(gemm_slowdown=1.0236, attention_slowdown=1.4879, launch_s=8.89e-06,
-                                            fixed_s=0.01871)}
+KERNEL_CONSTANTS = {"B200": KernelConstants(gemm_slowdown=1.0235, attention_slowdown=1.4887, launch_s=8.90e-06,
+                                            fixed_s=0.01876)}
 
 _KIND = {"all-gather": "all_gather", "reduce-scatter": "reduce_scatter", "all-reduce": "all_reduce",
          "all-to-all": "all2all"}
@@ -85,6 +91,10 @@ def scenario_reason(scn, gpu_name: str) -> str | None:
         return f"profile {scn.profile.name}: FSDP2's overlapped traffic is the fitted model's"
     if scn.ddp.overlap_grad_reduce:
         return "--overlap-grad-reduce: the overlapped traffic is the fitted model's"
+    if int(scn.zero) >= 3:
+        return "ZeRO-3: the parameters gathered per layer and micro-batch are the fitted model's"
+    if len(scn.schedule.held_stages(0, scn.parallel.pp)) > 1:
+        return f"schedule {scn.schedule.label}: a GPU holding two stages is the fitted model's"
     if "n_h" not in dict(scn.model.values):
         return f"{scn.model.name}: no attention heads the profile can read"
     return None
@@ -147,6 +157,9 @@ def _make_part_terms(scn, part, c, g_name: str) -> tuple[dict, float]:
         return part.is_layers and runs_again(op, part.flow, scn.rules, scn.policy)
 
     for coll in flow_collectives(part.flow, axes, scn.act_bytes, again, par.cp_comm_type == "a2a"):
+        if coll.kind not in _KIND:  # the P2P CP ring: `applies` keeps such steps out
+            raise SymmemError(f"cp_comm_type = {par.cp_comm_type!r}: the CP ring is not timed by the measured "
+                              "kernels (steptime.measured.applies)")
         nb = float(evaluate(coll.nbytes, vals))
         name = f"comm_{coll.axis}"
         out[name] = out.get(name, 0.0) + collective_seconds(p, coll.kind, nb, group_size(scn, coll.axis))
@@ -206,6 +219,7 @@ class Iteration:
 
 
 def iteration(scn, g) -> Iteration:
+    from symmem.comm import dp_groups
     from symmem.steptime.costs import dp_cost, optimizer_bytes
     from symmem.steptime.kernels import profile
     from symmem.steptime.model import bubble_slots
@@ -220,20 +234,19 @@ def iteration(scn, g) -> Iteration:
     for terms, _k in others:
         for name, v in terms.items():
             mean[name] = mean.get(name, 0.0) + v / len(others)
-    # the data-parallel traffic of the stage with the most (with the optimizer step's bytes), as `once_costs`
-    stages = [(dp_cost(scn, st), optimizer_bytes(scn, st)) for st in scn.stages]
-    (nb, calls, _net), opt = max(stages, key=lambda x: x[0][0] + x[1])
+    # the data-parallel traffic of the stage with the most (with the optimizer step's bytes), as `once_costs`;
+    # each buffer in its own group (the dense parameters over DP x CP, the experts' over the expert DP group)
+    stages = [(st, dp_cost(scn, st)[0], optimizer_bytes(scn, st)) for st in scn.stages]
+    st, _nb, opt = max(stages, key=lambda x: x[1] + x[2])
+    pr = scn.precision
     dp = 0.0
-    if nb:
-        pr = scn.precision
-        reduce = pr.grad_bytes / (pr.grad_bytes + pr.weight_bytes) if int(scn.zero) >= 1 else 1.0
-        n = scn.parallel.dense_shard
-        if int(scn.zero) >= 1:  # a reduce-scatter of the gradients and an all-gather of the parameters a buffer
-            per = max(calls // 2, 1)
-            dp = per * (collective_seconds(p, "reduce-scatter", nb * reduce / per, n)
-                        + collective_seconds(p, "all-gather", nb * (1 - reduce) / per, n))
-        else:  # one all-reduce a buffer
-            dp = calls * collective_seconds(p, "all-reduce", nb / max(calls, 1), n)
+    for n, nb in dp_groups(scn, st):
+        if int(scn.zero) == 0:  # one all-reduce of the gradients
+            dp += collective_seconds(p, "all-reduce", float(nb), n)
+        else:  # the distributed optimizer: a reduce-scatter of the gradients, an all-gather of the parameters
+            reduce = pr.grad_bytes / (pr.grad_bytes + pr.weight_bytes)
+            dp += (collective_seconds(p, "reduce-scatter", float(nb) * reduce, n)
+                   + collective_seconds(p, "all-gather", float(nb) * (1 - reduce), n))
     return Iteration(per_stage[i][0], per_stage[i][1], scn.m, bubble_slots(scn.schedule, scn.parallel.pp), mean,
                      sum(k for _t, k in others) / len(others), dp, opt / (g.hbm * p.memory_bound))
 
