@@ -15,21 +15,28 @@ from symmem.render.tables import Table
 from ._common import main
 
 
+def measured_iterations():
+    """(run, its scenario at the iteration's micro-batch count, measured seconds, measured row) of every measured
+    iteration of symmem/data/megatron_b200.json, in the file's order: what each model's rows are read from."""
+    from symmem.scenario import load_scenario
+
+    runs = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
+    for run in runs:
+        base = load_scenario(run["case"])
+        for r in run["measured_step_time"]["by_num_microbatches"]:
+            yield run["case"], base.replace(microbatches=r["num_microbatches"]), r["real_ms"] / 1000, r
+
+
 @lru_cache(maxsize=1)
 def by_run() -> dict[str, list[tuple]]:
     """{run: [(StepFeatures, GPU, measured seconds, measured row)]} in the data file's order."""
     from symmem.hardware import gpu
-    from symmem.scenario import load_scenario
     from symmem.steptime import NEUTRAL, features
 
-    runs = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
     g = gpu("B200")
     out: dict[str, list[tuple]] = {}
-    for run in runs:
-        base = load_scenario(run["case"])
-        for r in run["measured_step_time"]["by_num_microbatches"]:
-            f = features(base.replace(microbatches=r["num_microbatches"]), g, NEUTRAL)
-            out.setdefault(run["case"], []).append((f, g, r["real_ms"] / 1000, r))
+    for case, scn, seconds, r in measured_iterations():
+        out.setdefault(case, []).append((features(scn, g, NEUTRAL), g, seconds, r))
     return out
 
 
@@ -177,18 +184,13 @@ def _by_kind_table() -> Table:
 def kernel_rows() -> dict[str, list[tuple]]:
     """{run: [(StepFeatures with the profile's GEMM and attention times, GPU, measured seconds)]}."""
     from symmem.hardware import gpu
-    from symmem.scenario import load_scenario
     from symmem.steptime.kernel_times import kernel_features
     from symmem.steptime.kernels import profile
 
-    runs = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
     g, p = gpu("B200"), profile("B200")
     out: dict[str, list[tuple]] = {}
-    for run in runs:
-        base = load_scenario(run["case"])
-        for r in run["measured_step_time"]["by_num_microbatches"]:
-            f = kernel_features(base.replace(microbatches=r["num_microbatches"]), g, p)
-            out.setdefault(run["case"], []).append((f, g, r["real_ms"] / 1000))
+    for case, scn, seconds, _r in measured_iterations():
+        out.setdefault(case, []).append((kernel_features(scn, g, p), g, seconds))
     return out
 
 
@@ -234,20 +236,15 @@ def kernel_by_kind() -> tuple[dict, ...]:
 def measured_kernel_rows() -> dict[str, list[tuple]]:
     """{run: [(steptime.measured.Iteration, measured seconds)]} in the data file's order."""
     from symmem.hardware import gpu
-    from symmem.scenario import load_scenario
     from symmem.steptime import measured
 
-    runs = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
     g = gpu("B200")
     out: dict[str, list[tuple]] = {}
-    for run in runs:
-        base = load_scenario(run["case"])
-        why = measured.applies(base, g)
+    for case, scn, seconds, _r in measured_iterations():
+        why = measured.applies(scn, g)
         if why is not None:
-            raise AssertionError(f"{run['case']}: {why}")  # every measured run is one the profile covers
-        for r in run["measured_step_time"]["by_num_microbatches"]:
-            it = measured.iteration(base.replace(microbatches=r["num_microbatches"]), g)
-            out.setdefault(run["case"], []).append((it, r["real_ms"] / 1000))
+            raise AssertionError(f"{case}: {why}")  # every measured run is one the profile covers
+        out.setdefault(case, []).append((measured.iteration(scn, g), seconds))
     return out
 
 
