@@ -148,15 +148,19 @@ def tables() -> list[Table]:
         align="lrrrrrrrr"), _by_kind_table(), _measured_kernels_table(), *_kernel_tables()]
 
 
+def _error_cells(r: dict, keys) -> list[str]:
+    """A kind's mean and worst absolute error (%) under each of `keys`, formatted for a table row."""
+    cells = []
+    for key in keys:
+        mean, worst = _mean_worst(r[key])
+        cells += [f"{mean:.2f}", f"{worst:.2f}"]
+    return cells
+
+
 def _by_kind_table() -> Table:
     kinds = by_kind()
-    body = []
-    for r in kinds:
-        cells = [r["kind"], str(r["runs"]), str(r["iterations"])]
-        for key in ("errors", "in", "loro", "peer"):
-            mean, worst = _mean_worst(r[key])
-            cells += [f"{mean:.2f}", f"{worst:.2f}"]
-        body.append(tuple(cells))
+    body = tuple((r["kind"], str(r["runs"]), str(r["iterations"]), *_error_cells(r, ("errors", "in", "loro", "peer")))
+                 for r in kinds)
     means = [_mean_worst(r["errors"])[0] for r in kinds]
     worst = max(_mean_worst(r["errors"])[1] for r in kinds)
     return Table(
@@ -283,13 +287,8 @@ def _measured_kernels_table() -> Table:
     from symmem.steptime.measured import KERNEL_CONSTANTS
 
     kinds = measured_kernel_by_kind()
-    body = []
-    for r in kinds:
-        cells = [r["kind"], str(len(r["errors"]))]
-        for key in ("errors", "in", "fitted_out", "peer"):
-            mean, worst = _mean_worst(r[key])
-            cells += [f"{mean:.2f}", f"{worst:.2f}"]
-        body.append(tuple(cells))
+    body = tuple((r["kind"], str(len(r["errors"])), *_error_cells(r, ("errors", "in", "fitted_out", "peer")))
+                 for r in kinds)
     held = kinds[:-1]
     means = [_mean_worst(r["errors"])[0] for r in held]
     mean, worst = sum(means) / len(means), max(_mean_worst(r["errors"])[1] for r in held)
@@ -363,13 +362,8 @@ def _kernel_tables() -> list[Table]:
     from symmem.steptime.kernels import profile
 
     kinds = kernel_by_kind()
-    body = []
-    for r in kinds:
-        cells = [r["kind"], str(len(r["errors"]))]
-        for key in ("errors", "in", "slowed", "fitted_out"):
-            mean, worst = _mean_worst(r[key])
-            cells += [f"{mean:.2f}", f"{worst:.2f}"]
-        body.append(tuple(cells))
+    body = tuple((r["kind"], str(len(r["errors"])), *_error_cells(r, ("errors", "in", "slowed", "fitted_out")))
+                 for r in kinds)
     held = kinds[:-1]
     means = [_mean_worst(r["errors"])[0] for r in held]
     worst = max(_mean_worst(r["errors"])[1] for r in held)
