@@ -331,8 +331,7 @@ def _measured_kernels_table() -> Table:
          "Where symmem uses it: `symmem memory --gpu B200` and the sweep's time ranking time a BF16 step whose "
          "groups all sit in one node (in effect at most 8 GPUs; not FSDP2's prefetching, Megatron's overlap "
          "flags, the P2P CP ring, ZeRO-3 or DualPipe) by this model; any other step, and every other GPU, by the "
-         "fitted one (`steptime.measured.applies` says why). The page leaves such a step's time to `symmem "
-         "memory`."),
+         "fitted one (`steptime.measured.applies` says why); the page's script times such a step the same way."),
         align="lrrrrrrrrr")
 
 

@@ -1,9 +1,12 @@
 """The page and the measured-kernels step-time model (symmem/steptime/measured.py): where `symmem memory --gpu B200`
-times a step by the GPU's measured kernels, the page, which does not evaluate them, says so instead of showing the
-fitted model's time; where they do not apply (a group spanning nodes), it times the step as `symmem memory` does.
-Read back from a real headless Chromium."""
+times a step by the GPU's measured kernels, the page's script times it the same way (the kernel profile's tables,
+the nearest measured shapes, SimuMax's collective formula, the four constants) and shows the same seconds; where
+they do not apply (a group spanning nodes, the P2P CP ring, a GPU with no kernel profile), it times the step by the
+fitted model, as `symmem memory` does. Read back from a real headless Chromium."""
 
 from __future__ import annotations
+
+import pytest
 
 from tests.test_html_page import _assert_equal, _open, browser, browser_only, memory_json, run_cli  # noqa: F401
 
@@ -11,19 +14,32 @@ FLAGS = ("--model", "llama-3-8b", "--profile", "megatron-te", "-s", "4096", "--t
          "B200")
 
 
+def _page_model(page) -> str:
+    return page.inner_text("[data-field=step_model]")
+
+
 @browser_only
-def test_the_page_leaves_a_measured_kernels_step_to_memory(browser, tmp_path):  # noqa: F811
+def test_the_page_times_a_measured_kernels_step_as_memory_does(browser, tmp_path):  # noqa: F811
     path = tmp_path / "page.html"
-    code, _, err = run_cli("html", *FLAGS, "--pp-choices", "1,2", "-o", str(path))
+    code, _, err = run_cli("html", *FLAGS, "--pp-choices", "1,2", "--cp-choices", "1,2", "-o", str(path))
     assert code == 0, err
-    assert memory_json(*FLAGS)["step"]["model"] == "measured kernels"
-    page, errors = _open(browser, path)
-    try:
-        assert not errors
-        note = page.inner_text("[data-field=step_note]")
-        assert "symmem memory --gpu B200" in note and "measured kernels" in note, note
-    finally:
-        page.close()
+    # the measured kernels: the page's own arrangement, PP 2 (the pipeline's sends and bubble), b 2 and a longer s
+    # (GEMM and attention shapes between the measured ones), ZeRO 0 (an all-reduce), CP 2 over all-to-all is a
+    # scenario the page was not made with (the P2P ring is the default), so it is checked for the fitted model below
+    base = FLAGS[:4]
+    for query, flags in (("", ("-s", "4096", "--tp", "2", "--dp", "4")),
+                         ("?pp=2&dp=2", ("-s", "4096", "--tp", "2", "--pp", "2", "--dp", "2")),
+                         ("?b=2&s=6144", ("-s", "6144", "-b", "2", "--tp", "2", "--dp", "4")),
+                         ("?zero=0&dp=2", ("-s", "4096", "--tp", "2", "--dp", "2", "--zero", "0"))):
+        want = memory_json(*base, *flags, "--gpu", "B200")
+        assert want["step"]["model"] == "measured kernels", query
+        page, errors = _open(browser, path, query)
+        try:
+            _assert_equal(page, want)
+            assert not errors
+            assert "measured kernels" in _page_model(page), query
+        finally:
+            page.close()
     # where memory uses the fitted model the page shows its time: DP 8 x TP 2 (16 GPUs, the data-parallel groups
     # span two nodes), CP 2 over the P2P ring, and the same step on an H100 (no kernel profile)
     for query, flags in (("?dp=8", ("--tp", "2", "--dp", "8", "--gpu", "B200")),
@@ -35,5 +51,59 @@ def test_the_page_leaves_a_measured_kernels_step_to_memory(browser, tmp_path):  
         try:
             _assert_equal(page, want)
             assert not errors
+            assert "measured kernels" not in _page_model(page), query
         finally:
             page.close()
+
+
+@browser_only
+def test_the_page_times_all_to_all_cp_and_experts_by_the_measured_kernels(browser, tmp_path):  # noqa: F811
+    """An MoE model with all-to-all CP: the experts' grouped GEMMs, the all-to-all dispatch, the CP all-to-alls and
+    the experts' own data-parallel group, on the page as in `symmem memory`."""
+    flags = ("--scenario", "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef", "--cp-comm-type", "a2a", "--global-batch-size",
+             "32")
+    path = tmp_path / "moe.html"
+    code, _, err = run_cli("html", *flags, "--cp-choices", "1,2", "--ep-choices", "4,8", "-o", str(path))
+    assert code == 0, err
+    for query, par in (("", ()), ("?cp=2&dp=4", ("--cp", "2", "--dp", "4")),
+                       ("?ep=4&zero=0", ("--ep", "4", "--zero", "0"))):
+        want = memory_json(*flags, *par)
+        assert want["step"]["model"] == "measured kernels", query
+        page, errors = _open(browser, path, query)
+        try:
+            _assert_equal(page, want)
+            assert not errors
+        finally:
+            page.close()
+
+
+def test_the_page_reads_the_measured_kernels_costs_where_memory_uses_them():
+    """Without a browser: the template carries the kernels' costs where the scenario-wide test passes (B200, BF16,
+    a2a CP or none), not under the P2P ring, and its collectives' forms give `stage_collectives` at a point they
+    were not read from."""
+    from symmem.accounting.states import recipe, zero_stage
+    from symmem.config import load_model
+    from symmem.parallel.sizes import Parallel
+    from symmem.render.page_steptime import template
+    from symmem.scenario import model_scenario
+    from symmem.steptime.measured import stage_collectives
+
+    def scenario(cp_comm_type):
+        par = Parallel(tp=2, cp=2, pp=2, sequence_parallel=True, cp_comm_type=cp_comm_type)
+        return model_scenario(load_model("llama-3-8b")).replace(
+            profile_name="megatron-te", precision=recipe("megatron"), zero=zero_stage(1), parallel=par, b=1,
+            s=4096, gpu_name="B200")
+
+    scn = scenario("a2a")
+    tpl = template(scn)
+    assert tpl["measured"] == ["B200"] and len(tpl["kernels"]) == 2
+    b, k = 3, 5  # b = 3, s = 5 S: outside the six points the forms were read at
+    other = scn.replace(b=b, s=k * scn.s)
+    for j, st in enumerate(other.stages):
+        want = stage_collectives(other, st)
+        got = {(axis, kind): (c[0] + c[1] * k + c[2] * b * k + c[3] * k * k + c[4] * b * k * k, calls)
+               for axis, kind, c, calls, _n in tpl["kernels"][j]["colls"]}
+        assert set(got) == set(want) and {key for key in want if key[0] == "cp"}, j
+        for key, (nb, calls) in want.items():
+            assert got[key][0] == pytest.approx(nb, rel=1e-9) and got[key][1] == calls, key
+    assert "kernels" not in template(scenario("p2p"))

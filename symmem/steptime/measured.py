@@ -64,13 +64,7 @@ def collective_seconds(p, kind: str, nbytes: float, n: int) -> float:
     all-reduce) among `n` GPUs of one node, at NCCL's time measured on the profile's GPU: SimuMax's formula
     (simumax/core/config.py `compute_net_op_time`): bytes / (efficiency x link GiB/s) + latency per ring step
     (2(n - 1) steps for an all-reduce, n - 1 otherwise) + the call's fixed latency."""
-    if n <= 1 or nbytes <= 0:
-        return 0.0
-    t = p.collectives[_KIND[kind]]
-    steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
-    by_n = t.get("fixed_latency_us_by_comm_num") or {}
-    fixed = by_n.get(str(n), t.get("fixed_latency_us", 0.0))
-    return nbytes / (t["efficient_factor"] * p.link_gib * GIB) + (steps * t["latency_us"] + fixed) * 1e-6
+    return collective_calls_seconds(p, kind, nbytes, 1, n) if nbytes > 0 else 0.0
 
 
 def p2p_seconds(p, nbytes: float) -> float:
@@ -136,34 +130,73 @@ def _part_terms(scn, part, gpu_name: str) -> tuple[dict, float]:
 
 
 def _make_part_terms(scn, part, c, g_name: str) -> tuple[dict, float]:
+    from symmem.steptime.costs import group_size
+    from symmem.steptime.kernels import attention_seconds, gemm_seconds, profile
+
+    p = profile(g_name)
+    out = {"gemm": sum(n * gemm_seconds(p, m, k, nn, e, again) for m, k, nn, e, n, again, _low in c.gemms),
+           "attention": sum(n * attention_seconds(p, *shape, again) for *shape, n, again in c.attentions),
+           "memory_bound": c.memory_bytes / (_hbm(g_name) * p.memory_bound)}
+    for (axis, kind), (nb, calls) in _part_collectives(scn, part).items():
+        name = f"comm_{axis}"
+        out[name] = out.get(name, 0.0) + collective_calls_seconds(p, kind, nb, calls, group_size(scn, axis))
+    return out, c.kernels
+
+
+def _part_collectives(scn, part) -> dict[tuple[str, str], list[float]]:
+    """One copy of `part`'s collectives, one micro-batch: {(axis, kind): [bytes summed over its calls, calls]}, the
+    calls that move any bytes (what `collective_calls_seconds` times; a call of no bytes costs nothing)."""
     from symmem.accounting.activations import runs_again
     from symmem.accounting.analysis import _tokens_per_expert, values
     from symmem.accounting.evaluate import evaluate
     from symmem.comm import flow_collectives
-    from symmem.steptime.costs import group_size
-    from symmem.steptime.kernels import attention_seconds, gemm_seconds, profile
     from symmem.symbols import E_tok
 
-    p = profile(g_name)
     par = scn.parallel
     axes = par.axis_sizes()
     vals = dict(values(scn))
     vals[E_tok] = evaluate(_tokens_per_expert(scn.activation_key, axes), vals)
-    out = {"gemm": sum(n * gemm_seconds(p, m, k, nn, e, again) for m, k, nn, e, n, again, _low in c.gemms),
-           "attention": sum(n * attention_seconds(p, *shape, again) for *shape, n, again in c.attentions),
-           "memory_bound": c.memory_bytes / (_hbm(g_name) * p.memory_bound)}
 
     def again(op) -> bool:
         return part.is_layers and runs_again(op, part.flow, scn.rules, scn.policy)
 
+    out: dict[tuple[str, str], list[float]] = {}
     for coll in flow_collectives(part.flow, axes, scn.act_bytes, again, par.cp_comm_type == "a2a"):
         if coll.kind not in _KIND:  # the P2P CP ring: `applies` keeps such steps out
             raise SymmemError(f"cp_comm_type = {par.cp_comm_type!r}: the CP ring is not timed by the measured "
                               "kernels (steptime.measured.applies)")
         nb = float(evaluate(coll.nbytes, vals))
-        name = f"comm_{coll.axis}"
-        out[name] = out.get(name, 0.0) + collective_seconds(p, coll.kind, nb, group_size(scn, coll.axis))
-    return out, c.kernels
+        if nb > 0:
+            entry = out.setdefault((coll.axis, coll.kind), [0.0, 0])
+            entry[0] += nb
+            entry[1] += 1
+    return out
+
+
+def stage_collectives(scn, stage) -> dict[tuple[str, str], list[float]]:
+    """`_part_collectives` of one GPU of `stage`, each part times its copies (the page's template reads them,
+    render.page_steptime)."""
+    from symmem.model import stage_parts
+
+    out: dict[tuple[str, str], list[float]] = {}
+    for part in stage_parts(scn.model, stage, scn.convention):
+        for key, (nb, calls) in _part_collectives(scn, part).items():
+            entry = out.setdefault(key, [0.0, 0])
+            entry[0] += part.count * nb
+            entry[1] += part.count * calls
+    return out
+
+
+def collective_calls_seconds(p, kind: str, nbytes: float, calls: int, n: int) -> float:
+    """`calls` collectives of `kind` among `n` GPUs moving `nbytes` in all: `collective_seconds` summed over the
+    calls (its time is affine in the bytes: their sum over the link, each call's latencies)."""
+    if n <= 1 or calls <= 0:
+        return 0.0
+    t = p.collectives[_KIND[kind]]
+    steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
+    by_n = t.get("fixed_latency_us_by_comm_num") or {}
+    fixed = by_n.get(str(n), t.get("fixed_latency_us", 0.0))
+    return nbytes / (t["efficient_factor"] * p.link_gib * GIB) + calls * (steps * t["latency_us"] + fixed) * 1e-6
 
 
 def _hbm(name: str) -> float:
