@@ -229,13 +229,17 @@ def build_data(inp: PageInput) -> dict:
         arrangements[key] = entry
     if not any("error" not in a for a in arrangements.values()):
         raise SymmemError("html: no arrangement of the choices is valid for the model; widen the choices")
+    speeds = page_steptime.gpus()
+    if not any(isinstance(tpl, dict) and "kernels" in tpl
+               for a in arrangements.values() for tpl in a.get("step", {}).values()):
+        speeds["kernels"] = {}  # no step the measured kernels time: the page need not carry their tables (47 KB)
     return {
         "controls": list(CONTROLS), "choices": ch, "initial": inp.initial, "command": inp.command,
         "model": first.model.name, "profile": first.profile.name, "rules": first.rules.name,
         "schedule": first.schedule.name, "etp": first.parallel.etp, "groups": list(GROUPS),
         "fragmentation": list(first.fragmentation), "comm_buffers": [str(x) for x in first.comm_buffers],
         "gpus": {k: str(v) for k, v in inp.gpus.items()}, "precisions": precisions,
-        "padded_vocabulary": pad is not None, "step_note": step_note, "speeds": page_steptime.gpus(),
+        "padded_vocabulary": pad is not None, "step_note": step_note, "speeds": speeds,
         "ddp_padding": bool(first.profile.ddp_padding),
         "arrangements": arrangements, "cases": b.cases, "terms": b.terms,
         "latex_names": _latex_names(),
