@@ -8,8 +8,9 @@ Sources (public): pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md
 torch 1963fc8 of 2024-12-23, torchao eab345c, torchtitan 9dec370 of 2024-12-26; memory read at iteration 90, the
 maximum over GPUs) and benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (Trainy, H200, torchtitan e7c0cae of
 2025-06-11, dated 2025-06-13 in the page's table, compiled with Float8 and FSDP's float8 all-gather, memory at
-iteration 100). Compared: the eager, compiled (`--compile`), Float8 and CP runs of 9dec370 and Trainy's compiled
-Float8 runs with the float8 all-gather; the TP and PP runs are listed, not predicted."""
+iteration 100). Compared: the eager, compiled (`--compile`), Float8 and CP runs of 9dec370 (Table 2's four, CP 1 to 8)
+and Trainy's compiled Float8 runs with the float8 all-gather; the TP and PP runs (Tables 4 to 6, every row) are
+listed, not predicted."""
 
 from __future__ import annotations
 
@@ -32,9 +33,18 @@ PUBLISHED = (
     (H100_2412, "Table 3", "llama-3-8b", 128, 128, "", 2, 8192, "selective-op", "torch.compile + Float8", 61.8),
     (H100_2412, "Table 2", "llama-3-8b", 8, 8, "", 1, 32768, "full", "torch.compile + Float8", 83.9),
     (H100_2412, "Table 2", "llama-3-8b", 8, 4, "CP 2", 1, 65536, "full", "torch.compile + Float8", 84.2),
+    (H100_2412, "Table 2", "llama-3-8b", 8, 2, "CP 4", 1, 131072, "full", "torch.compile + Float8", 84.0),
+    (H100_2412, "Table 2", "llama-3-8b", 8, 1, "CP 8", 1, 262144, "full", "torch.compile + Float8", 84.5),
     (H100_2412, "Table 4", "Llama 3.1 70B", 256, 32, "TP 8", 16, 8192, "full", "torch.compile + Float8", 71.9),
+    (H100_2412, "Table 4", "Llama 3.1 70B", 256, 32, "TP 8", 16, 8192, "full", "torch.compile + Float8 + AsyncTP",
+     67.6),
     (H100_2412, "Table 5", "Llama 3.1 405B", 512, 8, "TP 8, PP 8 (1F1B)", 32, 8192, "full",
      "torch.compile + Float8 + AsyncTP", 82.5),
+    (H100_2412, "Table 5", "Llama 3.1 405B", 512, 8, "TP 8, PP 8 (interleaved 1F1B)", 32, 8192, "full",
+     "torch.compile + Float8 + AsyncTP", 72.7),
+    *((H100_2412, "Table 6", "Llama 3.1 405B", 512, 8 // cp, "TP 8, PP 8 (1F1B)" + (f", CP {cp}" if cp > 1 else ""),
+       8, 32768 * cp, "full", "torch.compile + Float8 + AsyncTP", gib)
+      for cp, gib in ((1, 75.3), (2, 75.9), (4, 77.1), (8, 84.9))),
     (H200_2506, "Results", "llama-3-8b", 32, 32, "", 2, 8192, "selective-op",
      "torch.compile + Float8 (float8 all-gather)", 47.96),
     (H200_2506, "Results", "llama-3-8b", 64, 64, "", 2, 8192, "selective-op",
