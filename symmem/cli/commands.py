@@ -305,11 +305,13 @@ def memory_rows(scn):
 
 
 def _memory_run(args) -> int:
+    from symmem.cli._default_notes import default_notes
     from symmem.cli._inapplicable import notes
 
     scn = scenario_from_args(args)
     rows, top = memory_rows(scn)
     unused = notes(args, scn)
+    defaults = default_notes(args, scn)
     settings = {**_settings(scn), "zero": scn.zero.label, "precision": scn.precision.name,
                 "profile": scn.profile.name, "gpu_memory": scn.gpu_memory, "fragmentation": list(scn.fragmentation),
                 "comm_buffers": list(scn.comm_buffers)}
@@ -329,11 +331,11 @@ def _memory_run(args) -> int:
         step = step_time(scn)
     if args.json:
         _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows,
-                     "step": step.as_dict() if step else None, "flag_notes": unused,
+                     "step": step.as_dict() if step else None, "flag_notes": unused, "default_notes": defaults,
                      **({"step_unavailable": no_step} if no_step else {})})
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {_describe(scn)}")
-    for line in unused:
+    for line in unused + defaults:
         print(line)
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
           f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing_label}; schedule "
