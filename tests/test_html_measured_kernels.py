@@ -21,7 +21,8 @@ def _page_model(page) -> str:
 @browser_only
 def test_the_page_times_a_measured_kernels_step_as_memory_does(browser, tmp_path):  # noqa: F811
     path = tmp_path / "page.html"
-    code, _, err = run_cli("html", *FLAGS, "--pp-choices", "1,2", "--cp-choices", "1,2", "-o", str(path))
+    code, _, err = run_cli("html", *FLAGS, "--pp-choices", "1,2", "--cp-choices", "1,2", "--zero-choices", "0,1,3",
+                           "-o", str(path))
     assert code == 0, err
     # the measured kernels: the page's own arrangement, PP 2 (the pipeline's sends and bubble), b 2 and a longer s
     # (GEMM and attention shapes between the measured ones), ZeRO 0 (an all-reduce), CP 2 over all-to-all is a
@@ -30,7 +31,9 @@ def test_the_page_times_a_measured_kernels_step_as_memory_does(browser, tmp_path
     for query, flags in (("", ("-s", "4096", "--tp", "2", "--dp", "4")),
                          ("?pp=2&dp=2", ("-s", "4096", "--tp", "2", "--pp", "2", "--dp", "2")),
                          ("?b=2&s=6144", ("-s", "6144", "-b", "2", "--tp", "2", "--dp", "4")),
-                         ("?zero=0&dp=2", ("-s", "4096", "--tp", "2", "--dp", "2", "--zero", "0"))):
+                         ("?zero=0&dp=2", ("-s", "4096", "--tp", "2", "--dp", "2", "--zero", "0")),
+                         ("?pp=2&dp=2&recompute=full", ("-s", "4096", "--tp", "2", "--pp", "2", "--dp", "2",
+                                                        "--recompute", "full"))):
         want = memory_json(*base, *flags, "--gpu", "B200")
         assert want["step"]["model"] == "measured kernels", query
         page, errors = _open(browser, path, query)
@@ -41,8 +44,10 @@ def test_the_page_times_a_measured_kernels_step_as_memory_does(browser, tmp_path
         finally:
             page.close()
     # where memory uses the fitted model the page shows its time: DP 8 x TP 2 (16 GPUs, the data-parallel groups
-    # span two nodes), CP 2 over the P2P ring, and the same step on an H100 (no kernel profile)
+    # span two nodes), CP 2 over the P2P ring, ZeRO-3 chosen on the page, and the same step on an H100 (no kernel
+    # profile)
     for query, flags in (("?dp=8", ("--tp", "2", "--dp", "8", "--gpu", "B200")),
+                         ("?zero=3", ("--tp", "2", "--dp", "4", "--zero", "3", "--gpu", "B200")),
                          ("?cp=2&dp=2", ("--tp", "2", "--cp", "2", "--dp", "2", "--gpu", "B200")),
                          ("?gpu=H100", ("--tp", "2", "--dp", "4", "--gpu", "H100"))):
         want = memory_json(*FLAGS[:-6], *flags)
@@ -72,6 +77,89 @@ def test_the_page_times_all_to_all_cp_and_experts_by_the_measured_kernels(browse
         page, errors = _open(browser, path, query)
         try:
             _assert_equal(page, want)
+            assert not errors
+            assert "measured kernels" in _page_model(page), query
+        finally:
+            page.close()
+
+
+@browser_only
+def test_a_page_made_at_zero_3_times_zero_1_by_the_measured_kernels(browser, tmp_path):  # noqa: F811
+    """ZeRO is the reader's: a page made at ZeRO 3 (the fitted model's) times the reader's ZeRO 1 and 0 by the
+    measured kernels, as memory does (the template's GPUs are read without the ZeRO test, the script makes it)."""
+    flags = FLAGS[:4] + ("-s", "4096", "--tp", "2", "--dp", "4", "--gpu", "B200")
+    path = tmp_path / "zero3.html"
+    code, _, err = run_cli("html", *flags, "--zero", "3", "--zero-choices", "0,1,3", "-o", str(path))
+    assert code == 0, err
+    for query, zero, model in (("", "3", "fitted"), ("?zero=1", "1", "measured kernels"),
+                               ("?zero=0", "0", "measured kernels")):
+        want = memory_json(*flags, "--zero", zero)
+        assert want["step"]["model"] == model, query
+        page, errors = _open(browser, path, query)
+        try:
+            _assert_equal(page, want)
+            assert not errors
+            assert ("measured kernels" in _page_model(page)) == (model == "measured kernels"), query
+        finally:
+            page.close()
+
+
+@browser_only
+def test_the_pages_nearest_measured_shapes_are_pythons(browser, tmp_path):  # noqa: F811
+    """The script's interpolation between measured shapes against `steptime.kernels._nearest`, over a grid of
+    power-of-two shapes (many midway between measured ones, their neighbours tied) for every table: equal to 1e-12.
+    And a Qwen3-30B-A3B page at shapes where a cut at the fourth-nearest shape once kept different ties in the two."""
+    import itertools
+    import math
+
+    from symmem.steptime.kernels import NEAREST, TIE, _nearest, profile
+
+    p = profile("B200")
+    log = math.log
+    queries = [("gemm", lay, [log(m), log(k), log(n)]) for lay in ("TN", "NN", "NT")
+               for m, k, n in itertools.product((256, 1024, 4096, 8192, 16384, 3000, 14336), repeat=3)]
+    queries += [("grouped", st, [log(e), log(t), log(n), log(k)]) for st in ("fwd", "bwd_grad_act", "bwd_grad_w")
+                for e, t, n, k in itertools.product((2, 8, 32, 64), (256, 1024, 4096), (768, 2048, 4096),
+                                                    (768, 2048, 7168))]
+    queries += [("attention", i, [log(s), log(h), log(kv), log(qk), log(v)]) for i in (1, 2)
+                for s, h, kv, qk, v in itertools.product((2048, 4096, 8192, 32768), (4, 16, 64), (1, 2, 16, 64),
+                                                         (128, 192), (128,))]
+
+    def table(kind, key):
+        if kind == "attention":
+            return (p.attention[0], p.attention[key])
+        return (p.gemm if kind == "gemm" else p.grouped)[key]
+
+    want = [_nearest(*table(kind, key), at) for kind, key, at in queries]
+    path = tmp_path / "page.html"
+    code, _, err = run_cli("html", *FLAGS, "-o", str(path))
+    assert code == 0, err
+    page, errors = _open(browser, path)
+    try:
+        tables = {f"{kind}/{key}": table(kind, key) for kind, key, _at in queries}
+        got = page.evaluate("""([tables, qs, count, tie]) =>
+            qs.map(([kind, key, at]) => nearest(tables[kind + "/" + key], at, count, tie))""",
+                            [{k: [list(map(list, v[0])), list(v[1])] for k, v in tables.items()},
+                             queries, NEAREST, TIE])
+        assert not errors
+    finally:
+        page.close()
+    assert len(got) == len(want)
+    for q, a, b in zip(queries, want, got, strict=True):
+        assert b == pytest.approx(a, rel=1e-12), q
+    flags = ("--model", "qwen3-30b-a3b", "--profile", "megatron-te", "-s", "4096", "--tp", "1", "--ep", "4",
+             "--dp", "4", "--gpu", "B200")
+    path = tmp_path / "qwen.html"
+    code, _, err = run_cli("html", *flags, "--ep-choices", "2,4", "--tp-choices", "1", "--pp-choices", "1,2",
+                           "--cp-choices", "1", "-o", str(path))
+    assert code == 0, err
+    for query, extra in (("?b=2", ("-b", "2")), ("?s=8192", ("-s", "8192")),
+                         ("?b=4&s=2048", ("-b", "4", "-s", "2048"))):
+        want_step = memory_json(*flags, *extra)
+        assert want_step["step"]["model"] == "measured kernels"
+        page, errors = _open(browser, path, query)
+        try:
+            _assert_equal(page, want_step)
             assert not errors
         finally:
             page.close()

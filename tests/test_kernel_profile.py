@@ -46,6 +46,14 @@ def test_the_nearest_shapes_weighted_by_inverse_distance():
     w = (2.0, 2.0, 0.4, 1 / 9.5)
     want = (w[0] * 0.5 + w[1] * 0.6 + w[2] * 0.9 + w[3] * 0.1) / sum(w)
     assert kernels._nearest(points, values, at) == pytest.approx(want, rel=1e-12)
+    # ties: midway between measured shapes the fourth-nearest is tied with a fifth; both are taken (whichever a cut
+    # at four kept would turn on the last bit of a logarithm)
+    points = ((0.0, 0.0), (2.0, 0.0), (0.0, 2.0), (2.0, 2.0), (1.0, 3.0), (9.0, 9.0))
+    values = (0.1, 0.2, 0.3, 0.4, 0.5, 0.9)
+    at = (1.0, 1.0)  # four at sqrt 2, one at 2 (the fifth taken only if tied), one far
+    assert kernels._nearest(points, values, at) == pytest.approx(0.25, rel=1e-12)
+    tied = ((0.0, 0.0), (2.0, 0.0), (0.0, 2.0), (2.0, 2.0), (1.0, 1.0 + 2**0.5), (9.0, 9.0))
+    assert kernels._nearest(tied, values, at) == pytest.approx(1.5 / 5, rel=1e-9)  # five at sqrt 2, equal weights
     p = kernels.profile("B200")
     layout, m, k, n, eff = _raw()["gemm"]["rows"][0]
     assert kernels.gemm_efficiency(p, layout, m * 1.0001, k, n) == pytest.approx(eff, rel=1e-3)

@@ -21,12 +21,16 @@ def template(scn) -> dict:
     # where `symmem memory` times the step by a GPU's measured kernels (`steptime.measured.applies`), so does the
     # page's script: the GPUs whose scenario-wide test passes (the arrangement's is the script's), with the costs
     # the kernels need beyond the fitted model's (`kernel_templates`)
-    measured = [name for name in KERNEL_CONSTANTS if scenario_reason(scn, name) is None]
+    # (ZeRO is the page reader's: the script tests ZeRO-3 itself, `measuredKernels`)
+    measured = [name for name in KERNEL_CONSTANTS if scenario_reason(scn, name, zero=False) is None]
     out = {"S": scn.s, "stages": stage_templates(scn), "flops": model_flops(scn), "moe":
            scn.model.family.routed_experts is not None, "measured": measured,
            "cp_a2a": scn.parallel.cp_comm_type == "a2a"}
     if measured and (scn.parallel.cp <= 1 or out["cp_a2a"]):
-        out["kernels"] = kernel_templates(scn)
+        try:
+            out["kernels"] = kernel_templates(scn)
+        except SymmemError as e:  # the fitted model's time stays on the page; the measured GPUs' says why not
+            out["kernels_note"] = f"step time not on the page here: {e}"
     return out
 
 
@@ -83,8 +87,8 @@ def gpus() -> dict:
 
 def kernel_profiles() -> dict:
     """Each GPU's kernel profile and the measured-kernels model's constants (`steptime.measured`), as the page's
-    script reads them: the measured points already in log space (the profile's own floats), NEAREST."""
-    from symmem.steptime.kernels import NEAREST, profile
+    script reads them: the measured points already in log space (the profile's own floats), NEAREST and TIE."""
+    from symmem.steptime.kernels import NEAREST, TIE, profile
     from symmem.steptime.measured import KERNEL_CONSTANTS
 
     out = {}
@@ -94,5 +98,5 @@ def kernel_profiles() -> dict:
             continue
         out[name] = {"peak": p.peak, "gemm": p.gemm, "grouped": p.grouped, "attention": p.attention,
                      "memory_bound": p.memory_bound, "collectives": p.collectives, "link_gib": p.link_gib,
-                     "nearest": NEAREST, "constants": k.as_dict()}
+                     "nearest": NEAREST, "tie": TIE, "constants": k.as_dict()}
     return out

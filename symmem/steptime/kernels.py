@@ -6,8 +6,9 @@ efficiency for every shape:
 
 * **GEMMs**: each pass (forward TN, data gradient NN, weight gradient NT) at the efficiency measured for its
   (m, k, n); a shape not measured takes the measured shapes nearest it in (log m, log k, log n), weighted by the
-  inverse of their distance (`_nearest`). Routed experts (one grouped launch of the local experts) at the grouped
-  GEMM's efficiency measured for (experts, tokens per expert, n, k) and pass, the same way.
+  inverse of their distance (`_nearest`; any tied with the fourth-nearest taken too). Routed experts (one grouped
+  launch of the local experts) at the grouped GEMM's efficiency measured for (experts, tokens per expert, n, k)
+  and pass, the same way.
 * **Attention**: forward and backward at the efficiency measured for (sequence, heads, KV heads, head dims), under
   the FLOP convention the measurements were taken with (forward 2·base, backward 5·base, base =
   b·s²·max(heads, KV heads)·(qk dim + v dim)); between measured sequence lengths, the nearest measured shapes in
@@ -65,14 +66,29 @@ def profile(gpu_name: str) -> KernelProfile | None:
                          d["memory_bound"]["default"], d["collectives"], d["collectives"]["link_gib_per_s"])
 
 
+TIE = 1e-9  # distances within this relative margin of the NEAREST-th one are ties, all of them taken
+
+
+def _distance(p, at) -> float:
+    """Euclidean, the squares summed in coordinate order (the page's script sums them the same way: the same bits)."""
+    total = 0.0
+    for x, y in zip(p, at, strict=True):
+        total += (x - y) * (x - y)
+    return math.sqrt(total)
+
+
 def _nearest(points, values, at) -> float:
     """The value at `at`: a measured point's own, else the NEAREST measured points' values weighted by the inverse
-    of their (Euclidean, log-space) distance."""
-    dist = sorted((math.dist(p, at), v) for p, v in zip(points, values, strict=True))[:NEAREST]
+    of their (log-space) distance, with every point as near as the NEAREST-th (within TIE) taken too: a shape
+    midway between measured ones (powers of two often are) has equidistant neighbours, and which of them a cut at
+    NEAREST kept would turn on the last bit of a logarithm."""
+    dist = sorted(((_distance(p, at), i) for i, p in enumerate(points)))
     if dist[0][0] < 1e-12:
-        return dist[0][1]
-    w = [1 / d for d, _v in dist]
-    return sum(wi * v for wi, (_d, v) in zip(w, dist, strict=True)) / sum(w)
+        return values[dist[0][1]]
+    cut = dist[min(NEAREST, len(dist)) - 1][0] * (1 + TIE)
+    near = [(d, i) for d, i in dist if d <= cut]
+    w = [1 / d for d, _i in near]
+    return sum(wi * values[i] for wi, (_d, i) in zip(w, near, strict=True)) / sum(w)
 
 
 @lru_cache(maxsize=65536)

@@ -72,9 +72,10 @@ def p2p_seconds(p, nbytes: float) -> float:
     return nbytes / (t["efficient_factor"] * p.link_gib * GIB) + t["latency_us"] * 1e-6
 
 
-def scenario_reason(scn, gpu_name: str) -> str | None:
+def scenario_reason(scn, gpu_name: str, zero: bool = True) -> str | None:
     """Why `scn`'s steps on `gpu_name` are not timed by the measured kernels whatever the arrangement, or None
-    (then `applies` decides by the arrangement)."""
+    (then `applies` decides by the arrangement); with `zero` False, leaving out the ZeRO stage's test (the page's
+    reader sets ZeRO, and its script tests it)."""
     from symmem.steptime.kernels import profile
 
     if gpu_name not in KERNEL_CONSTANTS or profile(gpu_name) is None:
@@ -85,7 +86,7 @@ def scenario_reason(scn, gpu_name: str) -> str | None:
         return f"profile {scn.profile.name}: FSDP2's overlapped traffic is the fitted model's"
     if scn.ddp.overlap_grad_reduce:
         return "--overlap-grad-reduce: the overlapped traffic is the fitted model's"
-    if int(scn.zero) >= 3:
+    if zero and int(scn.zero) >= 3:
         return "ZeRO-3: the parameters gathered per layer and micro-batch are the fitted model's"
     if len(scn.schedule.held_stages(0, scn.parallel.pp)) > 1:
         return f"schedule {scn.schedule.label}: a GPU holding two stages is the fitted model's"
