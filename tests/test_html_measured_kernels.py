@@ -41,8 +41,18 @@ def test_the_page_times_a_measured_kernels_step_as_memory_does(browser, tmp_path
             _assert_equal(page, want)
             assert not errors
             assert "measured kernels" in _page_model(page), query
+            assert want["step"]["caveat"] == "" and page.query_selector("[data-field=step_caveat]") is None
         finally:
             page.close()
+    # longer than the fitted iterations: the same caveat as memory's
+    want = memory_json(*base, "-s", "65536", "--tp", "2", "--dp", "4", "--gpu", "B200")
+    assert want["step"]["caveat"]
+    page, errors = _open(browser, path, "?s=65536")
+    try:
+        _assert_equal(page, want)
+        assert page.inner_text("[data-field=step_caveat]") == want["step"]["caveat"]
+    finally:
+        page.close()
     # where memory uses the fitted model the page shows its time: DP 8 x TP 2 (16 GPUs, the data-parallel groups
     # span two nodes), CP 2 over the P2P ring, ZeRO-3 chosen on the page, and the same step on an H100 (no kernel
     # profile)

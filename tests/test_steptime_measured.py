@@ -152,3 +152,19 @@ def test_an_moe_sweep_with_all_to_all_cp_and_zero_0():
         assert r["time_s"] == pytest.approx(st.time_s, rel=1e-9), r
         seen.add((r["ep"] > 1, r["cp"] > 1, r["zero"]))
     assert (True, True, 0) in seen and (True, False, 1) in seen
+
+
+def test_a_step_longer_than_the_fitted_iterations_carries_a_caveat():
+    """Beyond the longest sequence of the iterations the constants were fitted on, the step says what it carries
+    over (docs/step_time.md: the attention's slowdown, fitted at 4,096-32,768 tokens); within them, nothing."""
+    from derivations.measured_step_times import measured_iterations
+
+    lengths = {scn.s for _case, scn, _sec, _r in measured_iterations()}  # the scenario files' own sequences
+    assert measured.fitted_sequences() == (min(lengths), max(lengths)) == (4096, 32768)
+    assert step_time(_scn(s=32768)).caveat == ""
+    long = step_time(_scn(s=65536))
+    assert long.model == "measured kernels" and long.as_dict()["caveat"] == (
+        "s = 65,536 is longer than any iteration the constants were fitted on (4,096 to 32,768 tokens): the "
+        "attention's slowdown over its measured kernel is carried over, which may make the step slow "
+        "(docs/step_time.md)")
+    assert step_time(_scn(s=65536, gpu_name="H100")).caveat == ""  # the fitted model: not this model's caveat

@@ -241,7 +241,8 @@ def _constants_said(step) -> str:
 
     if step.model == "measured kernels":
         return (f"each GEMM, attention and collective at the time measured for it on {step.gpu} "
-                "(symmem/data/kernels/), four constants fitted on measured B200 runs")
+                "(symmem/data/kernels/), four constants fitted on measured B200 runs"
+                + (f"; {step.caveat}" if step.caveat else ""))
     from symmem.steptime.measured import KERNEL_CONSTANTS
 
     k = DEVICE_CONSTANTS.get(step.gpu)

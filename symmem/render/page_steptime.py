@@ -89,7 +89,7 @@ def kernel_profiles() -> dict:
     """Each GPU's kernel profile and the measured-kernels model's constants (`steptime.measured`), as the page's
     script reads them: the measured points already in log space (the profile's own floats), NEAREST and TIE."""
     from symmem.steptime.kernels import NEAREST, TIE, profile
-    from symmem.steptime.measured import KERNEL_CONSTANTS
+    from symmem.steptime.measured import KERNEL_CONSTANTS, fitted_sequences
 
     out = {}
     for name, k in KERNEL_CONSTANTS.items():
@@ -98,5 +98,6 @@ def kernel_profiles() -> dict:
             continue
         out[name] = {"peak": p.peak, "gemm": p.gemm, "grouped": p.grouped, "attention": p.attention,
                      "memory_bound": p.memory_bound, "collectives": p.collectives, "link_gib": p.link_gib,
-                     "nearest": NEAREST, "tie": TIE, "constants": k.as_dict()}
+                     "nearest": NEAREST, "tie": TIE, "constants": k.as_dict(),
+                     "fitted_sequences": list(fitted_sequences())}
     return out

@@ -61,6 +61,8 @@ class StepTime:
     model: str = "fitted"
     model_note: str = ""
     constants: dict = field(default_factory=dict)
+    # where the model is carried past the iterations it was fitted on (`measured.caveat`), what it may miss
+    caveat: str = ""
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -71,7 +73,7 @@ class StepTime:
                 "time_s": self.time_s, "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "comm_bytes": dict(self.comm_bytes), "seconds_by_part": dict(self.seconds_by_part),
-                "model": self.model, "model_note": self.model_note,
+                "model": self.model, "model_note": self.model_note, "caveat": self.caveat,
                 "constants": dict(self.constants) or _constants_of(self.gpu).as_dict()}
 
 
@@ -317,7 +319,7 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     comm["tp"] += int(f.comm_bytes("etp") * scn.m)
     comm["dp"] = int(f.dp_bytes)
     return StepTime(g.name, fm, fh, t, tokens_per_s, mfu, comm, parts, par.world_size, model,
-                    "" if why is None else why, constants)
+                    "" if why is None else why, constants, measured.caveat(scn) if why is None else "")
 
 
 class UnmeasuredLink(SymmemError):

@@ -31,6 +31,7 @@ gathers per layer and micro-batch) and DualPipe (a GPU holding two stages)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cache
 
 from symmem._cache import bounded
 from symmem.errors import SymmemError
@@ -93,6 +94,35 @@ def scenario_reason(scn, gpu_name: str, zero: bool = True) -> str | None:
     if "n_h" not in dict(scn.model.values):
         return f"{scn.model.name}: no attention heads the profile can read"
     return None
+
+
+@cache
+def fitted_sequences() -> tuple[int, int]:
+    """The shortest and the longest sequence of the measured iterations the four constants are fitted on
+    (symmem/data/megatron_b200.json)."""
+    import json
+    from importlib import resources
+
+    runs = json.loads(resources.files("symmem.data").joinpath("megatron_b200.json").read_text())["runs"]
+    lengths = [int(r["batch"]["seq_length"]) for r in runs]
+    return min(lengths), max(lengths)
+
+
+def caveat(scn) -> str:
+    """What a step beyond the fitted iterations' sequences may miss, or "" (docs/step_time.md: at 131,072 tokens
+    the attention's slowdown fitted at 4,096-32,768 is carried over, and SimuMax's 131,072-token kernel runs slower
+    per FLOP than its 32,768-token one, so such a step may come out slow)."""
+    low, high = fitted_sequences()
+    if scn.s <= high:
+        return ""
+    return caveat_text(scn.s, low, high)
+
+
+def caveat_text(s: int, low: int, high: int) -> str:
+    """`caveat`'s sentence (the page's script writes the same, `kernelCaveat`)."""
+    return (f"s = {s:,} is longer than any iteration the constants were fitted on ({low:,} to {high:,} tokens): "
+            "the attention's slowdown over its measured kernel is carried over, which may make the step slow "
+            "(docs/step_time.md)")
 
 
 # the groups whose spanning nodes takes a step out of the profile's collectives (measured within one node)
