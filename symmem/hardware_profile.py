@@ -2,9 +2,12 @@
 
 A profile holds what the step-time model reads of a device, each figure measured on it: GEMM throughput at several
 shapes, the fused attention's (SDPA) at several sequence lengths, the bandwidth of a large copy, the cost of one
-small kernel, the memory capacity, and where every figure comes from. Read through `--gpu FILE`, it becomes a `GPU`
-(symmem.hardware) whose BF16 rate is the best measured GEMM rate and whose HBM bandwidth the measured copy's, and
-the step-time model's constants are derived from the measurements, none fitted: GEMM efficiency 1 (the rate is
+small kernel, the memory capacity, and where every figure comes from; and its kernel table (each GEMM shape's three
+passes, each attention forward and backward, symmem.calibrate_kernels), by which `--gpu FILE` times the step with
+the measured-kernels model (`register`: a kernel profile and the model's constants, the slowdowns 1, the measured
+launch cost, nothing fixed). Read through `--gpu FILE`, it becomes a `GPU` (symmem.hardware) whose BF16 rate is the
+best measured GEMM rate and whose HBM bandwidth the measured copy's; for a profile written before the kernel table,
+the fitted model's constants are derived from the measurements, none fitted: GEMM efficiency 1 (the rate is
 one the device reached), attention efficiency the measured attention rate over that GEMM rate, the launch cost the
 measured small kernel's, no fixed term. Collectives are measured only with several devices (`symmem calibrate
 --devices N`: the link's bandwidth and its latency per ring step, `symmem.calibrate_collectives`); a profile without
@@ -54,7 +57,7 @@ def _rows(raw: dict, key: str, path: str, fields: tuple[str, ...]) -> list[dict]
 
 def load(path: str) -> dict:
     """The profile at `path`, checked: {name, memory, gemm_rate, attention_rate, copy_bandwidth, launch_s, links,
-    source}. One line for a missing, oversized or malformed file."""
+    kernels, source}. One line for a missing, oversized or malformed file."""
     from symmem._files import read_text_file
 
     text = read_text_file(path, "--gpu")  # (a regular file of at most 4 MiB, or one line)
@@ -97,7 +100,52 @@ def load(path: str) -> dict:
             "attention_rate": max(attention, key=lambda r: r["s"])["flops_per_s"],
             "copy_bandwidth": _number(raw, "copy_bytes_per_s", f"--gpu {path}"),
             "launch_s": _number(raw, "launch_s", f"--gpu {path}", 0, 1.0),
-            "links": links, "source": str(raw.get("source", ""))[:300]}
+            "links": links, "kernels": _kernels(raw, path), "source": str(raw.get("source", ""))[:300]}
+
+
+def _kernels(raw: dict, path: str) -> dict | None:
+    """The profile's kernel table (symmem.calibrate_kernels), checked: every GEMM row [layout, m, k, n, seconds]
+    with each layout present, every attention row [b, s, heads, kv heads, qk dim, v dim, forward seconds,
+    backward seconds]; None for a profile written before the table was (the fitted model's constants then)."""
+    from symmem.calibrate_kernels import LAYOUTS
+
+    table = raw.get("kernels")
+    if table is None:
+        return None
+    where = f"--gpu {path}: kernels"
+    if not isinstance(table, dict):
+        raise SymmemError(f"{where}: must be an object (symmem calibrate writes it)")
+
+    def rows(key: str, width: int, sizes: range) -> list[list]:
+        items = table.get(key)
+        if not isinstance(items, list) or not items or len(items) > 1000:
+            raise SymmemError(f"{where}.{key}: must be a list of 1 to 1,000 measurements")
+        out = []
+        for i, row in enumerate(items):
+            if not isinstance(row, list) or len(row) != width:
+                raise SymmemError(f"{where}.{key}[{i}]: must be a list of {width} entries")
+            for j in sizes:  # the shape: whole numbers from 1 to 2^20
+                if isinstance(row[j], bool) or not isinstance(row[j], int) or not 1 <= row[j] <= 1 << 20:
+                    raise SymmemError(f"{where}.{key}[{i}][{j}] = {str(row[j])[:40]!r}: must be a whole number "
+                                      "from 1 to 1,048,576")
+            for j in range(sizes.stop, width):  # the seconds measured: above 0, at most an hour
+                t = row[j]
+                if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) \
+                        or not 0 < t <= 3600:
+                    raise SymmemError(f"{where}.{key}[{i}][{j}] = {str(t)[:40]!r}: must be seconds above 0 and "
+                                      "at most 3,600")
+            out.append(list(row))
+        return out
+
+    gemm = rows("gemm", 5, range(1, 4))
+    for i, row in enumerate(gemm):
+        if row[0] not in LAYOUTS:
+            raise SymmemError(f"{where}.gemm[{i}][0] = {str(row[0])[:20]!r}: must be one of {', '.join(LAYOUTS)}")
+    missing = [lay for lay in LAYOUTS if not any(r[0] == lay for r in gemm)]
+    if missing:
+        raise SymmemError(f"{where}.gemm: no {', '.join(missing)} pass measured (each GEMM shape is timed in all "
+                          "three)")
+    return {"gemm": gemm, "attention": rows("attention", 8, range(0, 6))}
 
 
 def measured(gpu_key: object) -> bool:
@@ -130,4 +178,10 @@ def register(path: str) -> str:
     model.DEVICE_CONSTANTS[key] = model.Constants(
         gemm_efficiency=1.0, attention_efficiency=p["attention_rate"] / p["gemm_rate"],
         link_efficiency=1.0, latency_s=p["launch_s"], fixed_s=0.0)
+    if p["kernels"] is not None:  # each kernel's own time: the measured-kernels model, nothing fitted
+        from symmem.calibrate_kernels import kernel_profile
+        from symmem.steptime import kernels, measured
+
+        kernels.REGISTERED[key] = kernel_profile(key, p["kernels"], p["copy_bandwidth"], links)
+        measured.KERNEL_CONSTANTS[key] = measured.KernelConstants(1.0, 1.0, p["launch_s"], 0.0)
     return key

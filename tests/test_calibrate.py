@@ -1,6 +1,8 @@
 """`symmem calibrate -o FILE` on this CPU, and `--gpu FILE` timing the step with what it measured (issue 46, item
-3): the step's parts are the profile's rates applied to the step's own FLOPs and bytes, nothing fitted; a profile
-that measured no collectives times no step that communicates; a bad profile is one line."""
+3): each GEMM pass and attention at the time measured for the nearest shapes of the profile's kernel table and
+each collective over the measured link (the measured-kernels model, nothing fitted); a profile written before the
+table, by its measured rates applied to the step's own FLOPs and bytes; a profile that measured no collectives
+times no step that communicates; a bad profile is one line."""
 
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ def _registry_restored(monkeypatch):
     """A profile registered by `--gpu FILE` lives for the process, as a command's does; the tests share one process,
     so each test's registrations are undone after it (they were seen by the page tests that ran later)."""
     from symmem import hardware, units
-    from symmem.steptime import model
+    from symmem.steptime import kernels, measured, model
 
     monkeypatch.setattr(hardware, "GPUS", dict(hardware.GPUS))
     monkeypatch.setattr(units, "GPUS", dict(units.GPUS))
     monkeypatch.setattr(model, "DEVICE_CONSTANTS", dict(model.DEVICE_CONSTANTS))
+    monkeypatch.setattr(kernels, "REGISTERED", dict(kernels.REGISTERED))
+    monkeypatch.setattr(measured, "KERNEL_CONSTANTS", dict(measured.KERNEL_CONSTANTS))
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +48,88 @@ def test_calibrate_writes_a_profile(profile, capsys, tmp_path):
     assert [a["s"] for a in raw["attention"]] == [128, 256]
     assert raw["copy_bytes_per_s"] > 0 and 0 < raw["launch_s"] < 1 and raw["memory_bytes"] > 2**30
     assert raw["links"] is None and "source" in raw
+    # the kernel table: each shape's three passes, keyed as SimuMax keys them, the forward the summary row's time
+    table = raw["kernels"]
+    assert [r[:4] for r in table["gemm"]] == [[lay, *key] for m, k, n in ((256, 256, 256), (512, 512, 512))
+                                             for lay, key in (("TN", (m, k, n)), ("NN", (m, n, k)),
+                                                              ("NT", (n, m, k)))]
+    assert [r[4] for r in table["gemm"] if r[0] == "TN"] == [g["seconds"] for g in raw["gemm"]]
+    assert [r[:6] for r in table["attention"]] == [[1, s, 8, 8, 128, 128] for s in (128, 256)]
+    assert all(r[6] > 0 and r[7] > 0 for r in table["attention"])
+    assert [r[6] for r in table["attention"]] == [a["seconds"] for a in raw["attention"]]
 
 
-def test_the_step_is_timed_with_the_measured_rates(profile, capsys):
+def _without_kernels(profile, folder):
+    """The profile as `symmem calibrate` wrote it before the kernel table (a file of an earlier version)."""
+    raw = json.loads(profile.read_text())
+    del raw["kernels"]
+    path = folder / f"old-{profile.name}"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_the_step_is_timed_by_the_calibrated_kernels(profile, capsys):
+    """Each GEMM pass and attention at the table's times (the nearest measured shapes), the two slowdowns 1, the
+    measured launch cost, nothing fixed, no caveat (nothing was fitted on iterations to be carried past)."""
+    from symmem.cli.args import scenario_from_args
+    from symmem.cli.main import build_parser
+    from symmem.hardware import gpu
+    from symmem.steptime import costs, kernels
+
+    raw = json.loads(profile.read_text())
+    argv = ["memory", "--model", "llama-3-8b", "-s", "65536", "--gpu", str(profile)]
+    assert main([*argv, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["step"]
+    assert step["model"] == "measured kernels" and step["model_note"] == "" and step["caveat"] == ""
+    assert step["constants"] == {"gemm_slowdown": 1.0, "attention_slowdown": 1.0,
+                                 "launch_s": pytest.approx(raw["launch_s"]), "fixed_s": 0.0}
+    scn = scenario_from_args(build_parser().parse_args(argv))
+    p, g = kernels.profile(scn.gpu_name), gpu(scn.gpu_name)
+    c = costs.stage_costs(scn, scn.stages[0])
+    parts = step["seconds_by_part"]
+    assert parts["gemm"] == pytest.approx(sum(n * kernels.gemm_seconds(p, m, k, nn, e, again)
+                                              for m, k, nn, e, n, again, _low in c.gemms), rel=1e-12)
+    assert parts["attention"] == pytest.approx(sum(n * kernels.attention_seconds(p, *shape, again)
+                                                   for *shape, n, again in c.attentions), rel=1e-12)
+    assert parts["memory_bound"] == pytest.approx(c.memory_bytes / raw["copy_bytes_per_s"], rel=1e-12)
+    assert parts["launches"] == pytest.approx(c.kernels * raw["launch_s"], rel=1e-12)
+    assert parts["fixed"] == 0 and g.bf16 == max(gr["flops_per_s"] for gr in raw["gemm"])
+    assert main(argv) == 0
+    assert "symmem calibrate measured for it on the device (the nearest measured shapes), nothing fitted" in \
+        capsys.readouterr().out
+
+
+def test_a_calibrated_kernel_takes_the_time_measured_for_it():
+    """At a measured shape the model's time is the measured seconds, whatever the peak (each efficiency is the
+    shape's rate over the best one): the three passes' sum for a GEMM (the forward twice when recomputed), forward
+    and backward for the attention; the experts without grouped GEMMs measured as that many GEMMs; collectives
+    over the measured link, the latency per ring step."""
+    from symmem.calibrate_kernels import kernel_profile
+    from symmem.steptime import kernels, measured
+
+    table = {"gemm": [["TN", 64, 32, 16, 1e-3], ["NN", 64, 16, 32, 2e-3], ["NT", 16, 64, 32, 4e-3],
+                      ["TN", 128, 128, 128, 5e-3], ["NN", 128, 128, 128, 6e-3], ["NT", 128, 128, 128, 7e-3]],
+             "attention": [[1, 256, 8, 2, 64, 64, 0.01, 0.03], [1, 512, 8, 2, 64, 64, 0.05, 0.12]]}
+    links = {"intra_bytes_per_s": 2e9, "step_latency_s": 1e-5}
+    p = kernel_profile("made up", table, 1e10, links)
+    assert p.peak == 2 * 128**3 / 5e-3  # the best rate measured
+    assert kernels.gemm_seconds(p, 64, 32, 16, 1, False) == pytest.approx(1e-3 + 2e-3 + 4e-3, rel=1e-12)
+    assert kernels.gemm_seconds(p, 64, 32, 16, 1, True) == pytest.approx(2e-3 + 2e-3 + 4e-3, rel=1e-12)
+    assert kernels.gemm_seconds(p, 64, 32, 16, 4, False) == pytest.approx(4 * 7e-3, rel=1e-12)
+    assert kernels.attention_seconds(p, 1, 512, 8, 2, 64, 64, False) == pytest.approx(0.17, rel=1e-12)
+    assert kernels.attention_seconds(p, 1, 256, 8, 2, 64, 64, True) == pytest.approx(0.05, rel=1e-12)
+    assert measured.collective_seconds(p, "all-gather", 4e6, 2) == pytest.approx(4e6 / 2e9 + 1e-5, rel=1e-12)
+    assert measured.collective_seconds(p, "all-reduce", 4e6, 4) == pytest.approx(4e6 / 2e9 + 6e-5, rel=1e-12)
+    assert measured.p2p_seconds(p, 4e6) == pytest.approx(4e6 / 2e9 + 1e-5, rel=1e-12)
+
+
+def test_a_profile_without_a_kernel_table_is_timed_with_its_measured_rates(profile, capsys, tmp_path):
     from symmem.cli.args import scenario_from_args
     from symmem.cli.main import build_parser
     from symmem.hardware import gpu
     from symmem.steptime import features
 
+    profile = _without_kernels(profile, tmp_path)
     raw = json.loads(profile.read_text())
     argv = ["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(profile)]
     assert main([*argv, "--json"]) == 0
@@ -59,6 +137,7 @@ def test_the_step_is_timed_with_the_measured_rates(profile, capsys):
     gemm_rate = max(g["flops_per_s"] for g in raw["gemm"])
     attention_rate = max(raw["attention"], key=lambda a: a["s"])["flops_per_s"]
     k = step["constants"]
+    assert step["model"] == "fitted" and "has no kernel profile" in step["model_note"]
     assert k == {"gemm_efficiency": 1.0, "attention_efficiency": pytest.approx(attention_rate / gemm_rate),
                  "link_efficiency": 1.0, "latency_s": pytest.approx(raw["launch_s"]), "fixed_s": 0.0}
     # the parts by hand from the step's features and the profile's numbers
@@ -197,20 +276,35 @@ def test_calibrate_times_the_collectives_among_processes(linked):
     assert bw > 0 and lat >= 0
 
 
-def test_a_communicating_step_is_timed_with_the_measured_link(linked, capsys):
+def test_a_communicating_step_is_timed_with_the_measured_link(linked, capsys, tmp_path):
     from symmem.cli.args import scenario_from_args
     from symmem.cli.main import build_parser
     from symmem.hardware import gpu
     from symmem.steptime import features
+    from symmem.steptime.measured import stage_collectives
 
     links = json.loads(linked.read_text())["links"]
+    bw, lat = links["intra_bytes_per_s"], links["step_latency_s"]
+    # the calibrated kernels: each collective's bytes over the link, its ring steps' latencies (2 (n - 1) for an
+    # all-reduce, n - 1 otherwise; SimuMax's form, none fixed)
     argv = ["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(linked), "--tp", "2"]
+    assert main([*argv, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["step"]
+    scn = scenario_from_args(build_parser().parse_args(argv))
+    colls = stage_collectives(scn, scn.stages[0])
+    want = sum(nb / bw + calls * (2 if kind == "all-reduce" else 1) * lat for (axis, kind), (nb, calls) in colls.items()
+               if axis == "tp")
+    assert step["model"] == "measured kernels"
+    assert step["seconds_by_part"]["comm_tp"] == pytest.approx(want, rel=1e-12) and want > 0
+    # a profile written before the kernel table: the fitted model's form, one latency a call
+    old = _without_kernels(linked, tmp_path)
+    argv = ["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(old), "--tp", "2"]
     assert main([*argv, "--json"]) == 0
     parts = json.loads(capsys.readouterr().out)["step"]["seconds_by_part"]
     scn = scenario_from_args(build_parser().parse_args(argv))
     f = features(scn, gpu(scn.gpu_name))
     nb, calls = next((nb, c) for a, nb, c, _net in f.comm if a == "tp")
-    want = f.slots * (nb / links["intra_bytes_per_s"] + calls * links["step_latency_s"])
+    want = f.slots * (nb / bw + calls * lat)
     assert parts["comm_tp"] == pytest.approx(want, rel=1e-12) and parts["comm_tp"] > 0
 
 

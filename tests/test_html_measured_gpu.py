@@ -17,11 +17,12 @@ def registries():
     """`--gpu FILE` registers the profile for the process; undone after this module (the other page tests list
     every registered GPU)."""
     from symmem import hardware, units
-    from symmem.steptime import model
+    from symmem.steptime import kernels, measured, model
 
-    saved = dict(hardware.GPUS), dict(units.GPUS), dict(model.DEVICE_CONSTANTS)
+    registries = (hardware.GPUS, units.GPUS, model.DEVICE_CONSTANTS, kernels.REGISTERED, measured.KERNEL_CONSTANTS)
+    saved = tuple(dict(r) for r in registries)
     yield
-    for registry, old in zip((hardware.GPUS, units.GPUS, model.DEVICE_CONSTANTS), saved, strict=True):
+    for registry, old in zip(registries, saved, strict=True):
         registry.clear()
         registry.update(old)
 

@@ -18,6 +18,19 @@ def _page_model(page) -> str:
     return page.inner_text("[data-field=step_model]")
 
 
+def _page_matches(browser, path, query: str, want: dict) -> None:  # noqa: F811 (the fixture's name)
+    """The page at `query` shows `want`'s figures (`symmem memory --json`) and names the model that timed them."""
+    page, errors = _open(browser, path, query)
+    try:
+        _assert_equal(page, want)
+        assert not errors
+        assert ("measured kernels" in _page_model(page)) == (want["step"]["model"] == "measured kernels"), query
+        caveat = page.query_selector("[data-field=step_caveat]")
+        assert (caveat.inner_text() if caveat else "") == want["step"].get("caveat", ""), query
+    finally:
+        page.close()
+
+
 @browser_only
 def test_the_page_times_a_measured_kernels_step_as_memory_does(browser, tmp_path):  # noqa: F811
     path = tmp_path / "page.html"
@@ -35,24 +48,12 @@ def test_the_page_times_a_measured_kernels_step_as_memory_does(browser, tmp_path
                          ("?pp=2&dp=2&recompute=full", ("-s", "4096", "--tp", "2", "--pp", "2", "--dp", "2",
                                                         "--recompute", "full"))):
         want = memory_json(*base, *flags, "--gpu", "B200")
-        assert want["step"]["model"] == "measured kernels", query
-        page, errors = _open(browser, path, query)
-        try:
-            _assert_equal(page, want)
-            assert not errors
-            assert "measured kernels" in _page_model(page), query
-            assert want["step"]["caveat"] == "" and page.query_selector("[data-field=step_caveat]") is None
-        finally:
-            page.close()
+        assert want["step"]["model"] == "measured kernels" and want["step"]["caveat"] == "", query
+        _page_matches(browser, path, query, want)
     # longer than the fitted iterations: the same caveat as memory's
     want = memory_json(*base, "-s", "65536", "--tp", "2", "--dp", "4", "--gpu", "B200")
     assert want["step"]["caveat"]
-    page, errors = _open(browser, path, "?s=65536")
-    try:
-        _assert_equal(page, want)
-        assert page.inner_text("[data-field=step_caveat]") == want["step"]["caveat"]
-    finally:
-        page.close()
+    _page_matches(browser, path, "?s=65536", want)
     # where memory uses the fitted model the page shows its time: DP 8 x TP 2 (16 GPUs, the data-parallel groups
     # span two nodes), CP 2 over the P2P ring, ZeRO-3 chosen on the page, and the same step on an H100 (no kernel
     # profile)
@@ -62,13 +63,7 @@ def test_the_page_times_a_measured_kernels_step_as_memory_does(browser, tmp_path
                          ("?gpu=H100", ("--tp", "2", "--dp", "4", "--gpu", "H100"))):
         want = memory_json(*FLAGS[:-6], *flags)
         assert want["step"]["model"] == "fitted", query
-        page, errors = _open(browser, path, query)
-        try:
-            _assert_equal(page, want)
-            assert not errors
-            assert "measured kernels" not in _page_model(page), query
-        finally:
-            page.close()
+        _page_matches(browser, path, query, want)
 
 
 @browser_only
@@ -84,13 +79,7 @@ def test_the_page_times_all_to_all_cp_and_experts_by_the_measured_kernels(browse
                        ("?ep=4&zero=0", ("--ep", "4", "--zero", "0"))):
         want = memory_json(*flags, *par)
         assert want["step"]["model"] == "measured kernels", query
-        page, errors = _open(browser, path, query)
-        try:
-            _assert_equal(page, want)
-            assert not errors
-            assert "measured kernels" in _page_model(page), query
-        finally:
-            page.close()
+        _page_matches(browser, path, query, want)
 
 
 @browser_only
@@ -105,13 +94,7 @@ def test_a_page_made_at_zero_3_times_zero_1_by_the_measured_kernels(browser, tmp
                                ("?zero=0", "0", "measured kernels")):
         want = memory_json(*flags, "--zero", zero)
         assert want["step"]["model"] == model, query
-        page, errors = _open(browser, path, query)
-        try:
-            _assert_equal(page, want)
-            assert not errors
-            assert ("measured kernels" in _page_model(page)) == (model == "measured kernels"), query
-        finally:
-            page.close()
+        _page_matches(browser, path, query, want)
 
 
 @browser_only
@@ -167,12 +150,7 @@ def test_the_pages_nearest_measured_shapes_are_pythons(browser, tmp_path):  # no
                          ("?b=4&s=2048", ("-b", "4", "-s", "2048"))):
         want_step = memory_json(*flags, *extra)
         assert want_step["step"]["model"] == "measured kernels"
-        page, errors = _open(browser, path, query)
-        try:
-            _assert_equal(page, want_step)
-            assert not errors
-        finally:
-            page.close()
+        _page_matches(browser, path, query, want_step)
 
 
 def test_the_page_reads_the_measured_kernels_costs_where_memory_uses_them():

@@ -3,10 +3,12 @@
 
 What it measures, on CUDA when torch sees a GPU (timed with CUDA events) and on the CPU otherwise (timed with the
 process's performance counter, after a warm-up run of each kernel):
-* GEMMs: torch.matmul of (m, k) x (k, n) in the given dtype at a default set of shapes, or the shapes `--gemm`
-  names; FLOP/s = 2mkn / seconds;
+* GEMMs: at a default set of shapes (m, k, n), or the shapes `--gemm` names, in the given dtype, each in its three
+  passes (symmem.calibrate_kernels: forward, data gradient, weight gradient); the forward's FLOP/s = 2mkn / seconds
+  is the summary row;
 * attention: torch.nn.functional.scaled_dot_product_attention, causal, b = 1, 8 heads of 128, at the sequence
-  lengths `--seq` names; FLOP/s = the causal products' 2·2·b·heads·s²·d / 2 over seconds (forward);
+  lengths `--seq` names, forward and backward; the forward's FLOP/s = the causal products' 2·2·b·heads·s²·d / 2
+  over seconds is the summary row;
 * bandwidth: a copy of a large tensor, bytes read and written over seconds;
 * launch cost: one small elementwise kernel;
 * capacity: the GPU's total memory, or the machine's physical memory on the CPU;
@@ -14,6 +16,9 @@ process's performance counter, after a warm-up run of each kernel):
   CUDA GPUs, gloo on the CPU): all-gather, reduce-scatter and all-reduce at four sizes, and the link's bandwidth and
   latency per ring step they imply (`symmem.calibrate_collectives`). Without it the profile says they were not
   measured, and it times no step that communicates.
+
+The passes and the attention's forward and backward are the profile's kernel table (`kernels`), which `--gpu FILE`
+times the step by (the measured-kernels model, symmem/steptime/measured.py, nothing fitted).
 """
 
 from __future__ import annotations
@@ -122,19 +127,19 @@ def measure(args) -> dict:
         raise SymmemError(f"--devices {devices}: this machine runs at most {limit} here ({why})")
     seconds = _timer(torch, device)
     name = args.name or (torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({os.cpu_count()} threads)")
-    gemm = []
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
-        t = seconds(lambda a=a, b=b: torch.matmul(a, b), repeat)
-        gemm.append({"m": m, "k": k, "n": n, "seconds": t, "flops_per_s": 2 * m * k * n / t})
-    attention = []
+    from symmem.calibrate_kernels import time_attentions, time_gemms
+
+    # each shape's three passes and each attention's forward and backward (the kernel table the measured-kernels
+    # model reads); the forward passes are also the summary rates (the fitted model's constants)
+    kernel_gemms = time_gemms(torch, seconds, dtype, device, shapes, repeat)
+    gemm = [{"m": m, "k": k, "n": n, "seconds": t, "flops_per_s": 2 * m * k * n / t}
+            for layout, m, k, n, t in kernel_gemms if layout == "TN"]
     heads, d = 8, 128
-    for s in seqs:
-        q, kk, v = (torch.randn(1, heads, s, d, device=device).to(dtype) for _ in range(3))
-        t = seconds(lambda q=q, kk=kk, v=v: torch.nn.functional.scaled_dot_product_attention(q, kk, v,
-                                                                                              is_causal=True), repeat)
-        attention.append({"b": 1, "heads": heads, "s": s, "head_dim": d, "causal": True, "seconds": t,
-                          "flops_per_s": 2 * heads * s * s * d / t})  # 2 products x 2 FLOPs x b h s^2 d / 2
+    kernel_attentions = time_attentions(torch, seconds, dtype, device, [(1, s, heads, heads, d, d) for s in seqs],
+                                        repeat)
+    # forward FLOP/s: 2 products x 2 FLOPs x b h s^2 d / 2 (causal)
+    attention = [{"b": 1, "heads": heads, "s": s, "head_dim": d, "causal": True, "seconds": t,
+                  "flops_per_s": 2 * heads * s * s * d / t} for _b, s, *_shape, t, _t_bwd in kernel_attentions]
     big = torch.empty((8 if args.quick else 64) << 20, dtype=torch.uint8, device=device)
     out = torch.empty_like(big)
     t_copy = seconds(lambda: out.copy_(big), repeat)
@@ -148,6 +153,9 @@ def measure(args) -> dict:
                    f"{repeat} times after a warm-up, the median "
                    f"({'CUDA events' if device == 'cuda' else 'the CPU clock'})"),
         "memory_bytes": _memory_bytes(torch, device), "gemm": gemm, "attention": attention,
+        "kernels": {"gemm": kernel_gemms, "attention": kernel_attentions,
+                    "note": "symmem.calibrate_kernels: [layout, m, k, n, seconds] as SimuMax keys the three passes; "
+                            "[b, s, heads, kv heads, qk dim, v dim, forward seconds, backward seconds]"},
         "copy_bytes_per_s": 2 * big.numel() / t_copy, "launch_s": t_launch,
         **_links(devices, args.quick, repeat, device),
     }

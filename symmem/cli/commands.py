@@ -239,6 +239,9 @@ def _constants_said(step) -> str:
     """Where the step-time constants come from: a measured profile's (`--gpu FILE`) or the fit."""
     from symmem.steptime.model import DEVICE_CONSTANTS
 
+    if step.model == "measured kernels" and step.gpu in DEVICE_CONSTANTS:  # calibrated (`--gpu FILE`)
+        return ("each GEMM pass, attention and collective at the time symmem calibrate measured for it on the "
+                "device (the nearest measured shapes), nothing fitted")
     if step.model == "measured kernels":
         return (f"each GEMM, attention and collective at the time measured for it on {step.gpu} "
                 "(symmem/data/kernels/), four constants fitted on measured B200 runs"

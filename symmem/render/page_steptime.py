@@ -88,6 +88,8 @@ def gpus() -> dict:
 def kernel_profiles() -> dict:
     """Each GPU's kernel profile and the measured-kernels model's constants (`steptime.measured`), as the page's
     script reads them: the measured points already in log space (the profile's own floats), NEAREST and TIE."""
+    import math
+
     from symmem.steptime.kernels import NEAREST, TIE, profile
     from symmem.steptime.measured import KERNEL_CONSTANTS, fitted_sequences
 
@@ -96,8 +98,10 @@ def kernel_profiles() -> dict:
         p = profile(name)
         if p is None:
             continue
+        # (a calibrated device without collectives measured: no link, null; the script refuses its traffic first)
         out[name] = {"peak": p.peak, "gemm": p.gemm, "grouped": p.grouped, "attention": p.attention,
-                     "memory_bound": p.memory_bound, "collectives": p.collectives, "link_gib": p.link_gib,
+                     "memory_bound": p.memory_bound, "collectives": p.collectives,
+                     "link_gib": None if math.isinf(p.link_gib) else p.link_gib,
                      "nearest": NEAREST, "tie": TIE, "constants": k.as_dict(),
                      "fitted_sequences": list(fitted_sequences())}
     return out

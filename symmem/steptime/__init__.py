@@ -298,7 +298,11 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     check_gpu(scn, g)
     f = features(scn, g)
     from symmem.steptime import measured
+    from symmem.steptime.model import DEVICE_CONSTANTS
 
+    # a measured profile (`--gpu FILE`) times no traffic over a link it did not measure, whichever model times the
+    # step (without collectives it has links of infinite speed, `hardware_profile.register`)
+    _check_links(scn, f, g)
     why = measured.applies(scn, g)
     if why is None:  # the GPU's measured kernels cover the step (`steptime.measured`)
         km = measured.KERNEL_CONSTANTS[g.name]
@@ -306,8 +310,6 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
         model, constants = "measured kernels", km.as_dict()
     else:
         k = _constants_of(g.name)  # a measured profile's own (`--gpu FILE`), else the fitted ones
-        # a measured profile without collectives has links of infinite speed (`hardware_profile.register`)
-        _check_links(scn, f, g)
         parts = breakdown(f, g, k)
         model, constants = "fitted", k.as_dict()
     t = sum(parts.values())
@@ -319,7 +321,9 @@ def step_time(scn, gpu_name: str | None = None) -> StepTime:
     comm["tp"] += int(f.comm_bytes("etp") * scn.m)
     comm["dp"] = int(f.dp_bytes)
     return StepTime(g.name, fm, fh, t, tokens_per_s, mfu, comm, parts, par.world_size, model,
-                    "" if why is None else why, constants, measured.caveat(scn) if why is None else "")
+                    "" if why is None else why, constants,
+                    # (the caveat is the fitted constants'; a calibrated device's are measured, none fitted)
+                    measured.caveat(scn) if why is None and g.name not in DEVICE_CONSTANTS else "")
 
 
 class UnmeasuredLink(SymmemError):

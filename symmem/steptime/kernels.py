@@ -45,9 +45,19 @@ def _points(rows, cols) -> tuple:
     return tuple(tuple(math.log(r[c]) for c in cols) for r in rows)
 
 
-@cache
+# a device measured by `symmem calibrate` and registered for `--gpu FILE` (hardware_profile.register): its key ->
+# its kernel profile (symmem.calibrate_kernels.kernel_profile)
+REGISTERED: dict[str, KernelProfile] = {}
+
+
 def profile(gpu_name: str) -> KernelProfile | None:
-    """The kernel profile of a GPU by name (symmem/data/kernels/NAME.json), or None when none is published."""
+    """The kernel profile of a GPU: a calibrated device's (`REGISTERED`), else the one published for it by name
+    (symmem/data/kernels/NAME.json), or None."""
+    return REGISTERED.get(gpu_name) or _published(gpu_name)
+
+
+@cache
+def _published(gpu_name: str) -> KernelProfile | None:
     path = resources.files("symmem.data").joinpath("kernels", f"{gpu_name}.json")
     if not path.is_file():
         return None
@@ -105,11 +115,12 @@ def grouped_efficiency(p: KernelProfile, stage: str, experts: int, tokens: float
 
 def gemm_seconds(p: KernelProfile, m: float, k: float, n: float, experts: int, forward_again: bool) -> float:
     """One GEMM (m rows, k inner, n columns; `experts` local experts of a grouped launch, m rows each) through
-    forward, data gradient and weight gradient, and the forward once more when recomputed."""
+    forward, data gradient and weight gradient, and the forward once more when recomputed. A profile without grouped
+    GEMMs measured (a calibrated device's) times the experts as that many GEMMs of m rows."""
     if m <= 0 or k <= 0 or n <= 0:
         return 0.0
     flops = 2 * m * k * n * experts
-    if experts > 1:
+    if experts > 1 and p.grouped:
         effs = [grouped_efficiency(p, s, experts, m, n, k) for s in ("fwd", "bwd_grad_act", "bwd_grad_w")]
     else:
         effs = [gemm_efficiency(p, "TN", m, k, n), gemm_efficiency(p, "NN", m, n, k),

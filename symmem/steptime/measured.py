@@ -151,12 +151,15 @@ _PARTS: dict = {}
 def _part_terms(scn, part, gpu_name: str) -> tuple[dict, float]:
     """One copy of `part`, one micro-batch, one GPU: seconds by component at the profile's times (no constant
     applied) and the kernels launched; cached on what `costs.part_costs` is, the parallel layout (a collective's
-    group size) and the GPU."""
+    group size) and the GPU: its kernel profile itself (a calibrated device registered again under its key is
+    another profile) and its HBM bandwidth."""
     from symmem.steptime.costs import fused_tags, part_costs
+    from symmem.steptime.kernels import profile
 
     par = scn.parallel
     key = (part.flow, part.kind, part.is_layers, scn.model, scn.convention, scn.rules, scn.policy, scn.routing,
-           scn.act_bytes, par, scn.size_key, scn.b, scn.s, fused_tags(scn), gpu_name)
+           scn.act_bytes, par, scn.size_key, scn.b, scn.s, fused_tags(scn), gpu_name, profile(gpu_name),
+           _hbm(gpu_name))
     return bounded(_PARTS, key, 8192, lambda: _make_part_terms(scn, part, part_costs(scn, part), gpu_name))
 
 

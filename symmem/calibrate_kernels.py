@@ -1,0 +1,100 @@
+"""The kernel table `symmem calibrate` measures with torch on the machine it runs on: each GEMM shape in its three
+passes and each fused attention shape forward and backward, timed, and (`kernel_profile`) the table as a kernel
+profile (`symmem.steptime.kernels.KernelProfile`) that the measured-kernels step-time model reads for `--gpu FILE`,
+in the form and under the FLOP conventions of the B200 profile (symmem/data/kernels/B200.json):
+
+* a GEMM of m rows (tokens), k inputs and n outputs runs as three kernels, keyed as SimuMax keys them
+  (`steptime.kernels.gemm_seconds`): forward `x @ w.T` ("TN", key (m, k, n)), data gradient `dy @ w` ("NN", key
+  (m, n, k)), weight gradient `dy.T @ x` ("NT", key (n, m, k)); each efficiency is 2·m·k·n over the seconds, over
+  the profile's peak;
+* the fused attention (torch's scaled_dot_product_attention, causal) of b sequences of s tokens, `heads` query and
+  `kv_heads` key-value heads of qk and v dims, forward and backward: 2·base and 5·base FLOPs, base =
+  b·s²·max(heads, kv heads)·(qk + v) (the dense count, although the kernel is causal, as the B200 profile's);
+* the peak is the best rate any measured GEMM pass reached (a measurement, not a datasheet's figure).
+
+Nothing is fitted: the model's two slowdowns are 1, the launch cost the measured small kernel's, no fixed seconds."""
+
+from __future__ import annotations
+
+LAYOUTS = ("TN", "NN", "NT")
+
+
+def time_gemms(torch, seconds, dtype, device: str, shapes, repeat: int) -> list[list]:
+    """[layout, key m, key k, key n, seconds] for each (m, k, n) of `shapes` in its three passes."""
+    rows = []
+    for m, k, n in shapes:
+        x = torch.randn(m, k, device=device).to(dtype)
+        w = torch.randn(n, k, device=device).to(dtype)
+        dy = torch.randn(m, n, device=device).to(dtype)
+        passes = (("TN", (m, k, n), lambda x=x, w=w: x @ w.t()),
+                  ("NN", (m, n, k), lambda dy=dy, w=w: dy @ w),
+                  ("NT", (n, m, k), lambda dy=dy, x=x: dy.t() @ x))
+        for layout, key, fn in passes:
+            rows.append([layout, *key, seconds(fn, repeat)])
+    return rows
+
+
+def time_attentions(torch, seconds, dtype, device: str, shapes, repeat: int) -> list[list]:
+    """[b, s, heads, kv heads, qk dim, v dim, forward seconds, backward seconds] for each shape (b, s, heads,
+    kv_heads, qk, v) of `shapes`: torch's causal scaled_dot_product_attention (grouped-query when kv_heads <
+    heads), the backward timed alone on a kept graph."""
+    import torch.nn.functional as F
+
+    rows = []
+    for b, s, heads, kv, qk, v in shapes:
+        q = torch.randn(b, heads, s, qk, device=device).to(dtype).requires_grad_(True)
+        k = torch.randn(b, kv, s, qk, device=device).to(dtype).requires_grad_(True)
+        val = torch.randn(b, kv, s, v, device=device).to(dtype).requires_grad_(True)
+        gqa = {"enable_gqa": True} if kv != heads else {}
+
+        def forward(q=q, k=k, val=val, gqa=gqa):
+            return F.scaled_dot_product_attention(q, k, val, is_causal=True, **gqa)
+
+        with torch.no_grad():
+            fwd = seconds(forward, repeat)
+        out = forward()
+        grad = torch.randn_like(out)
+
+        def backward(out=out, grad=grad, q=q, k=k, val=val):
+            q.grad = k.grad = val.grad = None
+            out.backward(grad, retain_graph=True)
+
+        rows.append([b, s, heads, kv, qk, v, fwd, seconds(backward, repeat)])
+    return rows
+
+
+def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dict | None):
+    """The KernelProfile of a calibrated device from its profile's `kernels` table (checked by
+    `hardware_profile.load`), its copy bandwidth (the memory-bound kernels' rate: fraction 1 of the GPU's HBM,
+    which is this copy's) and its links (the collectives as the measured-kernels model times them: bytes over the
+    measured bandwidth plus the measured latency per ring step, nothing fixed; none when not measured)."""
+    import math
+
+    from symmem.steptime.kernels import KernelProfile
+
+    def rate(layout, mm, kk, nn, sec):
+        return 2 * mm * kk * nn / sec
+
+    peak = max(rate(*r) for r in kernels["gemm"])
+    gemm = {}
+    for layout in LAYOUTS:
+        rows = [r for r in kernels["gemm"] if r[0] == layout]
+        gemm[layout] = (tuple((math.log(r[1]), math.log(r[2]), math.log(r[3])) for r in rows),
+                        tuple(rate(*r) / peak for r in rows))
+    points, fwd, bwd = [], [], []
+    for b, s, heads, kv, qk, v, t_f, t_b in kernels["attention"]:
+        base = b * s * s * max(heads, kv) * (qk + v)
+        points.append(tuple(math.log(x) for x in (s, heads, max(kv, 1), qk, v)))
+        fwd.append(2 * base / t_f / peak)
+        bwd.append(5 * base / t_b / peak)
+    collectives: dict = {}
+    link_gib = math.inf
+    if links is not None:
+        latency_us = links["step_latency_s"] * 1e6
+        collectives = {kind: {"efficient_factor": 1.0, "latency_us": latency_us, "fixed_latency_us": 0.0}
+                       for kind in ("all_gather", "reduce_scatter", "all_reduce", "all2all")}
+        collectives["p2p"] = {"efficient_factor": 1.0, "latency_us": latency_us}
+        link_gib = links["intra_bytes_per_s"] / 2**30
+    source = {"measured": f"symmem calibrate on {name}: each kernel timed, nothing fitted"}
+    return KernelProfile(name, peak, source, gemm, {}, (tuple(points), tuple(fwd), tuple(bwd)), 1.0, collectives,
+                         link_gib)
