@@ -221,6 +221,34 @@ def test_a_bad_profile_is_one_line(tmp_path, capsys, text, words):
     assert words in err and err.count("\n") == 1, err
 
 
+_BASE = {"format": "symmem-hardware-profile/1", "name": "x", "memory_bytes": 2**34, "copy_bytes_per_s": 1e10,
+         "launch_s": 1e-5, "gemm": [{"m": 8, "k": 8, "n": 8, "seconds": 1e-4, "flops_per_s": 1e7}],
+         "attention": [{"s": 16, "flops_per_s": 1e7}]}
+_PASSES = [["TN", 8, 8, 8, 1e-4], ["NN", 8, 8, 8, 1e-4], ["NT", 8, 8, 8, 1e-4]]
+_ATTENTION = [[1, 16, 8, 8, 64, 64, 1e-4, 2e-4]]
+
+
+@pytest.mark.parametrize("kernels, words", [
+    ([], "kernels: must be an object"),
+    ({"gemm": [["XY", 8, 8, 8, 1e-4], *_PASSES], "attention": _ATTENTION}, "gemm[0][0] = 'XY': must be one of"),
+    ({"gemm": _PASSES[:2], "attention": _ATTENTION}, "kernels.gemm: no NT pass measured"),
+    ({"gemm": [["TN", 8.5, 8, 8, 1e-4], *_PASSES[1:]], "attention": _ATTENTION}, "gemm[0][1] = '8.5': must be a "
+                                                                                  "whole number"),
+    ({"gemm": _PASSES, "attention": [[1, 16, 8, 8, 64, 64, 0, 2e-4]]}, "attention[0][6] = '0': must be seconds"),
+    ({"gemm": _PASSES, "attention": [[1, 16, 8, 8, 64, 2e-4]]}, "attention[0]: must be a list of 8 entries"),
+    ({"gemm": _PASSES}, "kernels.attention: must be a list of 1 to 1,000"),
+])
+def test_a_bad_kernel_table_is_one_line(tmp_path, capsys, kernels, words):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**_BASE, "kernels": kernels}))
+    assert main(["memory", "--model", "llama-3-8b", "--gpu", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+    path.write_text(json.dumps({**_BASE, "kernels": {"gemm": _PASSES, "attention": _ATTENTION}}))
+    assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step"]["model"] == "measured kernels"
+
+
 def test_the_link_fit_recovers_a_known_link():
     from symmem.calibrate_collectives import KINDS, link, steps_and_bytes
 
