@@ -26,6 +26,9 @@ import os
 from symmem.errors import SymmemError
 
 FORMAT = "symmem-hardware-profile/1"
+# what a measured rate may be (FLOP/s, bytes/s): above a thousand a second, at most 1e20 (a B200's dense BF16 peak is
+# 2.25e15): a hand-edited figure outside them would make a step's time overflow or vanish
+RATE = (1e3, 1e20)
 MAX_BYTES = 1 << 20  # a profile is a few kilobytes; a larger file is not one
 
 
@@ -51,7 +54,8 @@ def _rows(raw: dict, key: str, path: str, fields: tuple[str, ...]) -> list[dict]
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise SymmemError(f"--gpu {path}: {key}[{i}]: must be an object")
-        out.append({f: _number(row, f, f"--gpu {path}: {key}[{i}]") for f in fields})
+        out.append({f: _number(row, f, f"--gpu {path}: {key}[{i}]", *(RATE if f == "flops_per_s" else (0.0, 1e30)))
+                    for f in fields})
     return out
 
 
@@ -88,17 +92,17 @@ def load(path: str) -> dict:
         if isinstance(processes, bool) or not isinstance(processes, int) or not 2 <= processes <= 64:
             raise SymmemError(f"{where}: processes = {str(processes)[:40]!r}: must be a whole number from 2 to 64 "
                               "(symmem calibrate --devices N writes it)")
-        links = {"intra_bytes_per_s": _number(links, "intra_bytes_per_s", where),
+        links = {"intra_bytes_per_s": _number(links, "intra_bytes_per_s", where, *RATE),
                  # one machine measured: no figure between machines (None)
                  "inter_bytes_per_s": None if links.get("inter_bytes_per_s") is None
-                 else _number(links, "inter_bytes_per_s", where),
+                 else _number(links, "inter_bytes_per_s", where, *RATE),
                  "step_latency_s": float(latency), "processes": processes}
     return {"name": name, "memory": int(_number(raw, "memory_bytes", f"--gpu {path}", 0, 1e18)),
             # the compute-bound rate: the best any measured GEMM reached
             "gemm_rate": max(r["flops_per_s"] for r in gemm),
             # the fused attention at the longest sequence measured (the flash kernel's steady rate)
             "attention_rate": max(attention, key=lambda r: r["s"])["flops_per_s"],
-            "copy_bandwidth": _number(raw, "copy_bytes_per_s", f"--gpu {path}"),
+            "copy_bandwidth": _number(raw, "copy_bytes_per_s", f"--gpu {path}", *RATE),
             "launch_s": _number(raw, "launch_s", f"--gpu {path}", 0, 1.0),
             "links": links, "kernels": _kernels(raw, path), "source": str(raw.get("source", ""))[:300]}
 
@@ -141,11 +145,23 @@ def _kernels(raw: dict, path: str) -> dict | None:
     for i, row in enumerate(gemm):
         if row[0] not in LAYOUTS:
             raise SymmemError(f"{where}.gemm[{i}][0] = {str(row[0])[:20]!r}: must be one of {', '.join(LAYOUTS)}")
+        _rate(2 * row[1] * row[2] * row[3] / row[4], f"{where}.gemm[{i}]")
     missing = [lay for lay in LAYOUTS if not any(r[0] == lay for r in gemm)]
     if missing:
         raise SymmemError(f"{where}.gemm: no {', '.join(missing)} pass measured (each GEMM shape is timed in all "
                           "three)")
-    return {"gemm": gemm, "attention": rows("attention", 8, range(0, 6))}
+    attention = rows("attention", 8, range(0, 6))
+    for i, (b, s, heads, kv, qk, v, t_f, t_b) in enumerate(attention):  # the B200 table's FLOP convention
+        base = b * s * s * max(heads, kv) * (qk + v)
+        _rate(2 * base / t_f, f"{where}.attention[{i}] forward")
+        _rate(5 * base / t_b, f"{where}.attention[{i}] backward")
+    return {"gemm": gemm, "attention": attention}
+
+
+def _rate(flops_per_s: float, where: str) -> None:
+    if not RATE[0] < flops_per_s <= RATE[1]:
+        raise SymmemError(f"{where}: {flops_per_s:.3g} FLOP/s from its shape and seconds: must be above "
+                          f"{RATE[0]:g} and at most {RATE[1]:g}")
 
 
 def measured(gpu_key: object) -> bool:
@@ -159,15 +175,25 @@ def register(path: str) -> str:
     """Load the profile at `path` and make it a GPU of this process (symmem.hardware's speeds, symmem.units'
     capacity, the step-time constants derived from it); its key, which `--gpu` then stands for."""
     from symmem import hardware, units
-    from symmem.steptime import model
+    from symmem.steptime import kernels, measured, model
 
     p = load(path)
     key = f"{p['name']} ({os.path.basename(path.strip())})".upper()
     links = p["links"]
+    # (a key registered before, from another file of the same name, is replaced whole: its kernel table too)
+    kernels.REGISTERED.pop(key, None)
+    measured.KERNEL_CONSTANTS.pop(key, None)
+    table = None
+    if p["kernels"] is not None:
+        from symmem.calibrate_kernels import kernel_profile
+
+        table = kernel_profile(key, p["kernels"], p["copy_bandwidth"], links)
     # no collectives measured: links of infinite speed, by which steptime.step_time refuses a step that communicates
     # (and no link between machines measured: a network of infinite speed, by which a step spanning them is refused)
+    # the BF16 rate (MFU's denominator): the kernel table's peak where it has one (every pass's best), else the best
+    # summary GEMM rate
     hardware.GPUS[key] = hardware.GPU(
-        key, p["memory"], p["gemm_rate"], None, p["copy_bandwidth"],
+        key, p["memory"], table.peak if table is not None else p["gemm_rate"], None, p["copy_bandwidth"],
         links["intra_bytes_per_s"] if links else math.inf,
         network=(links["inter_bytes_per_s"] or math.inf) if links else math.inf,
         step_latency=links["step_latency_s"] if links else None,
@@ -178,10 +204,7 @@ def register(path: str) -> str:
     model.DEVICE_CONSTANTS[key] = model.Constants(
         gemm_efficiency=1.0, attention_efficiency=p["attention_rate"] / p["gemm_rate"],
         link_efficiency=1.0, latency_s=p["launch_s"], fixed_s=0.0)
-    if p["kernels"] is not None:  # each kernel's own time: the measured-kernels model, nothing fitted
-        from symmem.calibrate_kernels import kernel_profile
-        from symmem.steptime import kernels, measured
-
-        kernels.REGISTERED[key] = kernel_profile(key, p["kernels"], p["copy_bandwidth"], links)
+    if table is not None:  # each kernel's own time: the measured-kernels model, nothing fitted
+        kernels.REGISTERED[key] = table
         measured.KERNEL_CONSTANTS[key] = measured.KernelConstants(1.0, 1.0, p["launch_s"], 0.0)
     return key

@@ -93,7 +93,8 @@ def test_the_step_is_timed_by_the_calibrated_kernels(profile, capsys):
                                                    for *shape, n, again in c.attentions), rel=1e-12)
     assert parts["memory_bound"] == pytest.approx(c.memory_bytes / raw["copy_bytes_per_s"], rel=1e-12)
     assert parts["launches"] == pytest.approx(c.kernels * raw["launch_s"], rel=1e-12)
-    assert parts["fixed"] == 0 and g.bf16 == max(gr["flops_per_s"] for gr in raw["gemm"])
+    # MFU's rate: the table's peak, every pass's best (the summary rows are the forward passes alone)
+    assert parts["fixed"] == 0 and g.bf16 == p.peak >= max(gr["flops_per_s"] for gr in raw["gemm"])
     assert main(argv) == 0
     assert "symmem calibrate measured for it on the device (the nearest measured shapes), nothing fitted" in \
         capsys.readouterr().out
@@ -237,6 +238,10 @@ _ATTENTION = [[1, 16, 8, 8, 64, 64, 1e-4, 2e-4]]
     ({"gemm": _PASSES, "attention": [[1, 16, 8, 8, 64, 64, 0, 2e-4]]}, "attention[0][6] = '0': must be seconds"),
     ({"gemm": _PASSES, "attention": [[1, 16, 8, 8, 64, 2e-4]]}, "attention[0]: must be a list of 8 entries"),
     ({"gemm": _PASSES}, "kernels.attention: must be a list of 1 to 1,000"),
+    # rates a hand edit makes impossible: a time that would vanish or overflow
+    ({"gemm": [["TN", 1 << 20, 1 << 20, 1 << 20, 1e-300], *_PASSES[1:]], "attention": _ATTENTION},
+     "kernels.gemm[0]: inf FLOP/s"),
+    ({"gemm": _PASSES, "attention": [[1, 16, 8, 8, 64, 64, 1e-4, 3000]]}, "attention[0] backward: "),
 ])
 def test_a_bad_kernel_table_is_one_line(tmp_path, capsys, kernels, words):
     path = tmp_path / "bad.json"
@@ -247,6 +252,36 @@ def test_a_bad_kernel_table_is_one_line(tmp_path, capsys, kernels, words):
     path.write_text(json.dumps({**_BASE, "kernels": {"gemm": _PASSES, "attention": _ATTENTION}}))
     assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step"]["model"] == "measured kernels"
+
+
+def test_a_rate_out_of_bounds_is_one_line(tmp_path, capsys):
+    """A link or copy bandwidth that would make a step's time overflow (1e-300 bytes/s) is refused, not printed as
+    Infinity."""
+    links = {"intra_bytes_per_s": 1e-300, "step_latency_s": 1e-5, "processes": 2}
+    for bad, words in (({"links": links}, "intra_bytes_per_s = '1e-300'"),
+                       ({"copy_bytes_per_s": 1e-300}, "copy_bytes_per_s = '1e-300'")):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps({**_BASE, **bad}))
+        assert main(["memory", "--model", "llama-3-8b", "--gpu", str(path), "--json"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
+
+
+def test_a_key_registered_again_is_replaced_whole(tmp_path):
+    """Two files of one name register under one key; the later replaces the earlier, its kernel table too (a file
+    without one leaves no table of the other behind)."""
+    from symmem.hardware_profile import register
+    from symmem.steptime import kernels, measured
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "dev.json").write_text(json.dumps({**_BASE, "kernels": {"gemm": _PASSES,
+                                                                               "attention": _ATTENTION}}))
+    (tmp_path / "b" / "dev.json").write_text(json.dumps(_BASE))
+    key = register(str(tmp_path / "a" / "dev.json"))
+    assert key in kernels.REGISTERED and key in measured.KERNEL_CONSTANTS
+    assert register(str(tmp_path / "b" / "dev.json")) == key
+    assert key not in kernels.REGISTERED and key not in measured.KERNEL_CONSTANTS
 
 
 def test_the_link_fit_recovers_a_known_link():

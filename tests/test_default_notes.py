@@ -36,6 +36,8 @@ def test_etp_defaults_to_one_and_says_megatron_would_split_the_experts(capsys):
     ("--model", "mixtral-8x7b", "--profile", "paper", "--tp", "8"),  # the paper's convention is ETP 1
     ("--model", "llama-3-8b", "--profile", "megatron-te", "--tp", "8"),  # no routed experts
     ("--model", "mixtral-8x7b", "--profile", "megatron-te"),  # TP 1: nothing to split over
+    # a scenario file's ETP is the file's (this one says etp = 1), not a default
+    ("--scenario", "deepseekv2_tp1_ep4_pp2_dp4_l4_mbc4_cef", "--tp", "2", "--dp", "2"),
 ])
 def test_no_note_where_the_default_is_not_in_question(capsys, flags):
     assert _memory(capsys, *flags)["default_notes"] == []

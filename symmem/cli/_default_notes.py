@@ -12,7 +12,8 @@ def default_notes(args: argparse.Namespace, scn) -> list[str]:
     # Megatron-LM sets --expert-tensor-parallel-size to the TP size when it is not given
     # (megatron/training/arguments.py:395-396 at core_v0.14.0); symmem's default is 1 (the paper's case, DeepSeek's
     # practice), which keeps every routed expert whole on each TP rank
-    if (getattr(args, "etp", None) is None and scn.profile_name is not None
+    # (a bare --model: a scenario file's ETP is the file's, not a default)
+    if (getattr(args, "etp", None) is None and getattr(args, "scenario", None) is None and scn.profile_name is not None
             and scn.profile.name.startswith("megatron") and scn.model.family.routed_experts is not None
             and par.tp > 1 and par.etp == 1):
         out.append(f"note: ETP 1 (symmem's default): each routed expert is whole on every one of the TP {par.tp} "

@@ -272,7 +272,8 @@ def render(inp: PageInput) -> str:
     # the data is JSON inside a <script> element: no raw <, > or & may reach the HTML parser ("</script>" would end
     # the element, "<!--<script>" would make the parser swallow the rest of the page); JSON's \u escapes keep the
     # same strings
-    payload = (json.dumps(data, separators=(",", ":"), sort_keys=True)
+    # (no NaN or Infinity: JSON.parse refuses them, and the page would not load; the inputs are bounded before this)
+    payload = (json.dumps(data, separators=(",", ":"), sort_keys=True, allow_nan=False)
                .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
     return env.get_template("page.html.j2").render(
         data=payload, functions=",\n".join(functions), title=f"symmem: {data['model']} ({data['profile']})")
