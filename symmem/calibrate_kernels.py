@@ -10,7 +10,9 @@ in the form and under the FLOP conventions of the B200 profile (symmem/data/kern
 * the fused attention (torch's scaled_dot_product_attention, causal) of b sequences of s tokens, `heads` query and
   `kv_heads` key-value heads of qk and v dims, forward and backward: 2·base and 5·base FLOPs, base =
   b·s²·max(heads, kv heads)·(qk + v) (the dense count, although the kernel is causal, as the B200 profile's);
-* the peak is the best rate any measured GEMM pass reached (a measurement, not a datasheet's figure).
+* the peak is the best rate any measured GEMM pass reached (a measurement, not a datasheet's figure);
+* memory-bound ops (and the optimizer step) at the measured elementwise op's bytes a second (x * y + z in the
+  step's dtype), where a GPU's is about its copy's and a CPU's BF16 arithmetic can be far below it.
 
 Nothing is fitted: the model's two slowdowns are 1, the launch cost the measured small kernel's, no fixed seconds."""
 
@@ -63,10 +65,12 @@ def time_attentions(torch, seconds, dtype, device: str, shapes, repeat: int) -> 
     return rows
 
 
-def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dict | None):
+def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dict | None,
+                   elementwise_bytes_per_s: float | None = None):
     """The KernelProfile of a calibrated device from its profile's `kernels` table (checked by
-    `hardware_profile.load`), its copy bandwidth (the memory-bound kernels' rate: fraction 1 of the GPU's HBM,
-    which is this copy's) and its links (the collectives as the measured-kernels model times them: bytes over the
+    `hardware_profile.load`), its copy bandwidth (the GPU's HBM figure) and its elementwise op's (the memory-bound
+    kernels' and the optimizer step's rate, as a fraction of the copy's; the copy's where a profile has none) and
+    its links (the collectives as the measured-kernels model times them: bytes over the
     measured bandwidth plus the measured latency per ring step, nothing fixed; none when not measured)."""
     import math
 
@@ -96,5 +100,6 @@ def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dic
         collectives["p2p"] = {"efficient_factor": 1.0, "latency_us": latency_us}
         link_gib = links["intra_bytes_per_s"] / 2**30
     source = {"measured": f"symmem calibrate on {name}: each kernel timed, nothing fitted"}
-    return KernelProfile(name, peak, source, gemm, {}, (tuple(points), tuple(fwd), tuple(bwd)), 1.0, collectives,
-                         link_gib)
+    fraction = (elementwise_bytes_per_s or copy_bytes_per_s) / copy_bytes_per_s
+    return KernelProfile(name, peak, source, gemm, {}, (tuple(points), tuple(fwd), tuple(bwd)), fraction,
+                         collectives, link_gib)

@@ -103,6 +103,9 @@ def load(path: str) -> dict:
             # the fused attention at the longest sequence measured (the flash kernel's steady rate)
             "attention_rate": max(attention, key=lambda r: r["s"])["flops_per_s"],
             "copy_bandwidth": _number(raw, "copy_bytes_per_s", f"--gpu {path}", *RATE),
+            # (written with the kernel table; absent from earlier files)
+            "elementwise_bandwidth": None if raw.get("elementwise_bytes_per_s") is None
+            else _number(raw, "elementwise_bytes_per_s", f"--gpu {path}", *RATE),
             "launch_s": _number(raw, "launch_s", f"--gpu {path}", 0, 1.0),
             "links": links, "kernels": _kernels(raw, path), "source": str(raw.get("source", ""))[:300]}
 
@@ -187,7 +190,7 @@ def register(path: str) -> str:
     if p["kernels"] is not None:
         from symmem.calibrate_kernels import kernel_profile
 
-        table = kernel_profile(key, p["kernels"], p["copy_bandwidth"], links)
+        table = kernel_profile(key, p["kernels"], p["copy_bandwidth"], links, p["elementwise_bandwidth"])
     # no collectives measured: links of infinite speed, by which steptime.step_time refuses a step that communicates
     # (and no link between machines measured: a network of infinite speed, by which a step spanning them is refused)
     # the BF16 rate (MFU's denominator): the kernel table's peak where it has one (every pass's best), else the best

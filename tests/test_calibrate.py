@@ -57,6 +57,28 @@ def test_calibrate_writes_a_profile(profile, capsys, tmp_path):
     assert [r[:6] for r in table["attention"]] == [[1, s, 8, 8, 128, 128] for s in (128, 256)]
     assert all(r[6] > 0 and r[7] > 0 for r in table["attention"])
     assert [r[6] for r in table["attention"]] == [a["seconds"] for a in raw["attention"]]
+    assert raw["elementwise_bytes_per_s"] > 0  # x * y + z in the step's dtype: the memory-bound ops' rate
+
+
+def test_calibrate_times_a_models_own_attention_shapes(tmp_path, capsys):
+    """--attention s:heads:kv_heads:head_dim adds those shapes to the kernel table (not to the summary rows), and
+    the memory-bound ops run at the elementwise op's rate: the profile's fraction of the copy's."""
+    from symmem.hardware_profile import register
+    from symmem.steptime import kernels
+
+    path = tmp_path / "own.json"
+    assert main(["calibrate", "-o", str(path), "--quick", "--repeat", "1", "--attention", "64:4:2:32"]) == 0
+    raw = json.loads(path.read_text())
+    assert [r[:6] for r in raw["kernels"]["attention"]] == [[1, s, 8, 8, 128, 128] for s in (128, 256)] + [
+        [1, 64, 4, 2, 32, 32]]
+    assert len(raw["attention"]) == 2
+    p = kernels.profile(register(str(path)))
+    assert p.memory_bound == pytest.approx(raw["elementwise_bytes_per_s"] / raw["copy_bytes_per_s"], rel=1e-12)
+    for bad, words in (("64:4:3:32", "kv_heads = 3 must divide heads = 4"), ("64:4:2", "is not s:heads"),
+                       ("8:4:2:32", "--attention sequence")):
+        assert main(["calibrate", "-o", str(tmp_path / "x.json"), "--quick", "--attention", bad]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1 and not (tmp_path / "x.json").exists(), err
 
 
 def _without_kernels(profile, folder):
@@ -91,7 +113,7 @@ def test_the_step_is_timed_by_the_calibrated_kernels(profile, capsys):
                                               for m, k, nn, e, n, again, _low in c.gemms), rel=1e-12)
     assert parts["attention"] == pytest.approx(sum(n * kernels.attention_seconds(p, *shape, again)
                                                    for *shape, n, again in c.attentions), rel=1e-12)
-    assert parts["memory_bound"] == pytest.approx(c.memory_bytes / raw["copy_bytes_per_s"], rel=1e-12)
+    assert parts["memory_bound"] == pytest.approx(c.memory_bytes / raw["elementwise_bytes_per_s"], rel=1e-12)
     assert parts["launches"] == pytest.approx(c.kernels * raw["launch_s"], rel=1e-12)
     # MFU's rate: the table's peak, every pass's best (the summary rows are the forward passes alone)
     assert parts["fixed"] == 0 and g.bf16 == p.peak >= max(gr["flops_per_s"] for gr in raw["gemm"])

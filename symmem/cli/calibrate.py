@@ -44,6 +44,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gemm", help="GEMM shapes to time, m x k x n separated by commas, e.g. 4096x4096x1024,"
                                   "1024x1024x1024 (default: five shapes from 512^3 to 8192x1024x1024)")
     p.add_argument("--seq", help="sequence lengths for the attention, e.g. 1024,4096 (default 512,1024,2048)")
+    p.add_argument("--attention", help="attention shapes to time besides, s:heads:kv_heads:head_dim separated by "
+                                       "commas, e.g. 4096:32:8:128 (a model's own; b = 1)")
     p.add_argument("--repeat", default="5", help="timed runs of each kernel, the median taken (default 5)")
     p.add_argument("--devices", default="1", help="processes to time the collectives among (NCCL on CUDA GPUs, one "
                                                   "a process; gloo on the CPU); 1 (default): none timed")
@@ -76,6 +78,28 @@ def _seqs(text: str | None, quick: bool) -> tuple[int, ...]:
     if len(out) > 32:
         raise SymmemError(f"--seq: {len(out)} lengths, more than 32")
     return out
+
+
+def _attention_shapes(text: str | None) -> tuple[tuple[int, ...], ...]:
+    from symmem import _numbers as num
+
+    if text is None:
+        return ()
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 4:
+            raise SymmemError(f"--attention {text[:60]}: {item.strip()[:30]!r} is not s:heads:kv_heads:head_dim "
+                              "(e.g. 4096:32:8:128)")
+        s = num.int_text(parts[0], "--attention sequence", 16, 131072)
+        heads, kv = (num.int_text(x, "--attention heads", 1, 1024) for x in parts[1:3])
+        dim = num.int_text(parts[3], "--attention head_dim", 1, 1024)
+        if heads % kv:
+            raise SymmemError(f"--attention {item.strip()[:30]}: kv_heads = {kv} must divide heads = {heads}")
+        out.append((1, s, heads, kv, dim, dim))
+    if len(out) > 32:
+        raise SymmemError(f"--attention: {len(out)} shapes, more than 32")
+    return tuple(out)
 
 
 def _timer(torch, device: str):
@@ -119,6 +143,7 @@ def measure(args) -> dict:
         raise SymmemError(f"--dtype {args.dtype}: must be one of {', '.join(dtypes)}")
     dtype, repeat = dtypes[args.dtype], num.int_text(args.repeat, "--repeat", 1, 1000)
     shapes, seqs = _shapes(args.gemm, args.quick), _seqs(args.seq, args.quick)
+    extra_attention = _attention_shapes(args.attention)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     devices = num.int_text(args.devices, "--devices", 1, 64)  # (checked before any timing)
     limit = torch.cuda.device_count() if device == "cuda" else min(8, os.cpu_count() or 1)
@@ -140,11 +165,18 @@ def measure(args) -> dict:
     # forward FLOP/s: 2 products x 2 FLOPs x b h s^2 d / 2 (causal)
     attention = [{"b": 1, "heads": heads, "s": s, "head_dim": d, "causal": True, "seconds": t,
                   "flops_per_s": 2 * heads * s * s * d / t} for _b, s, *_shape, t, _t_bwd in kernel_attentions]
+    kernel_attentions += time_attentions(torch, seconds, dtype, device, extra_attention, repeat)
     big = torch.empty((8 if args.quick else 64) << 20, dtype=torch.uint8, device=device)
     out = torch.empty_like(big)
     t_copy = seconds(lambda: out.copy_(big), repeat)
     tiny = torch.ones(16, device=device)
     t_launch = seconds(lambda: tiny.add_(1), max(repeat, 50))
+    # an elementwise op in the step's dtype (x * y + z: three operands read, one written), the memory-bound ops'
+    # rate: a GPU's is about its copy's; a CPU's BF16 arithmetic can be far below it
+    n = (4 if args.quick else 32) << 20
+    x, y, z = (torch.randn(n // 4, device=device).to(dtype) for _ in range(3))
+    t_elementwise = seconds(lambda: torch.addcmul(z, x, y), repeat)
+    elementwise = 4 * x.numel() * x.element_size() / t_elementwise
     return {
         "format": "symmem-hardware-profile/1", "name": name[:60], "device": device, "dtype": args.dtype,
         "torch": torch.__version__, "threads": torch.get_num_threads() if device == "cpu" else None,
@@ -157,6 +189,7 @@ def measure(args) -> dict:
                     "note": "symmem.calibrate_kernels: [layout, m, k, n, seconds] as SimuMax keys the three passes; "
                             "[b, s, heads, kv heads, qk dim, v dim, forward seconds, backward seconds]"},
         "copy_bytes_per_s": 2 * big.numel() / t_copy, "launch_s": t_launch,
+        "elementwise_bytes_per_s": elementwise,
         **_links(devices, args.quick, repeat, device),
     }
 
