@@ -3,10 +3,11 @@ the hardware, checked where a step can run).
 
 A tiny Llama (h 1,024, 4 layers, 16 heads of 64 with 4 KV heads, FFN 2,816, vocabulary 32,000) through Hugging
 Face transformers in BF16 with SDPA attention, b 1, s 512, forward + backward and a foreach AdamW step, each the
-median of 5 after 2 warm-ups; the same step's operators' own CPU time by kind (torch.profiler over forward and backward: the
-matrix products, SDPA forward and backward, every other operator); and `symmem memory --profile torch-eager --dataflow hf --attn-impl sdpa
---gpu FILE` on a profile `symmem calibrate` measured just before, with the model's own GEMM and attention shapes
-(`--gemm`, `--attention`). Run it on a quiet machine: every figure is a wall-clock time of this process.
+median of 5 after 2 warm-ups; the operators' own CPU time by kind (torch.profiler over forward and backward: the
+matrix products, SDPA forward and backward, every other operator); and `symmem memory --profile torch-eager
+--dataflow hf --attn-impl sdpa --gpu FILE` on a profile `symmem calibrate` measured just before, with the model's
+own GEMM and attention shapes (`--gemm`, `--attention`). Run it on a quiet machine: every figure is a wall-clock
+time of this process.
 
     python benchmarks/calibrated_cpu_step.py
 """
