@@ -21,6 +21,22 @@ from __future__ import annotations
 LAYOUTS = ("TN", "NN", "NT")
 
 
+def gemm_rate(row) -> float:
+    """FLOP/s of a table's GEMM row [layout, m, k, n, seconds]."""
+    _layout, m, k, n, seconds = row
+    return 2 * m * k * n / seconds
+
+
+def attention_rates(row) -> tuple[float, float]:
+    """Forward and backward FLOP/s of a table's attention row [b, s, heads, kv heads, qk, v, forward seconds,
+    backward seconds], under the profiles' convention (`steptime.kernels.attention_flops`)."""
+    from symmem.steptime.kernels import attention_flops
+
+    *shape, t_f, t_b = row
+    fwd, bwd = attention_flops(*shape)
+    return fwd / t_f, bwd / t_b
+
+
 def time_gemms(torch, seconds, dtype, device: str, shapes, repeat: int) -> list[list]:
     """[layout, key m, key k, key n, seconds] for each (m, k, n) of `shapes` in its three passes."""
     rows = []
@@ -76,21 +92,19 @@ def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dic
 
     from symmem.steptime.kernels import KernelProfile
 
-    def rate(layout, mm, kk, nn, sec):
-        return 2 * mm * kk * nn / sec
-
-    peak = max(rate(*r) for r in kernels["gemm"])
+    peak = max(gemm_rate(r) for r in kernels["gemm"])
     gemm = {}
     for layout in LAYOUTS:
         rows = [r for r in kernels["gemm"] if r[0] == layout]
         gemm[layout] = (tuple((math.log(r[1]), math.log(r[2]), math.log(r[3])) for r in rows),
-                        tuple(rate(*r) / peak for r in rows))
+                        tuple(gemm_rate(r) / peak for r in rows))
     points, fwd, bwd = [], [], []
-    for b, s, heads, kv, qk, v, t_f, t_b in kernels["attention"]:
-        base = b * s * s * max(heads, kv) * (qk + v)
+    for row in kernels["attention"]:
+        _b, s, heads, kv, qk, v = row[:6]
         points.append(tuple(math.log(x) for x in (s, heads, max(kv, 1), qk, v)))
-        fwd.append(2 * base / t_f / peak)
-        bwd.append(5 * base / t_b / peak)
+        rate_f, rate_b = attention_rates(row)
+        fwd.append(rate_f / peak)
+        bwd.append(rate_b / peak)
     collectives: dict = {}
     link_gib = math.inf
     if links is not None:

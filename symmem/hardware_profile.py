@@ -114,7 +114,7 @@ def _kernels(raw: dict, path: str) -> dict | None:
     """The profile's kernel table (symmem.calibrate_kernels), checked: every GEMM row [layout, m, k, n, seconds]
     with each layout present, every attention row [b, s, heads, kv heads, qk dim, v dim, forward seconds,
     backward seconds]; None for a profile written before the table was (the fitted model's constants then)."""
-    from symmem.calibrate_kernels import LAYOUTS
+    from symmem.calibrate_kernels import LAYOUTS, attention_rates, gemm_rate
 
     table = raw.get("kernels")
     if table is None:
@@ -148,16 +148,16 @@ def _kernels(raw: dict, path: str) -> dict | None:
     for i, row in enumerate(gemm):
         if row[0] not in LAYOUTS:
             raise SymmemError(f"{where}.gemm[{i}][0] = {str(row[0])[:20]!r}: must be one of {', '.join(LAYOUTS)}")
-        _rate(2 * row[1] * row[2] * row[3] / row[4], f"{where}.gemm[{i}]")
+        _rate(gemm_rate(row), f"{where}.gemm[{i}]")
     missing = [lay for lay in LAYOUTS if not any(r[0] == lay for r in gemm)]
     if missing:
         raise SymmemError(f"{where}.gemm: no {', '.join(missing)} pass measured (each GEMM shape is timed in all "
                           "three)")
     attention = rows("attention", 8, range(0, 6))
-    for i, (b, s, heads, kv, qk, v, t_f, t_b) in enumerate(attention):  # the B200 table's FLOP convention
-        base = b * s * s * max(heads, kv) * (qk + v)
-        _rate(2 * base / t_f, f"{where}.attention[{i}] forward")
-        _rate(5 * base / t_b, f"{where}.attention[{i}] backward")
+    for i, row in enumerate(attention):  # the B200 table's FLOP convention
+        forward, backward = attention_rates(row)
+        _rate(forward, f"{where}.attention[{i}] forward")
+        _rate(backward, f"{where}.attention[{i}] backward")
     return {"gemm": gemm, "attention": attention}
 
 

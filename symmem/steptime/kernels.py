@@ -136,15 +136,22 @@ def _attention_efficiency(p: KernelProfile, s: float, heads: float, kv_heads: fl
     return _nearest(points, fwd, at), _nearest(points, bwd, at)
 
 
+def attention_flops(b: float, s: float, heads: float, kv_heads: float, qk: float, v: float) -> tuple[float, float]:
+    """The fused attention's forward and backward FLOPs under the profiles' convention (SimuMax's measurements'):
+    2·base and 5·base, base = b·s²·max(heads, kv heads)·(qk + v), the dense count although the kernel is causal."""
+    base = b * s * s * max(heads, kv_heads) * (qk + v)
+    return 2 * base, 5 * base
+
+
 def attention_seconds(p: KernelProfile, b: float, s: float, heads: float, kv_heads: float, qk: float, v: float,
                       forward_again: bool) -> float:
     """The fused causal attention of b sequences of s tokens over `heads` query heads (and `kv_heads`) on one GPU,
     forward and backward (and the forward again when recomputed), under the profile's FLOP convention."""
     if s <= 0 or heads <= 0:
         return 0.0
-    base = b * s * s * max(heads, kv_heads) * (qk + v)
+    fwd, bwd = attention_flops(b, s, heads, kv_heads, qk, v)
     ef, eb = _attention_efficiency(p, s, heads, max(kv_heads, 1.0), qk, v)
-    return (2 * base / ef) * (2 if forward_again else 1) / p.peak + 5 * base / eb / p.peak
+    return (fwd / ef) * (2 if forward_again else 1) / p.peak + bwd / eb / p.peak
 
 
 def fit_rest(rows):
