@@ -10,6 +10,11 @@ in the form and under the FLOP conventions of the B200 profile (symmem/data/kern
 * the fused attention (torch's scaled_dot_product_attention, causal) of b sequences of s tokens, `heads` query and
   `kv_heads` key-value heads of qk and v dims, forward and backward: 2·base and 5·base FLOPs, base =
   b·s²·max(heads, kv heads)·(qk + v) (the dense count, although the kernel is causal, as the B200 profile's);
+* routed experts' grouped GEMM (torch._grouped_mm, the kernel torchtitan's MoE and Hugging Face's grouped_mm experts
+  run) of `experts` local experts with `tokens` rows each, k inputs and n outputs, in the same three passes (the
+  forward, and the data and weight gradients torch's own backward computes, each alone), keyed as
+  `steptime.kernels.gemm_seconds` reads a grouped launch: (stage, experts, tokens per expert, n, k); each
+  efficiency is 2·experts·tokens·k·n over the seconds, over the peak;
 * the peak is the best rate any measured GEMM pass reached (a measurement, not a datasheet's figure);
 * memory-bound ops (and the optimizer step) at the measured elementwise op's bytes a second (x * y + z in the
   step's dtype), where a GPU's is about its copy's and a CPU's BF16 arithmetic can be far below it.
@@ -19,12 +24,19 @@ Nothing is fitted: the model's two slowdowns are 1, the launch cost the measured
 from __future__ import annotations
 
 LAYOUTS = ("TN", "NN", "NT")
+STAGES = ("fwd", "bwd_grad_act", "bwd_grad_w")  # a grouped GEMM's passes, as SimuMax names them
 
 
 def gemm_rate(row) -> float:
     """FLOP/s of a table's GEMM row [layout, m, k, n, seconds]."""
     _layout, m, k, n, seconds = row
     return 2 * m * k * n / seconds
+
+
+def grouped_rate(row) -> float:
+    """FLOP/s of a table's grouped GEMM row [stage, experts, tokens per expert, n, k, seconds]."""
+    _stage, experts, tokens, n, k, seconds = row
+    return 2 * experts * tokens * n * k / seconds
 
 
 def attention_rates(row) -> tuple[float, float]:
@@ -49,6 +61,34 @@ def time_gemms(torch, seconds, dtype, device: str, shapes, repeat: int) -> list[
                   ("NT", (n, m, k), lambda dy=dy, x=x: dy.t() @ x))
         for layout, key, fn in passes:
             rows.append([layout, *key, seconds(fn, repeat)])
+    return rows
+
+
+def time_grouped_gemms(torch, seconds, dtype, device: str, shapes, repeat: int) -> list[list]:
+    """[stage, experts, tokens per expert, n, k, seconds] for each (experts, tokens, n, k) of `shapes` in its three
+    passes: torch._grouped_mm over the experts' weights stored [experts, n, k] as nn.Linear's are (the forward
+    multiplies by their transpose), and each gradient alone by torch's own backward of that product
+    (torch.autograd.grad on a kept graph: the kernels torch runs, in the layouts it runs them). torch._grouped_mm
+    needs 16-byte-aligned rows, so an n or k that is not a multiple of 16 bytes (odd test widths; real models' are)
+    is timed padded up to one, the row keyed by the model's own shape: what its launch costs run that way."""
+    rows = []
+    align = max(1, 16 // torch.empty((), dtype=dtype).element_size())
+    for experts, tokens, n, k in shapes:
+        pn, pk = (-(-x // align) * align for x in (n, k))
+        x = torch.randn(experts * tokens, pk, device=device).to(dtype).requires_grad_(True)
+        w = torch.randn(experts, pn, pk, device=device).to(dtype).requires_grad_(True)
+        offs = torch.arange(tokens, experts * tokens + 1, tokens, dtype=torch.int32, device=device)
+
+        def forward(x=x, w=w, offs=offs):
+            return torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+
+        with torch.no_grad():
+            fwd = seconds(forward, repeat)
+        out = forward()
+        grad = torch.randn_like(out)
+        act = seconds(lambda out=out, x=x, grad=grad: torch.autograd.grad(out, x, grad, retain_graph=True), repeat)
+        wgt = seconds(lambda out=out, w=w, grad=grad: torch.autograd.grad(out, w, grad, retain_graph=True), repeat)
+        rows += [[stage, experts, tokens, n, k, t] for stage, t in zip(STAGES, (fwd, act, wgt), strict=True)]
     return rows
 
 
@@ -98,6 +138,11 @@ def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dic
         rows = [r for r in kernels["gemm"] if r[0] == layout]
         gemm[layout] = (tuple((math.log(r[1]), math.log(r[2]), math.log(r[3])) for r in rows),
                         tuple(gemm_rate(r) / peak for r in rows))
+    grouped = {}
+    for stage in STAGES if kernels.get("grouped_gemm") else ():
+        rows = [r for r in kernels["grouped_gemm"] if r[0] == stage]
+        grouped[stage] = (tuple(tuple(math.log(x) for x in r[1:5]) for r in rows),
+                          tuple(grouped_rate(r) / peak for r in rows))
     points, fwd, bwd = [], [], []
     for row in kernels["attention"]:
         _b, s, heads, kv, qk, v = row[:6]
@@ -115,5 +160,5 @@ def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dic
         link_gib = links["intra_bytes_per_s"] / 2**30
     source = {"measured": f"symmem calibrate on {name}: each kernel timed, nothing fitted"}
     fraction = (elementwise_bytes_per_s or copy_bytes_per_s) / copy_bytes_per_s
-    return KernelProfile(name, peak, source, gemm, {}, (tuple(points), tuple(fwd), tuple(bwd)), fraction,
+    return KernelProfile(name, peak, source, gemm, grouped, (tuple(points), tuple(fwd), tuple(bwd)), fraction,
                          collectives, link_gib)

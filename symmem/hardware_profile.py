@@ -113,8 +113,10 @@ def load(path: str) -> dict:
 def _kernels(raw: dict, path: str) -> dict | None:
     """The profile's kernel table (symmem.calibrate_kernels), checked: every GEMM row [layout, m, k, n, seconds]
     with each layout present, every attention row [b, s, heads, kv heads, qk dim, v dim, forward seconds,
-    backward seconds]; None for a profile written before the table was (the fitted model's constants then)."""
-    from symmem.calibrate_kernels import LAYOUTS, attention_rates, gemm_rate
+    backward seconds], and where there is one every grouped GEMM row [stage, experts, tokens per expert, n, k,
+    seconds] with each stage present; None for a profile written before the table was (the fitted model's
+    constants then)."""
+    from symmem.calibrate_kernels import LAYOUTS, STAGES, attention_rates, gemm_rate, grouped_rate
 
     table = raw.get("kernels")
     if table is None:
@@ -158,7 +160,20 @@ def _kernels(raw: dict, path: str) -> dict | None:
         forward, backward = attention_rates(row)
         _rate(forward, f"{where}.attention[{i}] forward")
         _rate(backward, f"{where}.attention[{i}] backward")
-    return {"gemm": gemm, "attention": attention}
+    out = {"gemm": gemm, "attention": attention}
+    if table.get("grouped_gemm") is not None:  # (written for a model with routed experts: calibrate --model)
+        grouped = rows("grouped_gemm", 6, range(1, 5))
+        for i, row in enumerate(grouped):
+            if row[0] not in STAGES:
+                raise SymmemError(f"{where}.grouped_gemm[{i}][0] = {str(row[0])[:20]!r}: must be one of "
+                                  f"{', '.join(STAGES)}")
+            _rate(grouped_rate(row), f"{where}.grouped_gemm[{i}]")
+        missing = [st for st in STAGES if not any(r[0] == st for r in grouped)]
+        if missing:
+            raise SymmemError(f"{where}.grouped_gemm: no {', '.join(missing)} pass measured (each grouped GEMM "
+                              "shape is timed in all three)")
+        out["grouped_gemm"] = grouped
+    return out
 
 
 def _rate(flops_per_s: float, where: str) -> None:

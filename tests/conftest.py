@@ -19,3 +19,17 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def paper():
     return load_scenario("paper")
+
+
+@pytest.fixture
+def registry_restored(monkeypatch):
+    """A profile registered by `--gpu FILE` lives for the process, as a command's does; the tests share one process,
+    so each test's registrations are undone after it (they were seen by the page tests that ran later)."""
+    from symmem import hardware, units
+    from symmem.steptime import kernels, measured, model
+
+    monkeypatch.setattr(hardware, "GPUS", dict(hardware.GPUS))
+    monkeypatch.setattr(units, "GPUS", dict(units.GPUS))
+    monkeypatch.setattr(model, "DEVICE_CONSTANTS", dict(model.DEVICE_CONSTANTS))
+    monkeypatch.setattr(kernels, "REGISTERED", dict(kernels.REGISTERED))
+    monkeypatch.setattr(measured, "KERNEL_CONSTANTS", dict(measured.KERNEL_CONSTANTS))

@@ -15,18 +15,7 @@ from symmem.cli.main import main
 pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True)
-def _registry_restored(monkeypatch):
-    """A profile registered by `--gpu FILE` lives for the process, as a command's does; the tests share one process,
-    so each test's registrations are undone after it (they were seen by the page tests that ran later)."""
-    from symmem import hardware, units
-    from symmem.steptime import kernels, measured, model
-
-    monkeypatch.setattr(hardware, "GPUS", dict(hardware.GPUS))
-    monkeypatch.setattr(units, "GPUS", dict(units.GPUS))
-    monkeypatch.setattr(model, "DEVICE_CONSTANTS", dict(model.DEVICE_CONSTANTS))
-    monkeypatch.setattr(kernels, "REGISTERED", dict(kernels.REGISTERED))
-    monkeypatch.setattr(measured, "KERNEL_CONSTANTS", dict(measured.KERNEL_CONSTANTS))
+pytestmark = pytest.mark.usefixtures("registry_restored")
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import time
 
@@ -51,6 +52,63 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                                                   "a process; gloo on the CPU); 1 (default): none timed")
     p.add_argument("--quick", action="store_true", help="small shapes, for a test (seconds on a CPU)")
     p.add_argument("--json", action="store_true", help="say what was written as JSON")
+    _add_model_args(p)
+
+
+# the scenario flags `--model` takes here: those that change a kernel's shape on one GPU (not DP, PP, ZeRO or the
+# schedule, which change how many run and what waits, not their shapes)
+MODEL_FLAGS = ("scenario", "model", "profile", "dataflow", "attn_impl", "experts_impl", "tp", "cp", "cp_comm_type",
+               "ep", "etp", "b", "s", "routing", "capacity_factor", "convention")
+BUDGET_S = 900.0  # default --budget: the longest a calibration may be estimated to take
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    from symmem import _numbers as num
+    from symmem.cli.args import int_arg
+
+    g = p.add_argument_group("a model whose own kernels to time (its step's GEMM, grouped-GEMM and attention shapes "
+                             "on one GPU, in place of the default GEMMs; symmem.calibrate_shapes)")
+    g.add_argument("--model", help="preset or config.json path, as symmem memory takes it")
+    g.add_argument("--scenario", help="a built-in scenario or a TOML file (the flags below override its fields)")
+    g.add_argument("--profile", help="implementation profile (as symmem memory): its dataflow and fused kernels")
+    g.add_argument("--dataflow", help="paper or hf, as symmem memory")
+    g.add_argument("--attn-impl", help="hf dataflow: eager or sdpa")
+    g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
+    for short, long in (("tp", "tensor-model-parallel-size"), ("cp", "context-parallel-size"),
+                        ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size")):
+        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int_arg(1, num.MAX_PARALLEL))
+    g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a")
+    g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
+    g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
+    g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram (the experts' tokens)")
+    g.add_argument("--capacity-factor", help="static per-expert buffers of this factor x balanced load")
+    g.add_argument("--convention", help="TP split of W_QR: paper or megatron")
+    g.add_argument("--budget", default=str(int(BUDGET_S)),
+                   help=f"seconds the timing may be estimated to take at most (default {int(BUDGET_S)}; the "
+                        "estimate is the kernels' FLOPs at a probe GEMM's rate)")
+
+
+def _scenario(args):
+    """The scenario `--model` / `--scenario` and the shape flags describe, or None when neither is given."""
+    if args.model is None and args.scenario is None:
+        given = [f for f in MODEL_FLAGS if getattr(args, f, None) is not None]
+        if given:
+            raise SymmemError(f"--{given[0].replace('_', '-')}: sets a model's shapes; give --model (or --scenario) "
+                              "too")
+        return None
+    from symmem.cli.args import add_scenario_args, scenario_from_args
+
+    base = argparse.ArgumentParser(add_help=False)
+    add_scenario_args(base)
+    ns = base.parse_args([])
+    for flag in MODEL_FLAGS:
+        setattr(ns, flag, getattr(args, flag))
+    if args.ep is not None or args.etp is not None:
+        # DP changes no kernel's shape, but the experts' layout needs EP x ETP to divide DP x TP x CP: the least DP
+        # that does (Parallel's rule), so that EP can be given alone
+        experts = (args.ep or 1) * (args.etp or 1)
+        ns.dp = experts // math.gcd(experts, (args.tp or 1) * (args.cp or 1))
+    return scenario_from_args(ns)
 
 
 def _shapes(text: str | None, quick: bool) -> tuple[tuple[int, int, int], ...]:
@@ -142,8 +200,22 @@ def measure(args) -> dict:
     if args.dtype not in dtypes:
         raise SymmemError(f"--dtype {args.dtype}: must be one of {', '.join(dtypes)}")
     dtype, repeat = dtypes[args.dtype], num.int_text(args.repeat, "--repeat", 1, 1000)
-    shapes, seqs = _shapes(args.gemm, args.quick), _seqs(args.seq, args.quick)
+    budget = _budget(args.budget)
+    seqs = _seqs(args.seq, args.quick)
     extra_attention = _attention_shapes(args.attention)
+    scn = _scenario(args)
+    grouped: tuple = ()
+    if scn is None:
+        shapes = _shapes(args.gemm, args.quick)
+    else:  # the model's own kernels (and any --gemm besides)
+        from symmem.calibrate_shapes import model_kernels
+
+        mk = model_kernels(scn)
+        shapes = tuple(dict.fromkeys(mk.gemm + (_shapes(args.gemm, args.quick) if args.gemm else ())))
+        grouped = mk.grouped
+        extra_attention = tuple(dict.fromkeys(mk.attention + extra_attention))
+        if not shapes:
+            raise SymmemError(f"--model {scn.model.name}: its dataflow has no GEMM to time")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     devices = num.int_text(args.devices, "--devices", 1, 64)  # (checked before any timing)
     limit = torch.cuda.device_count() if device == "cuda" else min(8, os.cpu_count() or 1)
@@ -152,7 +224,9 @@ def measure(args) -> dict:
         raise SymmemError(f"--devices {devices}: this machine runs at most {limit} here ({why})")
     seconds = _timer(torch, device)
     name = args.name or (torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({os.cpu_count()} threads)")
-    from symmem.calibrate_kernels import time_attentions, time_gemms
+    attentions = [(1, s, 8, 8, 128, 128) for s in seqs] + list(extra_attention)
+    _within_bounds(torch, seconds, dtype, device, shapes, grouped, attentions, repeat, budget)
+    from symmem.calibrate_kernels import time_attentions, time_gemms, time_grouped_gemms
 
     # each shape's three passes and each attention's forward and backward (the kernel table the measured-kernels
     # model reads); the forward passes are also the summary rates (the fitted model's constants)
@@ -166,6 +240,7 @@ def measure(args) -> dict:
     attention = [{"b": 1, "heads": heads, "s": s, "head_dim": d, "causal": True, "seconds": t,
                   "flops_per_s": 2 * heads * s * s * d / t} for _b, s, *_shape, t, _t_bwd in kernel_attentions]
     kernel_attentions += time_attentions(torch, seconds, dtype, device, extra_attention, repeat)
+    kernel_grouped = time_grouped_gemms(torch, seconds, dtype, device, grouped, repeat)
     big = torch.empty((8 if args.quick else 64) << 20, dtype=torch.uint8, device=device)
     out = torch.empty_like(big)
     t_copy = seconds(lambda: out.copy_(big), repeat)
@@ -186,12 +261,78 @@ def measure(args) -> dict:
                    f"({'CUDA events' if device == 'cuda' else 'the CPU clock'})"),
         "memory_bytes": _memory_bytes(torch, device), "gemm": gemm, "attention": attention,
         "kernels": {"gemm": kernel_gemms, "attention": kernel_attentions,
+                    **({"grouped_gemm": kernel_grouped} if kernel_grouped else {}),
                     "note": "symmem.calibrate_kernels: [layout, m, k, n, seconds] as SimuMax keys the three passes; "
-                            "[b, s, heads, kv heads, qk dim, v dim, forward seconds, backward seconds]"},
+                            "[b, s, heads, kv heads, qk dim, v dim, forward seconds, backward seconds]; [stage, "
+                            "experts, tokens per expert, n, k, seconds]",
+                    **({"shapes_from": _shapes_from(scn)} if scn is not None else {})},
         "copy_bytes_per_s": 2 * big.numel() / t_copy, "launch_s": t_launch,
         "elementwise_bytes_per_s": elementwise,
         **_links(devices, args.quick, repeat, device),
     }
+
+
+def _budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= 86400:
+        raise SymmemError(f"--budget {str(text)[:30]}: must be seconds above 0 and at most 86,400")
+    return value
+
+
+def _shapes_from(scn) -> str:
+    par = scn.parallel
+    return (f"{scn.model.name}'s own kernels on one GPU: TP {par.tp}, CP {par.cp}, EP {par.ep}, ETP {par.etp}, "
+            f"micro-batch {scn.b}, sequence {scn.s} (symmem.calibrate_shapes)")
+
+
+LARGEST = 1 << 20  # a shape's largest dimension a profile holds (hardware_profile's check)
+
+
+def _within_bounds(torch, seconds, dtype, device: str, gemms, grouped, attentions, repeat: int,
+                   budget: float) -> None:
+    """Refuse in one line, before any timing, kernels a profile cannot hold (a dimension above 2^20), one whose
+    tensors would take more than half the memory free on the device, or a set whose FLOPs at a probe GEMM's rate
+    would take longer than `budget` seconds."""
+    from symmem.steptime.kernels import attention_flops
+
+    item = torch.empty((), dtype=dtype).element_size()
+    kernels = []  # (what, its dimensions, elements alive at once, FLOPs of one run of every pass)
+    for m, k, n in gemms:
+        kernels.append((f"GEMM {m} x {k} x {n}", (m, k, n), m * k + n * k + m * n + max(m * k, n * k, m * n),
+                        3 * 2 * m * k * n))
+    for e, t, n, k in grouped:
+        kernels.append((f"grouped GEMM of {e} experts, {t} tokens each, {k} x {n}", (e * t, k, n),
+                        2 * (e * t * k + e * n * k + e * t * n) + max(e * t * k, e * n * k, e * t * n),
+                        3 * 2 * e * t * n * k))
+    for b, s, heads, kv, qk, v in attentions:
+        qkv = b * s * (heads * qk + kv * qk + kv * v) + b * s * heads * v
+        kernels.append((f"attention of {b} x {s} tokens, {heads} heads", (b * s, heads, qk, v), 3 * qkv,
+                        sum(attention_flops(b, s, heads, kv, qk, v))))
+    for what, dims, _e, _f in kernels:
+        if max(dims) > LARGEST:
+            raise SymmemError(f"calibrate: {what}: a dimension of {max(dims):,} is above {LARGEST:,}, more than a "
+                              "profile holds (a smaller -b or -s)")
+    if device == "cuda":
+        free = torch.cuda.mem_get_info()[0]
+    else:
+        free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    what, _dims, elements, _f = max(kernels, key=lambda x: x[2])
+    need = elements * item + elements * 4  # (inputs drawn in FP32, then cast)
+    if need > free / 2:
+        raise SymmemError(f"calibrate: {what} needs about {need / 2**30:,.1f} GiB, more than half the "
+                          f"{free / 2**30:,.1f} GiB free on the {device} (a smaller -b or -s)")
+    a = torch.randn(1024, 1024, device=device).to(dtype)
+    rate = 2 * 1024**3 / seconds(lambda: a @ a, 3)
+    flops = sum(f for *_x, f in kernels)
+    estimate = flops * (repeat + 1) / rate
+    if estimate > budget:
+        raise SymmemError(f"calibrate: the kernels asked for come to {flops:.3g} FLOPs a "
+                          f"run, about {estimate:,.0f} s over {repeat + 1} runs at this {device}'s "
+                          f"{rate / 1e9:,.1f} GFLOP/s: more than --budget {budget:g} s (a smaller -b or -s, fewer "
+                          "--repeat, or a larger --budget)")
 
 
 def _links(devices: int, quick: bool, repeat: int, device: str) -> dict:

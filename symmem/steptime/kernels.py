@@ -116,7 +116,8 @@ def grouped_efficiency(p: KernelProfile, stage: str, experts: int, tokens: float
 def gemm_seconds(p: KernelProfile, m: float, k: float, n: float, experts: int, forward_again: bool) -> float:
     """One GEMM (m rows, k inner, n columns; `experts` local experts of a grouped launch, m rows each) through
     forward, data gradient and weight gradient, and the forward once more when recomputed. A profile without grouped
-    GEMMs measured (a calibrated device's) times the experts as that many GEMMs of m rows."""
+    GEMMs measured (a device calibrated for no model with routed experts) times the experts as that many GEMMs of
+    m rows."""
     if m <= 0 or k <= 0 or n <= 0:
         return 0.0
     flops = 2 * m * k * n * experts
