@@ -158,7 +158,8 @@ def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dic
                        for kind in ("all_gather", "reduce_scatter", "all_reduce", "all2all")}
         collectives["p2p"] = {"efficient_factor": 1.0, "latency_us": latency_us}
         link_gib = links["intra_bytes_per_s"] / 2**30
-    source = {"measured": f"symmem calibrate on {name}: each kernel timed, nothing fitted"}
+    source = {"measured": f"symmem calibrate on {name}: each kernel timed, nothing fitted",
+              **({"shapes_from": kernels["shapes_from"]} if kernels.get("shapes_from") else {})}
     fraction = (elementwise_bytes_per_s or copy_bytes_per_s) / copy_bytes_per_s
     return KernelProfile(name, peak, source, gemm, grouped, (tuple(points), tuple(fwd), tuple(bwd)), fraction,
                          collectives, link_gib)

@@ -28,6 +28,7 @@ import datetime
 import json
 import math
 import os
+import sys
 import time
 
 from symmem.errors import SymmemError
@@ -55,33 +56,44 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     _add_model_args(p)
 
 
-# the scenario flags `--model` takes here: those that change a kernel's shape on one GPU (not DP, PP, ZeRO or the
-# schedule, which change how many run and what waits, not their shapes)
-MODEL_FLAGS = ("scenario", "model", "profile", "dataflow", "attn_impl", "experts_impl", "tp", "cp", "cp_comm_type",
-               "ep", "etp", "b", "s", "routing", "capacity_factor", "convention")
+# the scenario flags `--model` takes here: those that change a kernel's shape on one GPU, and DP and PP, which change
+# none but make a layout valid (ZeRO, recomputation and the schedule change how often kernels run and what waits)
+MODEL_FLAGS = ("scenario", "model", "profile", "rules", "dataflow", "attn_impl", "experts_impl", "tp", "cp",
+               "cp_comm_type", "ep", "etp", "dp", "pp", "sequence_parallel", "moe_sequence_parallel", "b", "s",
+               "routing", "capacity_factor", "rank_load", "histogram", "convention")
 BUDGET_S = 900.0  # default --budget: the longest a calibration may be estimated to take
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     from symmem import _numbers as num
-    from symmem.cli.args import int_arg
+    from symmem.cli.args import _bool_flag, int_arg
 
     g = p.add_argument_group("a model whose own kernels to time (its step's GEMM, grouped-GEMM and attention shapes "
                              "on one GPU, in place of the default GEMMs; symmem.calibrate_shapes)")
     g.add_argument("--model", help="preset or config.json path, as symmem memory takes it")
     g.add_argument("--scenario", help="a built-in scenario or a TOML file (the flags below override its fields)")
     g.add_argument("--profile", help="implementation profile (as symmem memory): its dataflow and fused kernels")
+    g.add_argument("--rules", help="saved-tensor rule set, as symmem memory (torch-eager for the hf dataflow)")
     g.add_argument("--dataflow", help="paper or hf, as symmem memory")
     g.add_argument("--attn-impl", help="hf dataflow: eager or sdpa")
     g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
     for short, long in (("tp", "tensor-model-parallel-size"), ("cp", "context-parallel-size"),
-                        ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size")):
-        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int_arg(1, num.MAX_PARALLEL))
+                        ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
+                        ("dp", "data-parallel-size"), ("pp", "pipeline-model-parallel-size")):
+        g.add_argument(f"--{short}", f"--{long}", dest=short, type=int_arg(1, num.MAX_PP if short == "pp"
+                                                                           else num.MAX_PARALLEL),
+                       help="(changes no kernel's shape: a layout's validity; default the least EP needs)"
+                       if short == "dp" else "(changes no kernel's shape: every stage's kernels are timed)"
+                       if short == "pp" else None)
     g.add_argument("--cp-comm-type", dest="cp_comm_type", help="context parallelism: p2p (ring) or a2a")
+    _bool_flag(g, "sequence-parallel", "sequence parallelism (as symmem memory)")
+    _bool_flag(g, "moe-sequence-parallel", "the MoE block sequence-sharded too: the experts' tokens split over TP")
     g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
     g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
     g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram (the experts' tokens)")
     g.add_argument("--capacity-factor", help="static per-expert buffers of this factor x balanced load")
+    g.add_argument("--rank-load", help="dynamic routing: busiest rank's load over the balanced load")
+    g.add_argument("--histogram", help="histogram routing: a file of per-expert loads")
     g.add_argument("--convention", help="TP split of W_QR: paper or megatron")
     g.add_argument("--budget", default=str(int(BUDGET_S)),
                    help=f"seconds the timing may be estimated to take at most (default {int(BUDGET_S)}; the "
@@ -103,7 +115,7 @@ def _scenario(args):
     ns = base.parse_args([])
     for flag in MODEL_FLAGS:
         setattr(ns, flag, getattr(args, flag))
-    if args.ep is not None or args.etp is not None:
+    if args.dp is None and (args.ep is not None or args.etp is not None):
         # DP changes no kernel's shape, but the experts' layout needs EP x ETP to divide DP x TP x CP: the least DP
         # that does (Parallel's rule), so that EP can be given alone
         experts = (args.ep or 1) * (args.etp or 1)
@@ -160,14 +172,25 @@ def _attention_shapes(text: str | None) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
-def _timer(torch, device: str):
-    """seconds(fn, repeat): the median of `repeat` timed calls after one warm-up call."""
+def _timer(torch, device: str, budget: float = math.inf):
+    """seconds(fn, repeat): the median of `repeat` timed calls after one warm-up call; past `budget` seconds from
+    now, the calibration stops in one line before the next call (the estimate before it can miss a kernel far
+    slower than its FLOPs and bytes imply: a CPU's grouped GEMM of a token an expert)."""
     import statistics
 
+    deadline = time.monotonic() + budget
+
+    def check() -> None:
+        if time.monotonic() > deadline:
+            raise SymmemError(f"calibrate: still timing after --budget {budget:g} s; nothing written (a smaller -b "
+                              "or -s, fewer --repeat, or a larger --budget)")
+
     def seconds(fn, repeat: int) -> float:
+        check()
         fn()
         times = []
         for _ in range(repeat):
+            check()
             if device == "cuda":
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -204,6 +227,11 @@ def measure(args) -> dict:
     seqs = _seqs(args.seq, args.quick)
     extra_attention = _attention_shapes(args.attention)
     scn = _scenario(args)
+    if scn is not None:  # flags the scenario leaves nothing to act on, as symmem memory names them
+        from symmem.cli._inapplicable import notes
+
+        for line in notes(args, scn):
+            print(line, file=sys.stderr)
     grouped: tuple = ()
     if scn is None:
         shapes = _shapes(args.gemm, args.quick)
@@ -222,10 +250,10 @@ def measure(args) -> dict:
     if devices > max(limit, 1):
         why = "the GPUs torch sees" if device == "cuda" else "the CPU: up to 8 processes, one a core"
         raise SymmemError(f"--devices {devices}: this machine runs at most {limit} here ({why})")
-    seconds = _timer(torch, device)
     name = args.name or (torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({os.cpu_count()} threads)")
     attentions = [(1, s, 8, 8, 128, 128) for s in seqs] + list(extra_attention)
-    _within_bounds(torch, seconds, dtype, device, shapes, grouped, attentions, repeat, budget)
+    _within_bounds(torch, _timer(torch, device), dtype, device, shapes, grouped, attentions, repeat, budget)
+    seconds = _timer(torch, device, budget)  # (the budget from here: the estimate's probes are not the timing)
     from symmem.calibrate_kernels import time_attentions, time_gemms, time_grouped_gemms
 
     # each shape's three passes and each attention's forward and backward (the kernel table the measured-kernels
@@ -304,13 +332,18 @@ def _within_bounds(torch, seconds, dtype, device: str, gemms, grouped, attention
         kernels.append((f"GEMM {m} x {k} x {n}", (m, k, n), m * k + n * k + m * n + max(m * k, n * k, m * n),
                         3 * 2 * m * k * n))
     for e, t, n, k in grouped:
-        kernels.append((f"grouped GEMM of {e} experts, {t} tokens each, {k} x {n}", (e * t, k, n),
+        kernels.append((f"grouped GEMM of {e} experts, {t} token{'s' if t != 1 else ''} each, {k} x {n}", (e * t, k, n),
                         2 * (e * t * k + e * n * k + e * t * n) + max(e * t * k, e * n * k, e * t * n),
                         3 * 2 * e * t * n * k))
+    scores = 0  # bytes of an attention's scores, where the CPU's SDPA materialises them
     for b, s, heads, kv, qk, v in attentions:
         qkv = b * s * (heads * qk + kv * qk + kv * v) + b * s * heads * v
         kernels.append((f"attention of {b} x {s} tokens, {heads} heads", (b * s, heads, qk, v), 3 * qkv,
                         sum(attention_flops(b, s, heads, kv, qk, v))))
+        if device == "cpu" and qk != v:
+            # no flash kernel for unequal qk and v dims on the CPU: SDPA's math path holds the scores, their softmax
+            # and its gradient (+3.17 GiB measured for 16 heads at s 4,096 in BF16, about 12 bytes a score)
+            scores = max(scores, 16 * b * heads * s * s)
     for what, dims, _e, _f in kernels:
         if max(dims) > LARGEST:
             raise SymmemError(f"calibrate: {what}: a dimension of {max(dims):,} is above {LARGEST:,}, more than a "
@@ -321,18 +354,38 @@ def _within_bounds(torch, seconds, dtype, device: str, gemms, grouped, attention
         free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     what, _dims, elements, _f = max(kernels, key=lambda x: x[2])
     need = elements * item + elements * 4  # (inputs drawn in FP32, then cast)
+    if scores > need:
+        what, need = "an attention with unequal qk and v head dims (the CPU's math path)", scores
     if need > free / 2:
         raise SymmemError(f"calibrate: {what} needs about {need / 2**30:,.1f} GiB, more than half the "
-                          f"{free / 2**30:,.1f} GiB free on the {device} (a smaller -b or -s)")
+                          f"{free / 2**30:,.1f} GiB free on the {device} (a smaller -b or -s, or weights split "
+                          "further: a larger --tp, --ep or --etp)")
+    # the estimate: each kernel's FLOPs at a probe GEMM's rate plus its operands' bytes, three passes each, at a
+    # probe copy's (a grouped GEMM of a token or two an expert is bound by reading its weights, not by FLOPs)
     a = torch.randn(1024, 1024, device=device).to(dtype)
     rate = 2 * 1024**3 / seconds(lambda: a @ a, 3)
+    src = torch.empty(16 << 20, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy = 2 * src.numel() / seconds(lambda: dst.copy_(src), 3)
     flops = sum(f for *_x, f in kernels)
-    estimate = flops * (repeat + 1) / rate
+    nbytes = sum(3 * e * item for _w, _d, e, _f in kernels)
+    # the attentions at a probe of their own kernel (8 heads of their dims at 256 tokens, forward and backward):
+    # the CPU's SDPA runs far below its GEMMs, and its math path (unequal dims) further still
+    from symmem.calibrate_kernels import time_attentions
+
+    att = 0.0
+    for dims in sorted({(qk, v) for *_x, qk, v in attentions}):
+        (*shape, t_f, t_b), = time_attentions(torch, seconds, dtype, device, [(1, 256, 8, 8, *dims)], 1)
+        probe = sum(attention_flops(*shape)) / (t_f + t_b)
+        att += sum(sum(attention_flops(*a)) for a in attentions if tuple(a[4:]) == dims) / probe
+    dense = flops - sum(sum(attention_flops(*a)) for a in attentions)
+    estimate = (dense / rate + nbytes / copy + att) * (repeat + 1)
     if estimate > budget:
-        raise SymmemError(f"calibrate: the kernels asked for come to {flops:.3g} FLOPs a "
+        raise SymmemError(f"calibrate: the kernels asked for come to {flops:.3g} FLOPs and {nbytes:.3g} bytes a "
                           f"run, about {estimate:,.0f} s over {repeat + 1} runs at this {device}'s "
-                          f"{rate / 1e9:,.1f} GFLOP/s: more than --budget {budget:g} s (a smaller -b or -s, fewer "
-                          "--repeat, or a larger --budget)")
+                          f"{rate / 1e9:,.1f} GFLOP/s (the attention at a probe of it) and {copy / 1e9:,.1f} GB/s: "
+                          f"more than --budget {budget:g} s (a smaller -b or -s, fewer --repeat, or a larger "
+                          "--budget)")
 
 
 def _links(devices: int, quick: bool, repeat: int, device: str) -> dict:

@@ -329,17 +329,24 @@ def _memory_run(args) -> int:
     if no_step is None and scn.gpu_name is not None and scn.policy.kind is Recompute.SELECTIVE_LAYER:
         no_step = (f"step time: not derived under recompute {scn.policy.label} (the step-time model treats every "
                    "layer alike); memory is")
+    profile_notes: list[str] = []
     if scn.gpu_name is not None and no_step is None:
         from symmem.steptime import step_time
+        from symmem.steptime.kernels import REGISTERED
 
         step = step_time(scn)
+        if step.model == "measured kernels" and scn.gpu_name in REGISTERED:  # a calibrated device's own table
+            from symmem.calibrate_shapes import unmeasured_note
+
+            profile_notes = [n for n in (unmeasured_note(scn, REGISTERED[scn.gpu_name]),) if n]
     if args.json:
         _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows,
                      "step": step.as_dict() if step else None, "flag_notes": unused, "default_notes": defaults,
+                     "profile_notes": profile_notes,
                      **({"step_unavailable": no_step} if no_step else {})})
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {_describe(scn)}")
-    for line in unused + defaults:
+    for line in unused + defaults + profile_notes:
         print(line)
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
           f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing_label}; schedule "

@@ -135,6 +135,17 @@ class Parallel:
             size = getattr(self, field)
             if model.has(name) and model.value(name) % size:
                 raise SymmemError(f"{field} = {size}: must divide {fam.config_keys[name]} = {model.value(name)}")
+        if self.cp > 1 and self.cp_comm_type == "a2a":
+            # TransformerEngine's all-to-all CP gives each rank 1/CP of the heads a TP rank holds: it asserts
+            # num_heads % cp_size == 0 for Q and for K, V (transformer_engine/pytorch/attention/dot_product_attention/
+            # context_parallel.py, AttnFuncWithCPAndQKVOA2A.forward, line 4246 at TE d0067d0)
+            for name in ("n_h", "a", "n_kv"):
+                if model.has(name) and (model.value(name) // self.tp) % self.cp:
+                    raise SymmemError(
+                        f"cp = {self.cp} (--cp-comm-type a2a): must divide the heads a TP rank holds, "
+                        f"{fam.config_keys.get(name, name)} / TP = {model.value(name)} / {self.tp} = "
+                        f"{model.value(name) // self.tp} (all-to-all CP splits the heads over CP; "
+                        "TransformerEngine's AttnFuncWithCPAndQKVOA2A)")
         if fam.routed_experts is None and (self.ep, self.etp) != (1, 1):
             raise SymmemError(f"ep·etp = {self.ep}·{self.etp}: {model.name} has no routed experts; expert "
                               "parallel sizes must be 1")

@@ -113,6 +113,15 @@ def grouped_efficiency(p: KernelProfile, stage: str, experts: int, tokens: float
     return _nearest(points, values, (math.log(experts), math.log(tokens), math.log(n), math.log(k)))
 
 
+def whole_rows(m: float) -> int:
+    """The rows a GEMM's efficiency is looked up at: a kernel runs whole rows, and an expert's mean load (b·s·top-k /
+    experts, often fractional) is taken to the nearest whole number of tokens, halves up (the page's script rounds
+    the same way), at least 1, as `symmem calibrate --model` measures it (calibrate_shapes); the FLOPs stay at the
+    mean. A mean load below one token is the row of one token, its time scaled by the load: the experts that get
+    no token skipped."""
+    return max(1, math.floor(m + 0.5))
+
+
 def gemm_seconds(p: KernelProfile, m: float, k: float, n: float, experts: int, forward_again: bool) -> float:
     """One GEMM (m rows, k inner, n columns; `experts` local experts of a grouped launch, m rows each) through
     forward, data gradient and weight gradient, and the forward once more when recomputed. A profile without grouped
@@ -121,11 +130,12 @@ def gemm_seconds(p: KernelProfile, m: float, k: float, n: float, experts: int, f
     if m <= 0 or k <= 0 or n <= 0:
         return 0.0
     flops = 2 * m * k * n * experts
+    rows = whole_rows(m)
     if experts > 1 and p.grouped:
-        effs = [grouped_efficiency(p, s, experts, m, n, k) for s in ("fwd", "bwd_grad_act", "bwd_grad_w")]
+        effs = [grouped_efficiency(p, s, experts, rows, n, k) for s in ("fwd", "bwd_grad_act", "bwd_grad_w")]
     else:
-        effs = [gemm_efficiency(p, "TN", m, k, n), gemm_efficiency(p, "NN", m, n, k),
-                gemm_efficiency(p, "NT", n, m, k)]
+        effs = [gemm_efficiency(p, "TN", rows, k, n), gemm_efficiency(p, "NN", rows, n, k),
+                gemm_efficiency(p, "NT", n, rows, k)]
     passes = [effs[0], effs[1], effs[2]] + ([effs[0]] if forward_again else [])
     return sum(flops / (p.peak * e) for e in passes)
 
