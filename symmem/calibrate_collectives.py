@@ -1,13 +1,16 @@
-"""The collectives of `symmem calibrate --devices N`: all-gather, reduce-scatter and all-reduce timed among N
-processes of this machine under torch.distributed (NCCL on CUDA GPUs, one a process; gloo on the CPU), and the
-link they imply, in the step-time model's own terms (symmem.comm counts a ring collective over n GPUs as n - 1
-steps sending (n - 1)/n of the tensor, an all-reduce twice that):
+"""The collectives of `symmem calibrate --devices N`: all-gather, reduce-scatter, all-reduce, all-to-all and a
+point-to-point send (a round trip between two processes, halved) timed among N processes of this machine under
+torch.distributed (NCCL on CUDA GPUs, one a process; gloo on the CPU), and the link they imply, in the step-time
+model's own terms (symmem.comm counts a ring collective or an all-to-all over n GPUs as n - 1 steps sending
+(n - 1)/n of the tensor, an all-reduce twice that, a send one step of the whole):
 
     seconds = steps x step latency + bytes sent / link bandwidth
 
-fitted by least squares on the relative error over every size and kind measured (two numbers from measured
-collectives, none from iteration times). One machine: the link between machines is not measured, and a step whose
-groups span machines is refused.
+fitted by least squares on the relative error: once over the ring collectives at every size (`link`: the
+fitted model's form), and once per kind over that kind's sizes (`by_kind`: the measured-kernels model times each
+kind of collective by its own, as it does the B200's by SimuMax's per-kind figures). Two numbers a fit, from
+measured collectives, none from iteration times. One machine: the link between machines is not measured, and a
+step whose groups span machines is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import os
 import socket
 import time
 
-KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+KINDS = ("all_gather", "reduce_scatter", "all_reduce")  # the link's one fit (the fitted model's form reads it)
+OWN_FIT = KINDS + ("all_to_all", "p2p")  # each also fitted on its own rows (the measured-kernels model's form)
 SIZES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)  # bytes of the whole (gathered, or reduced) tensor
 QUICK_SIZES = (256 << 10, 1 << 20, 4 << 20)
 
@@ -24,6 +28,8 @@ QUICK_SIZES = (256 << 10, 1 << 20, 4 << 20)
 def steps_and_bytes(kind: str, size: int, n: int) -> tuple[int, float]:
     """(ring steps, bytes one process sends) of one collective over `n` of a `size`-byte tensor, as symmem.comm
     counts them."""
+    if kind == "p2p":  # one send of the whole tensor to one peer
+        return 1, float(size)
     share = size * (n - 1) / n
     return (2 * (n - 1), 2 * share) if kind == "all_reduce" else (n - 1, share)
 
@@ -49,19 +55,28 @@ def _worker(rank: int, world: int, port: int, sizes: tuple, repeat: int, device:
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     try:
         rows = []
-        for kind in KINDS:
+        for kind in OWN_FIT:
             for size in sizes:
                 elements = max(world, size // 4 // world * world)  # FP32, a multiple of the group
                 whole = torch.ones(elements, device=device)
                 part = torch.ones(elements // world, device=device)
+                other = torch.empty_like(whole)
 
-                def run(kind=kind, whole=whole, part=part):
+                def run(kind=kind, whole=whole, part=part, other=other):
                     if kind == "all_gather":
                         gather(whole, part)
                     elif kind == "reduce_scatter":
                         scatter(part, whole)
-                    else:
+                    elif kind == "all_reduce":
                         dist.all_reduce(whole)
+                    elif kind == "all_to_all":  # each process sends 1/n of the tensor to each other one
+                        dist.all_to_all_single(other, whole)
+                    elif rank == 0:  # p2p: a round trip between the first two, half of it one send
+                        dist.send(whole, 1)
+                        dist.recv(other, 1)
+                    elif rank == 1:
+                        dist.recv(other, 0)
+                        dist.send(other, 0)
                     if device == "cuda":
                         torch.cuda.synchronize()
                 run()
@@ -71,7 +86,8 @@ def _worker(rank: int, world: int, port: int, sizes: tuple, repeat: int, device:
                     t0 = time.perf_counter()
                     run()
                     times.append(time.perf_counter() - t0)
-                rows.append({"kind": kind, "bytes": 4 * elements, "seconds": min(times)})
+                t = min(times) / (2 if kind == "p2p" else 1)
+                rows.append({"kind": kind, "bytes": 4 * elements, "seconds": t})
         if rank == 0:
             queue.put(rows)
     finally:
@@ -99,7 +115,32 @@ def measure(world: int, quick: bool, repeat: int, device: str) -> list[dict]:
 
 def link(rows: list[dict], n: int) -> tuple[float, float]:
     """(bytes/s, seconds per ring step) of the link `rows` measured among `n` processes: least squares on the
-    relative error of seconds = steps x latency + bytes / bandwidth; the latency at least 0."""
+    relative error of seconds = steps x latency + bytes / bandwidth over the ring collectives (`KINDS`); the
+    latency at least 0."""
+    return _fit([r for r in rows if r["kind"] in KINDS], n)
+
+
+def by_kind(rows: list[dict], n: int) -> dict[str, dict]:
+    """Each kind's own link from its own rows (`OWN_FIT`: the ring collectives, all-to-all and the point-to-point
+    send): {kind: {bytes_per_s, step_latency_s, fit}}; a kind whose rows do not grow with their size (a noisy
+    moment) takes the ring collectives' one fit, and says so in `fit`."""
+    from symmem.errors import SymmemError
+
+    common = link(rows, n)
+    out = {}
+    for kind in OWN_FIT:
+        mine = [r for r in rows if r["kind"] == kind]
+        if not mine:
+            continue
+        try:
+            (bw, lat), fit = _fit(mine, n), "its own rows"
+        except SymmemError:
+            (bw, lat), fit = common, "the ring collectives' fit (its own rows did not grow with their size)"
+        out[kind] = {"bytes_per_s": bw, "step_latency_s": lat, "fit": fit}
+    return out
+
+
+def _fit(rows: list[dict], n: int) -> tuple[float, float]:
     import numpy as np
 
     a, y = [], []

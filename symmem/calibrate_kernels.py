@@ -127,7 +127,8 @@ def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dic
     `hardware_profile.load`), its copy bandwidth (the GPU's HBM figure) and its elementwise op's (the memory-bound
     kernels' and the optimizer step's rate, as a fraction of the copy's; the copy's where a profile has none) and
     its links (the collectives as the measured-kernels model times them: bytes over the
-    measured bandwidth plus the measured latency per ring step, nothing fixed; none when not measured)."""
+    measured bandwidth plus the measured latency per ring step, each kind's own fit where measured, nothing fixed;
+    none when not measured)."""
     import math
 
     from symmem.steptime.kernels import KernelProfile
@@ -153,11 +154,16 @@ def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dic
     collectives: dict = {}
     link_gib = math.inf
     if links is not None:
-        latency_us = links["step_latency_s"] * 1e6
-        collectives = {kind: {"efficient_factor": 1.0, "latency_us": latency_us, "fixed_latency_us": 0.0}
-                       for kind in ("all_gather", "reduce_scatter", "all_reduce", "all2all")}
-        collectives["p2p"] = {"efficient_factor": 1.0, "latency_us": latency_us}
-        link_gib = links["intra_bytes_per_s"] / 2**30
+        # each kind at its own fit where the profile has one (calibrate_collectives.by_kind), as an efficiency of
+        # the ring collectives' one link, else at that link
+        link = links["intra_bytes_per_s"]
+        own = links.get("by_kind") or {}
+        for kind, name in (("all_gather", "all_gather"), ("reduce_scatter", "reduce_scatter"),
+                           ("all_reduce", "all_reduce"), ("all_to_all", "all2all"), ("p2p", "p2p")):
+            fit = own.get(kind, {"bytes_per_s": link, "step_latency_s": links["step_latency_s"]})
+            collectives[name] = {"efficient_factor": fit["bytes_per_s"] / link,
+                                 "latency_us": fit["step_latency_s"] * 1e6, "fixed_latency_us": 0.0}
+        link_gib = link / 2**30
     source = {"measured": f"symmem calibrate on {name}: each kernel timed, nothing fitted",
               **({"shapes_from": kernels["shapes_from"]} if kernels.get("shapes_from") else {})}
     fraction = (elementwise_bytes_per_s or copy_bytes_per_s) / copy_bytes_per_s

@@ -96,7 +96,8 @@ def load(path: str) -> dict:
                  # one machine measured: no figure between machines (None)
                  "inter_bytes_per_s": None if links.get("inter_bytes_per_s") is None
                  else _number(links, "inter_bytes_per_s", where, *RATE),
-                 "step_latency_s": float(latency), "processes": processes}
+                 "step_latency_s": float(latency), "processes": processes,
+                 "by_kind": _by_kind(links.get("by_kind"), where)}
     return {"name": name, "memory": int(_number(raw, "memory_bytes", f"--gpu {path}", 0, 1e18)),
             # the compute-bound rate: the best any measured GEMM reached
             "gemm_rate": max(r["flops_per_s"] for r in gemm),
@@ -108,6 +109,29 @@ def load(path: str) -> dict:
             else _number(raw, "elementwise_bytes_per_s", f"--gpu {path}", *RATE),
             "launch_s": _number(raw, "launch_s", f"--gpu {path}", 0, 1.0),
             "links": links, "kernels": _kernels(raw, path), "source": str(raw.get("source", ""))[:300]}
+
+
+def _by_kind(table, where: str) -> dict | None:
+    """The links' per-kind fits (calibrate_collectives.by_kind), checked; None for a profile written before them
+    (each kind then runs at the one link)."""
+    from symmem.calibrate_collectives import OWN_FIT
+
+    if table is None:
+        return None
+    if not isinstance(table, dict) or not set(table) <= set(OWN_FIT):
+        raise SymmemError(f"{where}.by_kind: must be an object of {', '.join(OWN_FIT)} (symmem calibrate --devices N "
+                          "writes it)")
+    out = {}
+    for kind, fit in table.items():
+        if not isinstance(fit, dict):
+            raise SymmemError(f"{where}.by_kind.{kind}: must be an object of bytes_per_s and step_latency_s")
+        latency = fit.get("step_latency_s")
+        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency <= 1:
+            raise SymmemError(f"{where}.by_kind.{kind}: step_latency_s = {str(latency)[:40]!r}: must be a number "
+                              "from 0 to 1")
+        out[kind] = {"bytes_per_s": _number(fit, "bytes_per_s", f"{where}.by_kind.{kind}", *RATE),
+                     "step_latency_s": float(latency)}
+    return out
 
 
 def _kernels(raw: dict, path: str) -> dict | None:

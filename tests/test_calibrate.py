@@ -307,6 +307,55 @@ def test_the_link_fit_recovers_a_known_link():
     bw, lat = link(rows, n)
     assert bw == pytest.approx(bandwidth, rel=1e-9) and lat == pytest.approx(latency, rel=1e-9)
     assert steps_and_bytes("all_reduce", 800, 4) == (6, 1200.0)  # twice an all-gather's: 2 (n - 1), 2 (n - 1)/n
+    assert steps_and_bytes("p2p", 800, 4) == (1, 800.0)  # one send of the whole
+
+
+def test_each_kind_is_fitted_on_its_own_rows():
+    """Made-up links, one per kind: each kind's fit recovers its own; the ring collectives' one fit is over the
+    three ring kinds alone; a kind whose times do not grow with their size takes that one fit and says so."""
+    from symmem.calibrate_collectives import OWN_FIT, by_kind, link, steps_and_bytes
+
+    n = 4
+    made_up = {kind: (1e9 * (i + 1), 1e-5 * (i + 2)) for i, kind in enumerate(OWN_FIT)}
+    rows = []
+    for kind, (bw, lat) in made_up.items():
+        for size in (1 << 16, 1 << 20, 1 << 24):
+            steps, sent = steps_and_bytes(kind, size, n)
+            rows.append({"kind": kind, "bytes": size, "seconds": steps * lat + sent / bw})
+    fits = by_kind(rows, n)
+    for kind, (bw, lat) in made_up.items():
+        assert fits[kind]["bytes_per_s"] == pytest.approx(bw, rel=1e-9), kind
+        assert fits[kind]["step_latency_s"] == pytest.approx(lat, rel=1e-9) and fits[kind]["fit"] == "its own rows"
+    ring = link(rows, n)
+    assert ring == link([r for r in rows if r["kind"] in ("all_gather", "reduce_scatter", "all_reduce")], n)
+    flat = [r if r["kind"] != "p2p" else {**r, "seconds": 1e-3} for r in rows]  # a noisy moment: no growth
+    assert by_kind(flat, n)["p2p"] == {"bytes_per_s": ring[0], "step_latency_s": ring[1],
+                                       "fit": "the ring collectives' fit (its own rows did not grow with their size)"}
+
+
+def test_the_measured_kernels_time_each_kind_by_its_own_fit():
+    """A calibrated device's collectives (calibrate_kernels.kernel_profile): bytes over the kind's own bandwidth
+    plus its latency per ring step; a profile without per-kind fits runs every kind at the one link."""
+    from symmem.calibrate_kernels import kernel_profile
+    from symmem.steptime.measured import collective_calls_seconds, p2p_seconds
+
+    table = {"gemm": [["TN", 64, 32, 16, 1e-3], ["NN", 64, 16, 32, 2e-3], ["NT", 16, 64, 32, 4e-3]],
+             "attention": [[1, 256, 8, 2, 64, 64, 0.01, 0.03]]}
+    own = {"all_gather": (2e9, 1e-5), "reduce_scatter": (5e8, 3e-3), "all_reduce": (1.5e9, 2e-5),
+           "all_to_all": (1e9, 4e-5), "p2p": (3e9, 5e-5)}
+    links = {"intra_bytes_per_s": 1.4e9, "step_latency_s": 1e-4,
+             "by_kind": {k: {"bytes_per_s": bw, "step_latency_s": lat} for k, (bw, lat) in own.items()}}
+    p = kernel_profile("made up", table, 1e10, links)
+    nb, calls, n = 3e6, 5, 4
+    for kind, key in (("all-gather", "all_gather"), ("reduce-scatter", "reduce_scatter"), ("all-reduce", "all_reduce"),
+                      ("all-to-all", "all_to_all")):
+        bw, lat = own[key]
+        steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
+        assert collective_calls_seconds(p, kind, nb, calls, n) == pytest.approx(nb / bw + calls * steps * lat,
+                                                                                rel=1e-12), kind
+    assert p2p_seconds(p, nb) == pytest.approx(nb / 3e9 + 5e-5, rel=1e-12)
+    one = kernel_profile("one link", table, 1e10, {"intra_bytes_per_s": 1.4e9, "step_latency_s": 1e-4})
+    assert collective_calls_seconds(one, "all-to-all", nb, 1, n) == pytest.approx(nb / 1.4e9 + 3e-4, rel=1e-12)
 
 
 NOISE = "the collectives' times do not grow with their size"
@@ -337,17 +386,19 @@ def linked(tmp_path_factory):
 
 
 def test_calibrate_times_the_collectives_among_processes(linked):
-    from symmem.calibrate_collectives import link
+    from symmem.calibrate_collectives import by_kind, link
 
     raw = json.loads(linked.read_text())
     links = raw["links"]
     assert links["processes"] == 2 and links["backend"] in ("gloo", "NCCL") and links["inter_bytes_per_s"] is None
-    assert sorted({r["kind"] for r in links["collectives"]}) == ["all_gather", "all_reduce", "reduce_scatter"]
-    assert len(links["collectives"]) == 9 and all(r["seconds"] > 0 for r in links["collectives"])
-    # the link written is the fit of the rows written
+    assert sorted({r["kind"] for r in links["collectives"]}) == ["all_gather", "all_reduce", "all_to_all", "p2p",
+                                                                  "reduce_scatter"]
+    assert len(links["collectives"]) == 15 and all(r["seconds"] > 0 for r in links["collectives"])
+    # the link written is the fit of the rows written, and so is each kind's
     bw, lat = link(links["collectives"], 2)
     assert links["intra_bytes_per_s"] == pytest.approx(bw) and links["step_latency_s"] == pytest.approx(lat)
     assert bw > 0 and lat >= 0
+    assert links["by_kind"] == by_kind(links["collectives"], 2)  # (floats round-trip through JSON exactly)
 
 
 def test_a_communicating_step_is_timed_with_the_measured_link(linked, capsys, tmp_path):
@@ -359,15 +410,16 @@ def test_a_communicating_step_is_timed_with_the_measured_link(linked, capsys, tm
 
     links = json.loads(linked.read_text())["links"]
     bw, lat = links["intra_bytes_per_s"], links["step_latency_s"]
-    # the calibrated kernels: each collective's bytes over the link, its ring steps' latencies (2 (n - 1) for an
-    # all-reduce, n - 1 otherwise; SimuMax's form, none fixed)
+    own = {kind.replace("_", "-"): (f["bytes_per_s"], f["step_latency_s"]) for kind, f in links["by_kind"].items()}
+    # the calibrated kernels: each collective's bytes over its kind's own measured link, its ring steps' latencies
+    # (2 (n - 1) for an all-reduce, n - 1 otherwise; SimuMax's form, none fixed)
     argv = ["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(linked), "--tp", "2"]
     assert main([*argv, "--json"]) == 0
     step = json.loads(capsys.readouterr().out)["step"]
     scn = scenario_from_args(build_parser().parse_args(argv))
     colls = stage_collectives(scn, scn.stages[0])
-    want = sum(nb / bw + calls * (2 if kind == "all-reduce" else 1) * lat for (axis, kind), (nb, calls) in colls.items()
-               if axis == "tp")
+    want = sum(nb / own[kind][0] + calls * (2 if kind == "all-reduce" else 1) * own[kind][1]
+               for (axis, kind), (nb, calls) in colls.items() if axis == "tp")
     assert step["model"] == "measured kernels"
     assert step["seconds_by_part"]["comm_tp"] == pytest.approx(want, rel=1e-12) and want > 0
     # a profile written before the kernel table: the fitted model's form, one latency a call
@@ -413,5 +465,19 @@ def test_malformed_links_are_one_line(tmp_path, capsys):
         path = tmp_path / "bad.json"
         path.write_text(json.dumps({**good, "links": links}))
         assert main(["memory", "--model", "llama-3-8b", "--gpu", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
+
+
+def test_a_bad_per_kind_link_is_one_line(linked, tmp_path, capsys):
+    raw = json.loads(linked.read_text())
+    for change, words in (({"broadcast": {"bytes_per_s": 1e9, "step_latency_s": 0}}, "by_kind: must be an object of"),
+                          ({"p2p": {"bytes_per_s": 1e9, "step_latency_s": 5}}, "by_kind.p2p: step_latency_s = '5'"),
+                          ({"p2p": {"bytes_per_s": -1, "step_latency_s": 0}}, "by_kind.p2p: bytes_per_s")):
+        bad = json.loads(json.dumps(raw))
+        bad["links"]["by_kind"] = change
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(path)]) == 2
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1, err

@@ -399,10 +399,12 @@ def _links(devices: int, quick: bool, repeat: int, device: str) -> dict:
     bandwidth, latency = cc.link(rows, devices)
     backend = "NCCL" if device == "cuda" else "gloo"
     return {"links": {"intra_bytes_per_s": bandwidth, "inter_bytes_per_s": None, "step_latency_s": latency,
-                      "processes": devices, "backend": backend, "collectives": rows},
+                      "processes": devices, "backend": backend, "collectives": rows,
+                      "by_kind": cc.by_kind(rows, devices)},
             "links_note": (f"{backend} among {devices} processes of this machine: seconds = ring steps x "
-                           "step_latency_s + bytes sent / intra_bytes_per_s, least squares on the relative error; "
-                           "between machines not measured")}
+                           "step_latency_s + bytes sent / intra_bytes_per_s, least squares on the relative error "
+                           "over the ring collectives; by_kind: each kind's own fit (all-to-all and a send too), "
+                           "which the measured kernels time each kind by; between machines not measured")}
 
 
 def _run(args) -> int:
