@@ -409,6 +409,14 @@ def _torchtitan_check(scn) -> None:
         # whose casts and gathers are another path: not measured, not modelled
         raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} with {FLOAT8_ALL_GATHER_FLAG}: Float8 linears "
                           "under TP (torchao's float8 TP styles) are not modelled; use TP 1")
+    if scn.precision.low_precision is not None and par.tp > 1:
+        # torchtitan 0.3.0 shards a Float8Linear's weight as any Linear's (models/common/linear.py `parallelize`, no
+        # float8 TP style), and its forward then multiplies a local tensor by the DTensor weight: on this CPU the
+        # step fails ("aten.mm.default got mixed torch.Tensor and DTensor", torchao/float8/float8_linear.py:89 under
+        # the DTensor backend), so nothing was measured to model (symmem measure refuses it too)
+        raise SymmemError(f"profile {scn.profile.name}: TP {par.tp} with --precision {scn.precision.name}: Float8 "
+                          "linears under TP are not modelled (torchtitan 0.3.0's TP of a Float8Linear fails on the "
+                          "CPU: a local input times a DTensor weight); use TP 1")
     if scn.precision.low_precision is not None and scn.recompute_name == "selective-op" and not scn.compiled:
         # a Float8 linear runs aten._scaled_mm, which per-op AC's every-other-mm rule does not count: 0.3.0's save
         # list keeps every one (PyTorch's compute-intensive ops, torch/_functorch/partitioners.py
