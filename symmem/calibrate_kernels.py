@@ -158,10 +158,10 @@ def kernel_profile(name: str, kernels: dict, copy_bytes_per_s: float, links: dic
         # the ring collectives' one link, else at that link
         link = links["intra_bytes_per_s"]
         own = links.get("by_kind") or {}
-        for kind, name in (("all_gather", "all_gather"), ("reduce_scatter", "reduce_scatter"),
-                           ("all_reduce", "all_reduce"), ("all_to_all", "all2all"), ("p2p", "p2p")):
+        for kind, key in (("all_gather", "all_gather"), ("reduce_scatter", "reduce_scatter"),
+                          ("all_reduce", "all_reduce"), ("all_to_all", "all2all"), ("p2p", "p2p")):
             fit = own.get(kind, {"bytes_per_s": link, "step_latency_s": links["step_latency_s"]})
-            collectives[name] = {"efficient_factor": fit["bytes_per_s"] / link,
+            collectives[key] = {"efficient_factor": fit["bytes_per_s"] / link,
                                  "latency_us": fit["step_latency_s"] * 1e6, "fixed_latency_us": 0.0}
         link_gib = link / 2**30
     source = {"measured": f"symmem calibrate on {name}: each kernel timed, nothing fitted",

@@ -39,6 +39,9 @@ class Family:
     routed_experts: tuple[str, str] | None = None
     #: (parallel field, symbol name): the parallel size must divide the model size
     divisibility: tuple[tuple[str, str], ...] = ()
+    #: key-value heads fixed by the architecture rather than a config key (DeepSeek-V4's one shared KV head), or
+    #: None: the `n_kv` symbol's value where the family has one, else a head each (MLA, multi-head attention)
+    fixed_kv_heads: int | None = None
     #: how a TP convention may split weights ("paper" always exists)
     conventions: tuple[str, ...] = ("paper",)
     #: the layer kinds in the order a stage lists them

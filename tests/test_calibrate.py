@@ -346,6 +346,7 @@ def test_the_measured_kernels_time_each_kind_by_its_own_fit():
     links = {"intra_bytes_per_s": 1.4e9, "step_latency_s": 1e-4,
              "by_kind": {k: {"bytes_per_s": bw, "step_latency_s": lat} for k, (bw, lat) in own.items()}}
     p = kernel_profile("made up", table, 1e10, links)
+    assert p.gpu == "made up" and "on made up" in p.source["measured"]  # (a loop once renamed it "p2p")
     nb, calls, n = 3e6, 5, 4
     for kind, key in (("all-gather", "all_gather"), ("reduce-scatter", "reduce_scatter"), ("all-reduce", "all_reduce"),
                       ("all-to-all", "all_to_all")):

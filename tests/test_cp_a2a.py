@@ -33,3 +33,23 @@ def test_the_a2a_term_scales_with_b_and_not_without_cp(b):
     assert _activations(a2a) - _activations(ring) == 12 * 2 * b * 32768 * 64 * 128 // 8
     no_cp = with_parallel(a2a, cp=1, dp=4)
     assert no_cp.rules.name == "megatron-te"  # the comm type means nothing without CP
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    # 32 query heads over CP 3
+    (["--model", "llama-3-8b", "--cp", "3", "-s", "48"], "num_attention_heads / TP = 32 / 1 = 32"),
+    # Llama-3-70B at TP 8 keeps one KV head a rank: CP 2 cannot split it
+    (["--model", "llama-3-70b", "--tp", "8", "--cp", "2", "-s", "8192"], "num_key_value_heads / TP = 8 / 8 = 1"),
+    # DeepSeek-V4's one shared KV head, fixed by its architecture (no config key)
+    (["--model", "deepseek-v4-flash", "--cp", "4", "-s", "8192", "--profile", "megatron-te"],
+     "must divide the key-value heads, 1 in deepseek-v4-flash's architecture"),
+])
+def test_all_to_all_cp_must_divide_the_heads(capsys, argv, words):
+    """TransformerEngine's all-to-all CP asserts num_heads % cp_size == 0 for Q and for K, V
+    (AttnFuncWithCPAndQKVOA2A.forward): refused in one line, where the ring (p2p) answers."""
+    from symmem.cli.main import main
+
+    assert main(["memory", *argv, "--cp-comm-type", "a2a"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "(--cp-comm-type a2a)" in err and err.count("\n") == 1, err
+    assert main(["memory", *argv, "--cp-comm-type", "p2p"]) == 0

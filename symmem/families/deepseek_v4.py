@@ -77,6 +77,7 @@ class DeepSeekV4(Family):
     )
     routed_experts = ("N", "N_r")
     divisibility = (("tp", "n_h"), ("tp", "n_g"), ("tp", "V"), ("ep", "N"), ("etp", "h_E"))
+    fixed_kv_heads = 1  # one shared KV head (num_key_value_heads must be 1, `parse`)
     layer_kind_order = KINDS
 
     def parse(self, raw: Mapping, source: str) -> ModelConfig:

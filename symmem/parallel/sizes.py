@@ -146,6 +146,10 @@ class Parallel:
                         f"{fam.config_keys.get(name, name)} / TP = {model.value(name)} / {self.tp} = "
                         f"{model.value(name) // self.tp} (all-to-all CP splits the heads over CP; "
                         "TransformerEngine's AttnFuncWithCPAndQKVOA2A)")
+            if fam.fixed_kv_heads is not None and fam.fixed_kv_heads % self.cp:
+                raise SymmemError(f"cp = {self.cp} (--cp-comm-type a2a): must divide the key-value heads, "
+                                  f"{fam.fixed_kv_heads} in {model.name}'s architecture (all-to-all CP splits the "
+                                  "heads over CP; TransformerEngine's AttnFuncWithCPAndQKVOA2A)")
         if fam.routed_experts is None and (self.ep, self.etp) != (1, 1):
             raise SymmemError(f"ep·etp = {self.ep}·{self.etp}: {model.name} has no routed experts; expert "
                               "parallel sizes must be 1")
