@@ -264,8 +264,8 @@ def attention_shape(scn) -> tuple:
     AttnFuncWithCPAndQKVOA2A); under the P2P ring each GPU runs CP kernels over chunks of s / CP (the ring's steps,
     TE's AttnFuncWithCPAndKVP2P), written as one kernel of b x CP sequences of s / CP tokens, whose b·CP·(s/CP)²
     = b·s²/CP is the GPU's share of the score matrix. Multi-head latent attention's query and key heads are
-    d_h + d_hr wide, its values d_v (DeepSeek-V2/V3); grouped-query attention's KV heads n_kv; one KV head a GPU at
-    least. None for a model without n_h."""
+    d_h + d_hr wide, its values d_v (DeepSeek-V2/V3); grouped-query attention's KV heads n_kv (or the family's
+    fixed count: DeepSeek-V4's one); one KV head a GPU at least. None for a model without n_h."""
     v = dict(scn.model.values)
     if "n_h" not in v or "h" not in v:
         return None
@@ -273,7 +273,8 @@ def attention_shape(scn) -> tuple:
     a2a = par.cp_comm_type == "a2a"
     split = par.tp * (par.cp if a2a else 1)
     heads = v["n_h"] / split
-    kv = max(1.0, v.get("n_kv", v["n_h"]) / split)
+    fixed = scn.model.family.fixed_kv_heads  # (DeepSeek-V4's one shared KV head, no config key)
+    kv = max(1.0, (fixed if fixed is not None else v.get("n_kv", v["n_h"])) / split)
     d_h = v.get("d_h", v["h"] / v["n_h"])
     qk = d_h + v.get("d_hr", 0)
     vd = v.get("d_v", d_h)
