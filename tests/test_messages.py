@@ -92,3 +92,13 @@ def test_a_hint_leads_to_an_answer(capsys, profile, extra):
     hint = re.findall(r"\((--[a-z-]+(?: [a-z0-9-]+)?(?: --[a-z-]+(?: [a-z0-9-]+)?)*)\)", err)
     assert hint, err
     assert main(argv + hint[-1].split()) == 0, capsys.readouterr().err
+
+
+def test_more_stages_than_layers_is_said_as_such(capsys):
+    """The paper's layout at PP above the layer count said 'leaving -31 for the last' (a review's finding)."""
+    from symmem.cli.main import main
+
+    assert main(["memory", "--model", "llama-3-8b", "--pp", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "--pp 64: more pipeline stages than the model's 32 layers; choose PP at most 32" in err, err
+    assert err.count("\n") == 1

@@ -95,6 +95,9 @@ def layers_per_stage(spec: LayoutSpec, n_layers: int, pp: int) -> tuple[int, ...
     if spec.kind == "paper":
         per = -(-n_layers // pp)
         counts = [per] * (pp - 1) + [n_layers - per * (pp - 1)]
+        if pp > n_layers:
+            raise SymmemError(f"pp = {pp}: more pipeline stages than the model's {n_layers} layers; choose PP at "
+                              f"most {n_layers} (--pp)")
         if counts[-1] < 1:
             raise SymmemError(
                 f"pp = {pp}: the paper's layout puts ceil({n_layers}/{pp}) = {per} layers on each stage, leaving "
