@@ -51,7 +51,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", default="5", help="timed runs of each kernel, the median taken (default 5)")
     p.add_argument("--devices", default="1", help="processes to time the collectives among (NCCL on CUDA GPUs, one "
                                                   "a process; gloo on the CPU); 1 (default): none timed")
-    p.add_argument("--quick", action="store_true", help="small shapes, for a test (seconds on a CPU)")
+    p.add_argument("--quick", action="store_true", help="small default shapes, for a test (seconds on a CPU; with "
+                                                        "--model its own shapes are still timed, at its -b and -s)")
     p.add_argument("--json", action="store_true", help="say what was written as JSON")
     _add_model_args(p)
 
