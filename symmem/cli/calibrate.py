@@ -97,8 +97,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--histogram", help="histogram routing: a file of per-expert loads")
     g.add_argument("--convention", help="TP split of W_QR: paper or megatron")
     g.add_argument("--budget", default=str(int(BUDGET_S)),
-                   help=f"seconds the timing may be estimated to take at most (default {int(BUDGET_S)}; the "
-                        "estimate is the kernels' FLOPs at a probe GEMM's rate)")
+                   help=f"seconds the timing may take at most (default {int(BUDGET_S)}): refused before it starts "
+                        "when the estimate (the GEMMs' FLOPs and bytes at probe rates, the attention at a probe of "
+                        "its kernel) is above it, stopped when the timing runs past it")
 
 
 def _scenario(args):
