@@ -46,6 +46,15 @@ def _number(raw: dict, key: str, where: str, low: float = 0.0, high: float = 1e3
     return float(value)
 
 
+def _latency(raw: dict, where: str) -> float:
+    """A link's seconds per ring step (`step_latency_s`): a number from 0 to 1."""
+    value = raw.get("step_latency_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise SymmemError(f"{where}: step_latency_s = {str(value)[:40]!r}: must be a number from 0 to 1 (symmem "
+                          "calibrate --devices N writes it)")
+    return float(value)
+
+
 def _rows(raw: dict, key: str, path: str, fields: tuple[str, ...]) -> list[dict]:
     rows = raw.get(key)
     if not isinstance(rows, list) or not rows or len(rows) > 1000:
@@ -84,10 +93,7 @@ def load(path: str) -> dict:
         where = f"--gpu {path}: links"
         if not isinstance(links, dict):
             raise SymmemError(f"{where}: must be an object (or null: no collectives measured)")
-        latency = links.get("step_latency_s")
-        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency <= 1:
-            raise SymmemError(f"{where}: step_latency_s = {str(latency)[:40]!r}: must be a number from 0 to 1 "
-                              "(symmem calibrate --devices N writes it)")
+        latency = _latency(links, where)
         processes = links.get("processes")
         if isinstance(processes, bool) or not isinstance(processes, int) or not 2 <= processes <= 64:
             raise SymmemError(f"{where}: processes = {str(processes)[:40]!r}: must be a whole number from 2 to 64 "
@@ -125,12 +131,8 @@ def _by_kind(table, where: str) -> dict | None:
     for kind, fit in table.items():
         if not isinstance(fit, dict):
             raise SymmemError(f"{where}.by_kind.{kind}: must be an object of bytes_per_s and step_latency_s")
-        latency = fit.get("step_latency_s")
-        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency <= 1:
-            raise SymmemError(f"{where}.by_kind.{kind}: step_latency_s = {str(latency)[:40]!r}: must be a number "
-                              "from 0 to 1")
         out[kind] = {"bytes_per_s": _number(fit, "bytes_per_s", f"{where}.by_kind.{kind}", *RATE),
-                     "step_latency_s": float(latency)}
+                     "step_latency_s": _latency(fit, f"{where}.by_kind.{kind}")}
     return out
 
 
