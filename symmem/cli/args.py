@@ -119,13 +119,7 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
                            type=int_arg(1, num.MAX_B * num.MAX_MICROBATCHES),
                            help="sequences per iteration (Megatron's): M = global batch / (micro-batch x DP), "
                                 "which must divide it")
-        g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram")
-        g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
-        g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
-        g.add_argument("--histogram", help="a file of per-expert loads (numbers separated by spaces, commas or lines)")
-        g.add_argument("--dataflow", help="paper (symmem's blocks) or hf (Hugging Face's; default with torch-eager)")
-        g.add_argument("--attn-impl", help="hf dataflow: eager or sdpa")
-        g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
+        add_routing_and_dataflow_args(g)
         g.add_argument("--activation-dtype", help="bf16 (2 bytes, default) or fp32 (4 bytes)")
         g.add_argument("--flops-convention", dest="flops_convention",
                        help="how FLOPs are counted: paper (matrix products only, as Narayanan et al. 2021 and "
@@ -134,6 +128,18 @@ def add_scenario_args(p: argparse.ArgumentParser, activations: bool = True, swep
         g.add_argument("--gpu-memory", help="GPU capacity: 80GB, 141GB, 80GiB, or a name: H800, H100, H200, B200")
         g.add_argument("--gpu", help="the GPU by name (H800, H100, H200, B200, A100, ...): its memory capacity, "
                                      "unless --gpu-memory gives one")
+
+
+def add_routing_and_dataflow_args(g) -> None:
+    """The flags that set the experts' routing and the dataflow a step is read from (symmem memory's, and symmem
+    calibrate --model's: both change a kernel's shape)."""
+    g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram")
+    g.add_argument("--capacity-factor", help="static per-expert buffers of this factor × balanced load")
+    g.add_argument("--rank-load", help="dynamic allocation: busiest rank's load over the balanced load")
+    g.add_argument("--histogram", help="a file of per-expert loads (numbers separated by spaces, commas or lines)")
+    g.add_argument("--dataflow", help="paper (symmem's blocks) or hf (Hugging Face's; default with torch-eager)")
+    g.add_argument("--attn-impl", help="hf dataflow: eager or sdpa")
+    g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
 
 
 def add_swept_args(p: argparse.ArgumentParser) -> None:

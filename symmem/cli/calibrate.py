@@ -67,7 +67,7 @@ BUDGET_S = 900.0  # default --budget: the longest a calibration may be estimated
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     from symmem import _numbers as num
-    from symmem.cli.args import _bool_flag, int_arg
+    from symmem.cli.args import _bool_flag, add_routing_and_dataflow_args, int_arg
 
     g = p.add_argument_group("a model whose own kernels to time (its step's GEMM, grouped-GEMM and attention shapes "
                              "on one GPU, in place of the default GEMMs; symmem.calibrate_shapes)")
@@ -75,9 +75,6 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scenario", help="a built-in scenario or a TOML file (the flags below override its fields)")
     g.add_argument("--profile", help="implementation profile (as symmem memory): its dataflow and fused kernels")
     g.add_argument("--rules", help="saved-tensor rule set, as symmem memory (torch-eager for the hf dataflow)")
-    g.add_argument("--dataflow", help="paper or hf, as symmem memory")
-    g.add_argument("--attn-impl", help="hf dataflow: eager or sdpa")
-    g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
     for short, long in (("tp", "tensor-model-parallel-size"), ("cp", "context-parallel-size"),
                         ("ep", "expert-model-parallel-size"), ("etp", "expert-tensor-parallel-size"),
                         ("dp", "data-parallel-size"), ("pp", "pipeline-model-parallel-size")):
@@ -91,10 +88,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     _bool_flag(g, "moe-sequence-parallel", "the MoE block sequence-sharded too: the experts' tokens split over TP")
     g.add_argument("-b", "--micro-batch-size", dest="b", type=int_arg(1, num.MAX_B))
     g.add_argument("-s", "--seq-length", dest="s", type=int_arg(1, num.MAX_S))
-    g.add_argument("--routing", help="paper, dispatch, capacity, dynamic, histogram (the experts' tokens)")
-    g.add_argument("--capacity-factor", help="static per-expert buffers of this factor x balanced load")
-    g.add_argument("--rank-load", help="dynamic routing: busiest rank's load over the balanced load")
-    g.add_argument("--histogram", help="histogram routing: a file of per-expert loads")
+    add_routing_and_dataflow_args(g)
     g.add_argument("--convention", help="TP split of W_QR: paper or megatron")
     g.add_argument("--budget", default=str(int(BUDGET_S)),
                    help=f"seconds the timing may take at most (default {int(BUDGET_S)}): refused before it starts "
