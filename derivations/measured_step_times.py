@@ -350,10 +350,14 @@ ATTENTION_SHAPES = (
 
 def _attention_pair(p, eff: float, b, s, h, kv, qk, v) -> tuple[float, float]:
     """(the fitted model's seconds, the measured kernel's) of one attention: Megatron's causal FLOPs forward and
-    backward, 3·b·s²·heads·(qk + v), at `eff` of the peak; and `kernels.attention_seconds`."""
-    from symmem.steptime.kernels import attention_seconds
+    backward, 3·b·s²·heads·(qk + v), at `eff` of the peak; and the kernel at the efficiencies the table measured
+    for its shape (`kernels.measured_attention_efficiency`; the model times it at `kernels.attention_efficiency`,
+    which at 131,072 tokens is the 32,768-token figure: docs/step_time.md, "Long sequences")."""
+    from symmem.steptime.kernels import attention_flops, measured_attention_efficiency
 
-    return 3 * b * s * s * h * (qk + v) / (p.peak * eff), attention_seconds(p, b, s, h, kv, qk, v, False)
+    fwd, bwd = attention_flops(b, s, h, kv, qk, v)
+    ef, eb = measured_attention_efficiency(p, s, h, max(kv, 1), qk, v)
+    return 3 * b * s * s * h * (qk + v) / (p.peak * eff), (fwd / ef + bwd / eb) / p.peak
 
 
 def _kernel_tables() -> list[Table]:

@@ -153,6 +153,36 @@ def test_the_pages_nearest_measured_shapes_are_pythons(browser, tmp_path):  # no
         _page_matches(browser, path, query, want_step)
 
 
+@browser_only
+def test_the_pages_attention_time_is_pythons_beyond_the_measured_sequences(browser, tmp_path):  # noqa: F811
+    """The script's attention time against `steptime.kernels.attention_seconds` on B200's table, at sequences where
+    the table's own reading falls below a shorter sequence's (131,072 tokens: the 32,768-token figure taken) and
+    where it does not: equal to 1e-12."""
+    import itertools
+
+    from symmem.steptime.kernels import attention_seconds, measured_attention_efficiency, profile
+
+    p = profile("B200")
+    shapes = [(b, s, h, kv, qk, v, again) for b, s, (h, kv, qk, v), again in itertools.product(
+        (1, 2), (4096, 32768, 65536, 131072, 262144), ((8, 1, 128, 128), (16, 2, 128, 128), (64, 64, 192, 128)),
+        (False, True))]
+    assert measured_attention_efficiency(p, 131072, 8, 1, 128, 128)[0] < \
+        measured_attention_efficiency(p, 32768, 8, 1, 128, 128)[0]  # the floor is exercised
+    want = [attention_seconds(p, *shape) for shape in shapes]
+    path = tmp_path / "page.html"
+    code, _, err = run_cli("html", *FLAGS, "-o", str(path))
+    assert code == 0, err
+    page, errors = _open(browser, path)
+    try:
+        got = page.evaluate("(qs) => qs.map(q => kernelAttention(D.speeds.kernels.B200, ...q))",
+                            [list(x) for x in shapes])
+        assert not errors
+    finally:
+        page.close()
+    for q, a, b in zip(shapes, want, got, strict=True):
+        assert b == pytest.approx(a, rel=1e-12), q
+
+
 def test_the_page_reads_the_measured_kernels_costs_where_memory_uses_them():
     """Without a browser: the template carries the kernels' costs where the scenario-wide test passes (B200, BF16,
     a2a CP or none), not under the P2P ring, and its collectives' forms give `stage_collectives` at a point they

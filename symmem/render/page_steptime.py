@@ -100,6 +100,7 @@ def kernel_profiles() -> dict:
             continue
         # (a calibrated device without collectives measured: no link, null; the script refuses its traffic first)
         out[name] = {"peak": p.peak, "gemm": p.gemm, "grouped": p.grouped, "attention": p.attention,
+                     "attention_floor": p.attention_floor,
                      "memory_bound": p.memory_bound, "collectives": p.collectives,
                      "link_gib": None if math.isinf(p.link_gib) else p.link_gib,
                      "nearest": NEAREST, "tie": TIE, "constants": k.as_dict(),

@@ -12,7 +12,8 @@ efficiency for every shape:
 * **Attention**: forward and backward at the efficiency measured for (sequence, heads, KV heads, head dims), under
   the FLOP convention the measurements were taken with (forward 2·base, backward 5·base, base =
   b·s²·max(heads, KV heads)·(qk dim + v dim)); between measured sequence lengths, the nearest measured shapes in
-  (log s, log heads, log KV heads, log dims), weighted as above.
+  (log s, log heads, log KV heads, log dims), weighted as above; never below a shorter measured sequence's
+  (`attention_efficiency`: the kernel's efficiency does not fall with the sequence).
 
 What the profile's figures are is the file's `source`: numbers measured on the GPU by others, copied unchanged.
 """
@@ -39,6 +40,10 @@ class KernelProfile:
     memory_bound: float  # fraction of HBM bandwidth an elementwise kernel reaches
     collectives: dict
     link_gib: float  # the link the collectives' efficiencies are fractions of, GiB/s per direction
+    # the attention's efficiency held at the best of the shorter sequences measured (`attention_efficiency`): a
+    # published table of the fused kernel measured in bursts; a calibrated device times the step's own shapes as
+    # they run there (a CPU's SDPA is not a flash kernel: its efficiency can fall with the sequence)
+    attention_floor: bool = False
 
 
 def _points(rows, cols) -> tuple:
@@ -73,7 +78,8 @@ def _published(gpu_name: str) -> KernelProfile | None:
     att = d["attention"]["rows"]
     return KernelProfile(d["gpu"], d["peak_tflops"] * 1e12, d["source"], gemm, grouped,
                          (_points(att, (1, 2, 3, 4, 5)), tuple(r[6] for r in att), tuple(r[7] for r in att)),
-                         d["memory_bound"]["default"], d["collectives"], d["collectives"]["link_gib_per_s"])
+                         d["memory_bound"]["default"], d["collectives"], d["collectives"]["link_gib_per_s"],
+                         attention_floor=True)
 
 
 TIE = 1e-9  # distances within this relative margin of the NEAREST-th one are ties, all of them taken
@@ -140,11 +146,40 @@ def gemm_seconds(p: KernelProfile, m: float, k: float, n: float, experts: int, f
     return sum(flops / (p.peak * e) for e in passes)
 
 
-@lru_cache(maxsize=65536)
-def _attention_efficiency(p: KernelProfile, s: float, heads: float, kv_heads: float, qk: float, v: float):
+def measured_attention_efficiency(p: KernelProfile, s: float, heads: float, kv_heads: float, qk: float,
+                                  v: float) -> tuple[float, float]:
+    """The forward and backward efficiency the profile's table gives at the shape (the nearest measured shapes'), as
+    measured: `attention_efficiency` is what the model times the attention at."""
+    return _attention_at(p, (math.log(s), math.log(heads), math.log(kv_heads), math.log(qk), math.log(v)))
+
+
+def _attention_at(p: KernelProfile, at: tuple) -> tuple[float, float]:
     points, fwd, bwd = p.attention
-    at = (math.log(s), math.log(heads), math.log(kv_heads), math.log(qk), math.log(v))
     return _nearest(points, fwd, at), _nearest(points, bwd, at)
+
+
+@lru_cache(maxsize=65536)
+def attention_efficiency(p: KernelProfile, s: float, heads: float, kv_heads: float, qk: float, v: float):
+    """The forward and backward efficiency the attention runs at: for a published GPU table (`attention_floor`), each
+    the best the table gives at this shape and at each shorter sequence it measured (the same heads and dims); for
+    a calibrated device, the table's reading. A fused causal kernel's efficiency does not fall
+    as the sequence grows (its tiles' work is the same at any length, and the masked diagonal tiles and the last
+    wave's idle SMs are a smaller share of a longer one: the FlashAttention-2 and -3 papers' throughput rises with
+    the sequence to a plateau, arXiv 2307.08691 Figs. 4-5, 2407.08608 Fig. 5). So a measured figure below a
+    shorter sequence's says how it was measured, not the kernel: SimuMax's B200 table reads the same GQA shapes at
+    0.99-1.00 of the peak at 131,072 tokens against 1.17-1.20 at 32,768 (forward, its FLOP convention), and times
+    each shape as the median kernel span of twenty runs with a device sync after each
+    (simu_tools/efficency_test/test_fa_efficiency.py:156-236 at 4dcaae5): a 5 ms kernel between syncs against a
+    95 ms one, likely at different clocks (not verified: no GPU here). docs/step_time.md, "Long sequences"."""
+    rest = (math.log(heads), math.log(kv_heads), math.log(qk), math.log(v))
+    ef, eb = _attention_at(p, (math.log(s), *rest))
+    if not p.attention_floor:
+        return ef, eb
+    for short in sorted({pt[0] for pt in p.attention[0]}):
+        if short < math.log(s) - 1e-12:
+            f, b = _attention_at(p, (short, *rest))
+            ef, eb = max(ef, f), max(eb, b)
+    return ef, eb
 
 
 def attention_flops(b: float, s: float, heads: float, kv_heads: float, qk: float, v: float) -> tuple[float, float]:
@@ -161,7 +196,7 @@ def attention_seconds(p: KernelProfile, b: float, s: float, heads: float, kv_hea
     if s <= 0 or heads <= 0:
         return 0.0
     fwd, bwd = attention_flops(b, s, heads, kv_heads, qk, v)
-    ef, eb = _attention_efficiency(p, s, heads, max(kv_heads, 1.0), qk, v)
+    ef, eb = attention_efficiency(p, s, heads, max(kv_heads, 1.0), qk, v)
     return (fwd / ef) * (2 if forward_again else 1) / p.peak + bwd / eb / p.peak
 
 
