@@ -19,13 +19,14 @@ The file is data: its numbers are checked (positive, finite, bounded), never eva
 
 from __future__ import annotations
 
-import json
 import math
 import os
 
+from symmem._json import loads
 from symmem.errors import SymmemError
 
 FORMAT = "symmem-hardware-profile/1"
+DTYPES = ("bf16", "fp16", "fp32")  # what symmem calibrate --dtype times in
 # what a measured rate may be (FLOP/s, bytes/s): above a thousand a second, at most 1e20 (a B200's dense BF16 peak is
 # 2.25e15): a hand-edited figure outside them would make a step's time overflow or vanish
 RATE = (1e3, 1e20)
@@ -76,8 +77,10 @@ def load(path: str) -> dict:
     text = read_text_file(path, "--gpu")  # (a regular file of at most 4 MiB, or one line)
     if len(text) > MAX_BYTES:
         raise SymmemError(f"--gpu {path}: {len(text):,} characters, more than a profile's {MAX_BYTES:,}")
-    try:
-        raw = json.loads(text)
+    try:  # (strict: a duplicated key, deep nesting, NaN refused in one line, symmem/_json.py)
+        raw = loads(text, f"--gpu {path}")
+    except SymmemError:
+        raise
     except ValueError as e:
         raise SymmemError(f"--gpu {path}: not JSON ({str(e)[:80]}); a profile is what `symmem calibrate -o` "
                           "writes") from None
@@ -87,7 +90,16 @@ def load(path: str) -> dict:
     if not isinstance(name, str) or not 0 < len(name) <= 60 or not name.isprintable():
         raise SymmemError(f"--gpu {path}: name: must be 1 to 60 printable characters")
     gemm = _rows(raw, "gemm", path, ("m", "k", "n", "seconds", "flops_per_s"))
+    for i, r in enumerate(gemm):  # the rate is the shape over the seconds, not a figure of its own
+        if not all(float(r[f]).is_integer() for f in ("m", "k", "n")) \
+                or not math.isclose(r["flops_per_s"], 2 * r["m"] * r["k"] * r["n"] / r["seconds"], rel_tol=1e-6):
+            raise SymmemError(f"--gpu {path}: gemm[{i}]: flops_per_s = {r['flops_per_s']:.6g}: must be 2 m k n / "
+                              "seconds of the row's whole m, k, n (symmem calibrate writes it so)")
     attention = _rows(raw, "attention", path, ("s", "flops_per_s"))
+    dtype = raw.get("dtype")
+    if dtype not in DTYPES:
+        raise SymmemError(f"--gpu {path}: dtype = {str(dtype)[:20]!r}: must be one of {', '.join(DTYPES)} (what "
+                          "symmem calibrate --dtype measured in)")
     links = raw.get("links")
     if links is not None:
         where = f"--gpu {path}: links"
@@ -104,7 +116,11 @@ def load(path: str) -> dict:
                  else _number(links, "inter_bytes_per_s", where, *RATE),
                  "step_latency_s": float(latency), "processes": processes,
                  "by_kind": _by_kind(links.get("by_kind"), where)}
-    return {"name": name, "memory": int(_number(raw, "memory_bytes", f"--gpu {path}", 0, 1e18)),
+    memory = raw.get("memory_bytes")
+    if isinstance(memory, bool) or not isinstance(memory, int) or not 1 << 20 <= memory <= 1 << 60:
+        raise SymmemError(f"--gpu {path}: memory_bytes = {str(memory)[:40]!r}: must be a whole number of bytes from "
+                          "1 MiB (2^20) to 2^60")
+    return {"name": name, "memory": memory, "dtype": dtype,
             # the compute-bound rate: the best any measured GEMM reached
             "gemm_rate": max(r["flops_per_s"] for r in gemm),
             # the fused attention at the longest sequence measured (the flash kernel's steady rate)
@@ -183,6 +199,9 @@ def _kernels(raw: dict, path: str) -> dict | None:
                           "three)")
     attention = rows("attention", 8, range(0, 6))
     for i, row in enumerate(attention):  # the B200 table's FLOP convention
+        if row[2] % row[3]:  # (grouped-query attention: each KV head serves a whole group of query heads)
+            raise SymmemError(f"{where}.attention[{i}]: {row[3]} KV heads of {row[2]} heads: the KV heads must "
+                              "divide the heads")
         forward, backward = attention_rates(row)
         _rate(forward, f"{where}.attention[{i}] forward")
         _rate(backward, f"{where}.attention[{i}] backward")
@@ -208,6 +227,20 @@ def _rate(flops_per_s: float, where: str) -> None:
     if not RATE[0] < flops_per_s <= RATE[1]:
         raise SymmemError(f"{where}: {flops_per_s:.3g} FLOP/s from its shape and seconds: must be above "
                           f"{RATE[0]:g} and at most {RATE[1]:g}")
+
+
+# a registered profile's key -> the dtype its kernels were timed in (`register`), for `dtype_note`
+TIMED_IN: dict[str, str] = {}
+
+
+def dtype_note(gpu_key: object) -> str | None:
+    """A note when a registered profile was timed in another dtype than BF16, the step's compute (the step's kernels
+    are then timed at those rates, which `symmem calibrate --dtype bf16` would measure as they run); else None."""
+    dtype = TIMED_IN.get(gpu_key)  # type: ignore[arg-type]
+    if dtype is None or dtype == "bf16":
+        return None
+    return (f"note: {gpu_key} was calibrated in {dtype} (symmem calibrate --dtype {dtype}); this step's BF16 "
+            "kernels are timed at those rates: symmem calibrate --dtype bf16 measures them as they run")
 
 
 def measured(gpu_key: object) -> bool:
@@ -245,10 +278,14 @@ def register(path: str) -> str:
         step_latency=links["step_latency_s"] if links else None,
         measured_group=links["processes"] if links else None)
     units.GPUS[key.lower()] = p["memory"]
+    TIMED_IN[key] = p["dtype"]
     # the attention's rate relative to the measured GEMM rate, as measured: above 1 when this machine's attention
     # runs faster per FLOP than its fastest GEMM shape (a "peak" that is itself a measurement, not a datasheet's)
+    # (both over the rate the GPU is given: with a kernel table its peak, every pass's best, which the summary's
+    # best forward GEMM may be below)
+    rate = table.peak if table is not None else p["gemm_rate"]
     model.DEVICE_CONSTANTS[key] = model.Constants(
-        gemm_efficiency=1.0, attention_efficiency=p["attention_rate"] / p["gemm_rate"],
+        gemm_efficiency=p["gemm_rate"] / rate, attention_efficiency=p["attention_rate"] / rate,
         link_efficiency=1.0, latency_s=p["launch_s"], fixed_s=0.0)
     if table is not None:  # each kernel's own time: the measured-kernels model, nothing fitted
         kernels.REGISTERED[key] = table

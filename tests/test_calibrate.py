@@ -223,7 +223,7 @@ def test_no_collectives_measured_no_communicating_step(profile, capsys):
     ('{"format": "symmem-hardware-profile/1", "name": "x", "gemm": [{"m": 1, "k": 1, "n": 1, "seconds": -1, '
      '"flops_per_s": 1}], "attention": [{"s": 1, "flops_per_s": 1}]}', "seconds = '-1'"),
     ('{"format": "symmem-hardware-profile/1", "name": "x", "gemm": [{"m": 1, "k": 1, "n": 1, "seconds": 1, '
-     '"flops_per_s": 1e999}], "attention": [{"s": 1, "flops_per_s": 1}]}', "flops_per_s = 'inf'"),
+     '"flops_per_s": 1e999}], "attention": [{"s": 1, "flops_per_s": 1}]}', "1e999 is out of range for a number"),
 ])
 def test_a_bad_profile_is_one_line(tmp_path, capsys, text, words):
     path = tmp_path / "bad.json"
@@ -234,7 +234,7 @@ def test_a_bad_profile_is_one_line(tmp_path, capsys, text, words):
 
 
 _BASE = {"format": "symmem-hardware-profile/1", "name": "x", "memory_bytes": 2**34, "copy_bytes_per_s": 1e10,
-         "launch_s": 1e-5, "gemm": [{"m": 8, "k": 8, "n": 8, "seconds": 1e-4, "flops_per_s": 1e7}],
+         "dtype": "bf16", "launch_s": 1e-5, "gemm": [{"m": 8, "k": 8, "n": 8, "seconds": 1e-4, "flops_per_s": 1.024e7}],
          "attention": [{"s": 16, "flops_per_s": 1e7}]}
 _PASSES = [["TN", 8, 8, 8, 1e-4], ["NN", 8, 8, 8, 1e-4], ["NT", 8, 8, 8, 1e-4]]
 _ATTENTION = [[1, 16, 8, 8, 64, 64, 1e-4, 2e-4]]
@@ -457,7 +457,8 @@ def test_too_many_devices_is_one_line(tmp_path, capsys):
 
 def test_malformed_links_are_one_line(tmp_path, capsys):
     good = {"format": "symmem-hardware-profile/1", "name": "x", "memory_bytes": 2**34, "copy_bytes_per_s": 1e10,
-            "launch_s": 1e-6, "gemm": [{"m": 1, "k": 1, "n": 1, "seconds": 1, "flops_per_s": 1e12}],
+            "dtype": "bf16", "launch_s": 1e-6,
+            "gemm": [{"m": 1, "k": 1, "n": 1, "seconds": 2e-12, "flops_per_s": 1e12}],
             "attention": [{"s": 1, "flops_per_s": 1e11}]}
     for links, words in ((["x"], "links: must be an object"),
                          ({"intra_bytes_per_s": 1e9}, "step_latency_s = 'None'"),
@@ -482,3 +483,54 @@ def test_a_bad_per_kind_link_is_one_line(linked, tmp_path, capsys):
         assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(path)]) == 2
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1, err
+
+
+_TABLE = {"gemm": [["TN", 8, 8, 8, 1e-4], ["NN", 8, 8, 8, 1e-4], ["NT", 8, 8, 8, 1e-5]], "attention": _ATTENTION}
+
+
+@pytest.mark.parametrize("text, words", [
+    # a key given twice: the standard parser keeps the last one silently (here a 1-byte GPU)
+    (json.dumps(_BASE)[:-1] + ', "memory_bytes": 1048576}', "duplicate key 'memory_bytes'"),
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than the limit"),  # no RecursionError
+    (json.dumps({**_BASE, "memory_bytes": 0.5}), "memory_bytes = '0.5': must be a whole number of bytes"),
+    (json.dumps({**_BASE, "memory_bytes": 8.5e10}), "memory_bytes = '85000000000.0': must be a whole number"),
+    (json.dumps({k: v for k, v in _BASE.items() if k != "dtype"}), "dtype = 'None': must be one of bf16"),
+    (json.dumps({**_BASE, "gemm": [{"m": 8, "k": 8, "n": 8, "seconds": 1e-4, "flops_per_s": 1e19}]}),
+     "gemm[0]: flops_per_s = 1e+19: must be 2 m k n / seconds"),
+    (json.dumps({**_BASE, "kernels": {**_TABLE, "attention": [[1, 16, 8, 3, 64, 64, 1e-4, 2e-4]]}}),
+     "attention[0]: 3 KV heads of 8 heads: the KV heads must divide the heads"),
+])
+def test_a_hostile_profile_is_one_line(tmp_path, capsys, text, words):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    assert main(["memory", "--model", "llama-3-8b", "--gpu", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_the_fitted_model_of_a_calibrated_device_runs_each_kernel_at_its_measured_rate(tmp_path):
+    """Where the measured kernels do not time a step, the fitted model's GEMM and attention run at the rates the
+    profile measured: their efficiencies are over the rate the GPU is given (the kernel table's peak, here its NT
+    pass at ten times the forward's), not over the summary's best forward GEMM."""
+    from symmem import hardware
+    from symmem.hardware_profile import register
+    from symmem.steptime.model import DEVICE_CONSTANTS
+
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({**_BASE, "kernels": _TABLE}))
+    key = register(str(path))
+    g, k = hardware.GPUS[key], DEVICE_CONSTANTS[key]
+    assert g.bf16 == pytest.approx(2 * 8**3 / 1e-5, rel=1e-12)  # the table's peak: the NT pass
+    assert k.gemm_efficiency * g.bf16 == pytest.approx(1.024e7, rel=1e-12)  # the summary's GEMM rate
+    assert k.attention_efficiency * g.bf16 == pytest.approx(1e7, rel=1e-12)  # the summary's attention rate
+
+
+def test_a_device_calibrated_in_fp32_says_so(tmp_path, capsys):
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({**_BASE, "dtype": "fp32", "kernels": _TABLE}))
+    assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(path), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["profile_notes"]
+    assert any("was calibrated in fp32" in n for n in notes), notes
+    path.write_text(json.dumps({**_BASE, "kernels": _TABLE}))
+    assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(path), "--json"]) == 0
+    assert not any("calibrated in" in n for n in json.loads(capsys.readouterr().out)["profile_notes"])

@@ -339,6 +339,9 @@ def _memory_run(args) -> int:
             from symmem.calibrate_shapes import unmeasured_note
 
             profile_notes = [n for n in (unmeasured_note(scn, REGISTERED[scn.gpu_name]),) if n]
+        from symmem.hardware_profile import dtype_note
+
+        profile_notes += [n for n in (dtype_note(scn.gpu_name),) if n]
     if args.json:
         _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows,
                      "step": step.as_dict() if step else None, "flag_notes": unused, "default_notes": defaults,
