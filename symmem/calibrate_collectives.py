@@ -15,6 +15,7 @@ step whose groups span machines is refused.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -40,7 +41,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, sizes: tuple, repeat: int, device: str, queue) -> None:
+STOPPED = "stopped"  # what rank 0 puts on the queue when the deadline passed
+
+
+def _worker(rank: int, world: int, port: int, sizes: tuple, repeat: int, device: str, queue,
+            deadline: float = math.inf) -> None:
     import torch
     import torch.distributed as dist
 
@@ -82,7 +87,14 @@ def _worker(rank: int, world: int, port: int, sizes: tuple, repeat: int, device:
                 run()
                 times = []
                 for _ in range(repeat):
-                    dist.barrier()
+                    # past the deadline on any process's clock, every process stops here together: the flag's
+                    # all-reduce is the barrier before each timed run
+                    late = torch.tensor([1.0 if time.time() > deadline else 0.0], device=device)
+                    dist.all_reduce(late, op=dist.ReduceOp.MAX)
+                    if late.item() > 0:
+                        if rank == 0:
+                            queue.put(STOPPED)
+                        return
                     t0 = time.perf_counter()
                     run()
                     times.append(time.perf_counter() - t0)
@@ -94,23 +106,31 @@ def _worker(rank: int, world: int, port: int, sizes: tuple, repeat: int, device:
         dist.destroy_process_group()
 
 
-def measure(world: int, quick: bool, repeat: int, device: str) -> list[dict]:
+def measure(world: int, quick: bool, repeat: int, device: str, deadline: float = math.inf,
+            budget: float = math.inf) -> list[dict]:
     """Every kind at every size among `world` processes: [{kind, bytes, seconds}] (rank 0's clock, the fastest of
-    `repeat` runs, each after a barrier: a busy machine only adds time)."""
+    `repeat` runs, each after a barrier: a busy machine only adds time); stopped in one line past `deadline`
+    (time.time(), calibrate's --budget `budget` seconds from its start)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     sizes = QUICK_SIZES if quick else SIZES
     try:  # (every process is joined before this returns or raises)
-        mp.start_processes(_worker, args=(world, _free_port(), sizes, repeat, device, queue), nprocs=world,
-                           start_method="spawn")
+        mp.start_processes(_worker, args=(world, _free_port(), sizes, repeat, device, queue, deadline),
+                           nprocs=world, start_method="spawn")
     except (mp.ProcessRaisedException, mp.ProcessExitedException, RuntimeError) as e:
         from symmem.errors import SymmemError
 
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
         raise SymmemError(f"calibrate --devices {world}: the collectives failed ({first})") from None
-    return queue.get()
+    rows = queue.get()
+    if rows == STOPPED:
+        from symmem.errors import SymmemError
+
+        raise SymmemError(f"calibrate: still timing the collectives after --budget {budget:g} s; nothing written "
+                          "(fewer --repeat or --devices, --quick, or a larger --budget)")
+    return rows
 
 
 def link(rows: list[dict], n: int) -> tuple[float, float]:

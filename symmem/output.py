@@ -240,6 +240,47 @@ STDOUT = "-"  # an output file named "-" is standard output
 WRITE_THROUGH_SECONDS = 30.0  # how long a FIFO's reader may stop reading before the write gives up
 
 
+def check_file_target(out: str | Path, field: str = "--out", inputs: tuple = ()) -> None:
+    """The error `write_file` would give for `out`, found before anything is measured or generated (a folder, a
+    block device or socket, a folder that does not exist or cannot be written), and `out` naming one of the
+    command's own `inputs` (files it reads: replacing one would lose it)."""
+    name = str(out)
+    if name == STDOUT:
+        return
+    if not name or "\0" in name:
+        raise _fail(field, name, "must name a file")
+    path = Path(name)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise _fail(field, name, _os_why(e)) from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise _fail(field, name, "must name a file (it is a folder)")
+    if st is not None and not stat.S_ISREG(st.st_mode) and not (stat.S_ISCHR(st.st_mode)
+                                                                or stat.S_ISFIFO(st.st_mode)):
+        kind = "block device" if stat.S_ISBLK(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else \
+            "special file"
+        raise _fail(field, name, f"is a {kind}, not a regular file: symmem replaces regular files only, writes "
+                                 "through a character device or a FIFO, and writes - to standard output")
+    if st is None or stat.S_ISREG(st.st_mode):  # replaced by a file written beside it: its folder must take one
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise _fail(field, name, "cannot write: no such folder")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise _fail(field, name, "cannot write: permission denied in its folder")
+    for given in inputs:
+        if st is not None and given is not None and Path(str(given)).is_file():
+            try:
+                same = os.path.samefile(path, str(given))
+            except OSError:
+                same = False
+            if same:
+                raise _fail(field, name, f"is the input {str(given)[:60]!r}: writing it would replace it; name "
+                                         "another file")
+
+
 def write_file(out: str | Path, data: bytes, field: str = "--out") -> Path | None:
     """One file, all or nothing: written beside the target, then renamed over it (permissions by the umask).
 

@@ -534,3 +534,53 @@ def test_a_device_calibrated_in_fp32_says_so(tmp_path, capsys):
     path.write_text(json.dumps({**_BASE, "kernels": _TABLE}))
     assert main(["memory", "--model", "llama-3-8b", "-s", "512", "--gpu", str(path), "--json"]) == 0
     assert not any("calibrated in" in n for n in json.loads(capsys.readouterr().out)["profile_notes"])
+
+
+@pytest.fixture
+def no_timing(monkeypatch):
+    """calibrate's measurement replaced by a failure: a refusal that must come before any timing proves it does."""
+    import symmem.cli.calibrate as cal
+
+    def measure(_args):
+        raise AssertionError("timed before refusing")
+
+    monkeypatch.setattr(cal, "measure", measure)
+
+
+def test_a_bad_output_or_name_is_refused_before_any_timing(no_timing, tmp_path, capsys):
+    (tmp_path / "folder.json").mkdir()
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "llama"}')
+    before = config.read_text()
+    for argv, words in (
+            (["-o", str(tmp_path / "no" / "x.json")], "cannot write: no such folder"),
+            (["-o", str(tmp_path / "folder.json")], "must name a file (it is a folder)"),
+            (["-o", str(config), "--model", str(config)], "is the input"),
+            (["-o", str(tmp_path / "x.json"), "--name", "two\nlines"], "--name = 'two\\nlines': must be 1 to 60"),
+            (["-o", str(tmp_path / "x.json"), "--name", "G" * 61], "must be 1 to 60 printable characters"),
+            (["-o", "-", "--json"], "--json: says what was written to a file")):
+        assert main(["calibrate", "--quick", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, (argv, err)
+    assert config.read_text() == before and not (tmp_path / "x.json").exists()
+
+
+def test_calibrates_number_and_flag_words(tmp_path, capsys):
+    for argv, words in ((["--budget", "1_0"], "--budget 1_0: must be seconds"),
+                        (["--budget", " 30 "], "must be seconds"),
+                        (["-b", "4"], "-b: sets a model's shapes; give --model"),
+                        (["-s", "64"], "-s: sets a model's shapes")):
+        assert main(["calibrate", "--quick", "-o", str(tmp_path / "x.json"), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert words in err and "--b:" not in err and err.count("\n") == 1, (argv, err)
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_collectives_stop_at_the_budget():
+    """Past the deadline every process stops before its next timed run, together (the flag's all-reduce), and the
+    calibration is one line: --budget bounds the collectives too."""
+    from symmem.calibrate_collectives import measure
+    from symmem.errors import SymmemError
+
+    with pytest.raises(SymmemError, match=r"still timing the collectives after --budget 5 s"):
+        measure(2, True, 3, "cpu", deadline=0.0, budget=5.0)

@@ -28,6 +28,7 @@ import datetime
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -63,6 +64,7 @@ MODEL_FLAGS = ("scenario", "model", "profile", "rules", "dataflow", "attn_impl",
                "cp_comm_type", "ep", "etp", "dp", "pp", "sequence_parallel", "moe_sequence_parallel", "b", "s",
                "routing", "capacity_factor", "rank_load", "histogram", "convention")
 BUDGET_S = 900.0  # default --budget: the longest a calibration may be estimated to take
+_FLAG = {"b": "-b", "s": "-s"}  # the flags whose dest is not their name
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -101,8 +103,8 @@ def _scenario(args):
     if args.model is None and args.scenario is None:
         given = [f for f in MODEL_FLAGS if getattr(args, f, None) is not None]
         if given:
-            raise SymmemError(f"--{given[0].replace('_', '-')}: sets a model's shapes; give --model (or --scenario) "
-                              "too")
+            raise SymmemError(f"{_FLAG.get(given[0], '--' + given[0].replace('_', '-'))}: sets a model's shapes; "
+                              "give --model (or --scenario) too")
         return None
     from symmem.cli.args import add_scenario_args, scenario_from_args
 
@@ -247,6 +249,8 @@ def measure(args) -> dict:
         why = "the GPUs torch sees" if device == "cuda" else "the CPU: up to 8 processes, one a core"
         raise SymmemError(f"--devices {devices}: this machine runs at most {limit} here ({why})")
     name = args.name or (torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({os.cpu_count()} threads)")
+    name = name[:60]  # (a device's own name cut to what a profile holds; --name is checked whole, `check_name`)
+    deadline = time.time() + budget  # (the whole timing's, the collectives' too)
     attentions = [(1, s, 8, 8, 128, 128) for s in seqs] + list(extra_attention)
     _within_bounds(torch, _timer(torch, device), dtype, device, shapes, grouped, attentions, repeat, budget)
     seconds = _timer(torch, device, budget)  # (the budget from here: the estimate's probes are not the timing)
@@ -277,7 +281,7 @@ def measure(args) -> dict:
     t_elementwise = seconds(lambda: torch.addcmul(z, x, y), repeat)
     elementwise = 4 * x.numel() * x.element_size() / t_elementwise
     return {
-        "format": "symmem-hardware-profile/1", "name": name[:60], "device": device, "dtype": args.dtype,
+        "format": "symmem-hardware-profile/1", "name": name, "device": device, "dtype": args.dtype,
         "torch": torch.__version__, "threads": torch.get_num_threads() if device == "cpu" else None,
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "source": (f"measured by symmem calibrate with torch {torch.__version__} on {name}: each kernel timed "
@@ -292,13 +296,14 @@ def measure(args) -> dict:
                     **({"shapes_from": _shapes_from(scn)} if scn is not None else {})},
         "copy_bytes_per_s": 2 * big.numel() / t_copy, "launch_s": t_launch,
         "elementwise_bytes_per_s": elementwise,
-        **_links(devices, args.quick, repeat, device),
+        **_links(devices, args.quick, repeat, device, deadline, budget),
     }
 
 
 def _budget(text: str) -> float:
-    try:
-        value = float(text)
+    t = str(text)
+    try:  # (a decimal number in ASCII, as every other number flag: no underscores or spaces)
+        value = float(t) if re.fullmatch(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", t) else math.nan
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or not 0 < value <= 86400:
@@ -384,14 +389,15 @@ def _within_bounds(torch, seconds, dtype, device: str, gemms, grouped, attention
                           "--budget)")
 
 
-def _links(devices: int, quick: bool, repeat: int, device: str) -> dict:
+def _links(devices: int, quick: bool, repeat: int, device: str, deadline: float = math.inf,
+           budget: float = math.inf) -> dict:
     """The profile's `links`: the collectives timed among `devices` processes and the link they imply, or None."""
     if devices == 1:
         return {"links": None,
                 "links_note": "collectives not measured: one device (symmem calibrate --devices N times them)"}
     from symmem import calibrate_collectives as cc
 
-    rows = cc.measure(devices, quick, repeat, device)
+    rows = cc.measure(devices, quick, repeat, device, deadline, budget)
     bandwidth, latency = cc.link(rows, devices)
     backend = "NCCL" if device == "cuda" else "gloo"
     return {"links": {"intra_bytes_per_s": bandwidth, "inter_bytes_per_s": None, "step_latency_s": latency,
@@ -403,12 +409,24 @@ def _links(devices: int, quick: bool, repeat: int, device: str) -> dict:
                            "which the measured kernels time each kind by; between machines not measured")}
 
 
+def check_name(name: str | None) -> None:
+    """--name as a profile holds it (hardware_profile.load's rule): 1 to 60 printable characters."""
+    if name is not None and (not 0 < len(name) <= 60 or not name.isprintable()):
+        raise SymmemError(f"--name = {name[:60]!r}: must be 1 to 60 printable characters (what --gpu FILE reads)")
+
+
 def _run(args) -> int:
-    from symmem.output import write_file
+    from symmem.output import check_file_target, write_file
 
     out = args.out
     if out != "-" and not out.lower().endswith(".json"):
         raise SymmemError(f"--out {out}: a profile is a .json file (or - for standard output)")
+    if out == "-" and args.json:
+        raise SymmemError("--json: says what was written to a file; with --out - the profile itself is the JSON on "
+                          "standard output")
+    check_name(args.name)
+    # where it goes, before anything is timed (and never over a file it reads)
+    check_file_target(out, "--out", tuple(getattr(args, f, None) for f in ("model", "scenario", "histogram")))
     profile = measure(args)
     write_file(out, (json.dumps(profile, indent=2) + "\n").encode())
     if out != "-" and args.json:
@@ -419,8 +437,9 @@ def _run(args) -> int:
     elif out != "-":
         best = max(g["flops_per_s"] for g in profile["gemm"])
         print(f"wrote {out}: {profile['name']}, GEMM up to {best / 1e9:,.1f} GFLOP/s ({profile['dtype']}), copy "
-              f"{profile['copy_bytes_per_s'] / 1e9:,.2f} GB/s, launch {profile['launch_s'] * 1e6:,.1f} us; use it "
-              f"with --gpu {out}")
+              f"{profile['copy_bytes_per_s'] / 1e9:,.2f} GB/s, launch {profile['launch_s'] * 1e6:,.1f} us"
+              + (f"; use it with --gpu {out}" if os.path.isfile(out) else " (written through: --gpu reads a regular "
+                 "file)"))
     return 0
 
 
