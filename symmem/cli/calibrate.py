@@ -95,7 +95,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--budget", default=str(int(BUDGET_S)),
                    help=f"seconds the timing may take at most (default {int(BUDGET_S)}): refused before it starts "
                         "when the estimate (the GEMMs' FLOPs and bytes at probe rates, the attention at a probe of "
-                        "its kernel) is above it, stopped when the timing runs past it")
+                        "its kernel) is above it, stopped when the timing (the collectives of --devices N too) "
+                        "runs past it")
 
 
 def _scenario(args):
