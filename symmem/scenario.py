@@ -26,6 +26,9 @@ from symmem.rules import RuleSet, rule_set
 from symmem.symbols import sym
 from symmem.units import parse_size
 
+# the recomputation policies torchtitan runs (activation_checkpoint.mode and selective_ac_option)
+TORCHTITAN_AC = (Recompute.NONE, Recompute.FULL, Recompute.SELECTIVE_OP, Recompute.SELECTIVE_LAYER)
+
 
 def _builtin() -> tuple[str, ...]:
     """Every TOML file shipped in symmem/scenarios/ (the paper's cases and the measured runs)."""
@@ -125,6 +128,12 @@ class Scenario:
                               f"'paper' rule set has none; use {fix}")
         self.schedule.check(self.parallel.pp, self.m, self.schedule_runtime)
         self.ddp.check(self)
+        if self.profile.name.startswith("torchtitan") and self.policy.kind not in TORCHTITAN_AC:
+            # (torchtitan's activation_checkpoint.mode: none, full, or selective with selective_ac_option "op" or
+            # a layer frequency N; Megatron's selective and DeepSeek's recomputation are not among them)
+            raise SymmemError(f"--recompute {self.policy.label} with --profile {self.profile.name}: torchtitan's "
+                              "activation checkpointing modes are none, full, selective-op (mode selective, "
+                              "option op) and selective-layer:N (mode selective, option N)")
         if self.compiled:
             self._check_compiled()
         if not any(st.chunk_layers for st in self.stages):  # (torchtitan's chunks are its own split)
@@ -181,10 +190,6 @@ class Scenario:
         if lp is not None and not lp.name.startswith("torchao-float8-tensorwise"):
             raise SymmemError(f"--precision {self.precision.name} with --compile: under torch.compile Float8 is "
                               "modelled for torchao's tensorwise recipe (--precision torchao-float8-tensorwise)")
-        if self.policy.kind not in (Recompute.NONE, Recompute.FULL, Recompute.SELECTIVE_OP,
-                                    Recompute.SELECTIVE_LAYER):
-            raise SymmemError(f"--recompute {self.policy.label} with --compile: torchtitan's modes are modelled "
-                              "(none, full, selective-op, selective-layer:N)")
 
     @property
     def _float8_gathered(self) -> bool:

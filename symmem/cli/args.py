@@ -142,19 +142,28 @@ def add_routing_and_dataflow_args(g) -> None:
     g.add_argument("--experts-impl", help="hf dataflow: eager or grouped_mm")
 
 
+class Default(str):
+    """A swept flag's default as argparse fills it in: a str, told apart from the same text typed (`typed`)."""
+
+
+def typed(value: object) -> bool:
+    """Whether a swept flag's value was given on the command line (not its `Default`)."""
+    return value is not None and not isinstance(value, Default)
+
+
 def add_swept_args(p: argparse.ArgumentParser) -> None:
     """`symmem sweep`'s lists of values for the fields in SWEPT: the same names (Megatron's where it has one) as
     the single values every other command takes, each a list or range here."""
     a = p.add_argument_group("what is swept (lists 1,2,4; ranges 1-64, 1024-8192:1024, 1-256:x2)")
-    a.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", default="1,2,4,8",
+    a.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", default=Default("1,2,4,8"),
                    help="tensor-parallel sizes (default 1,2,4,8)")
-    a.add_argument("--cp", "--context-parallel-size", dest="cp", default="1",
+    a.add_argument("--cp", "--context-parallel-size", dest="cp", default=Default("1"),
                    help="context-parallel sizes (default 1; each must divide every s)")
     a.add_argument("--pp", "--pipeline-model-parallel-size", dest="pp",
                    help="pipeline sizes (default: divisors of G up to the layer count)")
     a.add_argument("--ep", "--expert-model-parallel-size", dest="ep",
                    help="expert-parallel sizes (default: powers of two dividing the expert count)")
-    a.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", default="1",
+    a.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", default=Default("1"),
                    help="expert tensor-parallel sizes (default 1)")
     a.add_argument("-b", "--micro-batch-size", dest="b", default="1,2,4,8", help="default 1,2,4,8")
     a.add_argument("-s", "--seq-length", dest="s", help="default: the scenario's")

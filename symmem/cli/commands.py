@@ -230,6 +230,20 @@ def _verdict(low: int, high: int, reserved: int | None, capacity: int) -> str:
     return "fits (replayed reserved)" if reserved <= capacity else "does not fit (replayed reserved)"
 
 
+def time_notes(scn) -> list[str]:
+    """What the step time leaves out of a scenario whose memory models it (said wherever the time is shown)."""
+    out = []
+    if scn.compiled:
+        out.append("note: --compile: the step time is the eager step's (torch.compile's fused kernels are not "
+                   "modelled in time); the memory is the compiled step's")
+    r = scn.parallel.hsdp_replicate
+    if r > 1:
+        out.append(f"note: --hsdp-replicate {r}: the step time shards the optimizer and times the gradients' "
+                   "traffic as FSDP over DP x CP (HSDP's all-reduce across its replicas and their larger optimizer "
+                   "shards are not modelled in time); the memory is HSDP's")
+    return out
+
+
 def _describe(scn) -> str:
     """The arrangement's line; a dense model's says nothing of a MoE block."""
     return scn.parallel.describe(scn.model.family.routed_experts is not None)
@@ -342,6 +356,7 @@ def _memory_run(args) -> int:
         from symmem.hardware_profile import dtype_note
 
         profile_notes += [n for n in (dtype_note(scn.gpu_name),) if n]
+        profile_notes += time_notes(scn)
     if args.json:
         _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows,
                      "step": step.as_dict() if step else None, "flag_notes": unused, "default_notes": defaults,

@@ -225,6 +225,10 @@ def space_from_args(args: argparse.Namespace):
     from symmem.sweep.space import Space
 
     gpus = _positive(args.gpus, "--gpus")
+    if getattr(args, "hsdp_replicate", None) not in (None, 1):
+        # (each layout's DP is the sweep's own; HSDP's replicate x shard mesh over it is not enumerated)
+        raise SymmemError(f"--hsdp-replicate {args.hsdp_replicate}: the sweep lays out FSDP over each layout's DP "
+                          "and does not sweep HSDP; time an HSDP layout with symmem memory --hsdp-replicate")
     # The fixed settings through the one flag-to-Scenario mapping every command shares (cli/args.py); the swept
     # fields are the sweep's own, and the layout, schedule and M are set per configuration.
     base_args, skip = args, SWEPT
@@ -250,6 +254,8 @@ def space_from_args(args: argparse.Namespace):
     limit = MAX_CONFIGS if args.max_configs is None else _positive(args.max_configs, "--max-configs", 10**12)
     if scn.profile.name.startswith("torchtitan"):
         _fsdp_only(args, scn.profile.name)
+        _torchtitan_sweep_flags(args, scn.profile.name)
+        zero_default = "3"  # (FSDP2's by construction: another stage would be labelled, not laid out)
     # Every axis is parsed and counted before anything is enumerated; the product is capped.
     par = num.MAX_PARALLEL
     axes = {
@@ -294,7 +300,29 @@ def space_from_args(args: argparse.Namespace):
     return space
 
 
-_SWEEP_DEFAULTS = {"tp": "1,2,4,8", "cp": "1", "pp": None, "ep": None, "etp": "1"}  # cli/args.py's defaults
+_SWEEP_AXES = ("tp", "cp", "pp", "ep", "etp")
+
+
+def _torchtitan_sweep_flags(args, profile: str) -> None:
+    """The torchtitan profiles' fixed settings that `symmem memory` refuses otherwise (cli/args.py
+    `_framework_flags`, Scenario's recomputation check), refused in the sweep too, where they are swept fields the
+    scenario's own check never sees: a ZeRO stage but FSDP2's 3, a schedule where the profile pipelines nothing, a
+    recomputation torchtitan does not run."""
+    from symmem.accounting.recompute import policy
+    from symmem.profiles import TORCHTITAN_COMMITS
+    from symmem.scenario import TORCHTITAN_AC
+
+    if args.zero is not None and any(v != 3 for v in _array(args.zero, "--zero", minimum=0, maximum=3).tolist()):
+        raise SymmemError(f"--zero = {args.zero}: profile {profile} shards parameters, gradients and optimizer "
+                          "states with FSDP2 (ZeRO-3) by construction; use --zero 3 or drop it")
+    if profile in TORCHTITAN_COMMITS and args.schedule:
+        raise SymmemError(f"--schedule {args.schedule}: profile {profile} (torchtitan {TORCHTITAN_COMMITS[profile]}, "
+                          "the code of published runs) models no pipelining; torch's schedules run under --profile "
+                          "torchtitan")
+    for name in parse_recompute(args.recompute or default_recompute(profile)):
+        if policy(name).kind not in TORCHTITAN_AC:
+            raise SymmemError(f"--recompute = {args.recompute!r}: {name} with --profile {profile}: torchtitan's "
+                              "activation checkpointing modes are none, full, selective-op and selective-layer:N")
 
 
 def _fsdp_only(args, profile: str) -> None:
@@ -307,11 +335,13 @@ def _fsdp_only(args, profile: str) -> None:
 
     tp_modelled = profile not in TORCHTITAN_COMMITS  # 0.3.0's TP and PP (profiles._torchtitan_check)
     cp_modelled = profile == TORCHTITAN_9DEC370  # 9dec370's CP (profiles._torchtitan_cp_check)
-    for axis, default in _SWEEP_DEFAULTS.items():
+    from symmem.cli.args import typed
+
+    for axis in _SWEEP_AXES:
         if axis in ("tp", "pp") and tp_modelled:
             continue
         given = getattr(args, axis)
-        if given is None or given == default:
+        if not typed(given):  # (a default; the same text typed is the user's and checked below)
             setattr(args, axis, "1")
         elif axis == "cp" and cp_modelled:
             continue  # (the values given: each configuration checked as symmem memory checks it)
@@ -395,7 +425,7 @@ def _settings(space) -> dict:
             "scenario": base.name, "convention": base.convention, "precision": base.precision.name,
             "rules": base.rules.name, "profile": base.profile.name, "activation_bytes": base.act_bytes,
             "dataflow": "hf" if base.flow_impl is not None else "paper",
-            "routing": base.routing_label, "mtp": base.mtp,
+            "routing": base.routing_label, "mtp": base.mtp, "compiled": base.compiled,
             "sequence_parallel": par.sequence_parallel, "moe_sequence_parallel": par.moe_sp,
             "fragmentation": list(base.fragmentation), "comm_buffers": list(base.comm_buffers),
             "axes": {"tp": list(space.tp), "cp": list(space.cp), "pp": list(space.pp), "ep": list(space.ep),
@@ -486,6 +516,8 @@ def _text(summary, top: int, rejected: bool) -> str:
         by = ("estimated iteration time (symmem/steptime/ on " + str(sp.base.gpu_name) + ")"
               if getattr(summary, "rank_by", "headroom") == "time"
               else "headroom (capacity - high estimate of what is reserved at the peak)")
+        if getattr(summary, "rank_by", "headroom") == "time" and sp.base.compiled:
+            by += " (the eager step's: torch.compile's fused kernels are not modelled in time)"
         lines.append(f"{'all' if not top else 'top ' + str(len(summary.ranked))} that {what}, ranked by {by}; "
                      "sizes in GiB = 2^30 bytes; the stage with the highest peak, its largest component (dynamic: "
                      "what the step adds at the peak event) and the event that binds:")
