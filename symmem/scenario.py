@@ -134,6 +134,13 @@ class Scenario:
             raise SymmemError(f"--recompute {self.policy.label} with --profile {self.profile.name}: torchtitan's "
                               "activation checkpointing modes are none, full, selective-op (mode selective, "
                               "option op) and selective-layer:N (mode selective, option N)")
+        if self.profile.name.startswith("megatron") and self.policy.kind in (Recompute.SELECTIVE_OP,
+                                                                             Recompute.SELECTIVE_LAYER):
+            # (torchtitan's SelectiveAC and its every-Nth-layer checkpointing; Megatron's are
+            # --recompute-granularity selective / full with --recompute-method block or uniform)
+            raise SymmemError(f"--recompute {self.policy.label} with --profile {self.profile.name}: that is "
+                              "torchtitan's activation checkpointing; Megatron-LM's modelled here are none, "
+                              "selective (its core attention), full, deepseek and custom:OPS (its recompute modules)")
         if self.compiled:
             self._check_compiled()
         if not any(st.chunk_layers for st in self.stages):  # (torchtitan's chunks are its own split)

@@ -55,3 +55,42 @@ def test_what_the_step_time_leaves_out_is_said(capsys):
     assert main([*SWEEP, "--profile", "torchtitan", "--tp", "1", "--pp", "1", "--recompute", "selective-op",
                  "--compile", "--gpu", "H100"]) == 0
     assert "the eager step's: torch.compile's fused kernels are not modelled in time" in capsys.readouterr().out
+
+
+def test_torchtitans_experts_are_laid_out_as_torchtitan_lays_them(capsys):
+    """torchtitan 0.3.0 shards the routed experts over TP at EP 1 (expert_param_placement_dense) and over EP
+    otherwise: ETP = TP at EP 1, which the profile's FSDP2 states already were; the parameters a GPU holds now say
+    so too (they said ETP 1: twice the experts the states hold), and --etp or --convention typed is refused."""
+    base = ["memory", "--model", "deepseek-v3", "--profile", "torchtitan", "--dp", "64", "--json"]
+    assert main([*base, "--tp", "2"]) == 0
+    tp2 = json.loads(capsys.readouterr().out)
+    assert "ETP 2" in tp2["parallel"]
+    assert main([*base, "--tp", "1"]) == 0
+    tp1 = json.loads(capsys.readouterr().out)
+    # the experts (most of the parameters) halve with TP 2: the whole model's parameters a GPU holds, nearly so
+    ratio = tp2["stages"][0]["params_per_gpu"] / tp1["stages"][0]["params_per_gpu"]
+    assert 0.5 <= ratio < 0.51, ratio
+    for flags, words in ((("--tp", "2", "--etp", "1"), "--etp 1: profile torchtitan shards the routed experts"),
+                         (("--tp", "2", "--convention", "paper"), "--convention paper: profile torchtitan runs")):
+        assert main([*base, *flags]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["memory", "--model", "llama-3-8b", "--profile", "megatron-te", "--recompute", "selective-op"],
+     "selective-op with --profile megatron-te: that is torchtitan's activation checkpointing"),
+    (["memory", "--model", "llama-3-8b", "--profile", "megatron-local", "--recompute", "selective-layer:2"],
+     "selective-layer:2 with --profile megatron-local"),
+    (["sweep", "--model", "llama-3-8b", "--gpus", "8", "--profile", "megatron-te", "--recompute", "none,selective-op"],
+     "selective-op with --profile megatron-te"),
+    # refusals in the flags' words, not the scenario's fields
+    (["memory", "--model", "llama-3-8b", "--precision", "bogus"], "--precision bogus: unknown recipe"),
+    (["memory", "--model", "llama-3-8b", "--cp", "2", "--cp-comm-type", "A2A"], "--cp-comm-type A2A: must be one"),
+    (["memory", "--model", "llama-3-8b", "--recompute", "FULL"], "--recompute FULL: unknown policy"),
+    (["memory", "--model", "llama-3-8b", "--zero", "5"], "--zero 5: ZeRO stage must be"),
+])
+def test_megatrons_recomputation_and_the_flags_words(capsys, argv, words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err

@@ -234,6 +234,7 @@ def scenario_from_args(args: argparse.Namespace, skip: frozenset = frozenset()):
             par["world"] = _world_kept(scn.parallel, par, par_changes)
         if par.get("moe_sequence_parallel") and not par.get("sequence_parallel"):
             par["moe_sequence_parallel"] = None if "moe_sequence_parallel" not in par_changes else True
+    _torchtitan_experts(args, scn, ch, par, skip)
     ch["parallel"] = Parallel(**par)
     if par.get("edp") is not None and Parallel(**{**par, "edp": None}).expert_dp == par["edp"]:
         ch["parallel"] = Parallel(**{**par, "edp": None})  # the EDP the other sizes give, restated
@@ -405,6 +406,26 @@ def _profile_fixes(prof) -> dict[str, str | None]:
     elif prof.name == "megatron-local":
         fixed["dataflow"] = "paper"
     return fixed
+
+
+def _torchtitan_experts(args, scn, ch: dict, par: dict, skip: frozenset) -> None:
+    """Under a torchtitan profile the routed experts are laid out as torchtitan lays them: sharded over EP when EP
+    is on, else over the TP mesh with the dense layers (torchtitan/models/common/moe_sharding.py
+    `expert_param_placement_sparse` / `expert_param_placement_dense`, torchtitan 0.3.0): ETP is TP at EP 1 and 1
+    otherwise, which the profile's states already are; a typed --etp that differs, and --convention (the profile's
+    modules fix MLA's W_QR), are refused."""
+    name = getattr(args, "profile", None) or scn.profile_name
+    model = ch.get("model") or scn.model
+    if not name or not name.startswith("torchtitan") or model.family.routed_experts is None or "etp" in skip:
+        return
+    want = par["tp"] if par["ep"] == 1 else 1
+    if args.etp is not None and int(args.etp) != want:
+        raise SymmemError(f"--etp {args.etp}: profile {name} shards the routed experts as torchtitan does, over TP at "
+                          f"EP 1 and over EP otherwise (ETP {want} here); drop --etp")
+    if getattr(args, "convention", None):
+        raise SymmemError(f"--convention {args.convention}: profile {name} runs torchtitan's own modules, which fix "
+                          "where MLA's W_QR sits; drop --convention")
+    par["etp"] = want
 
 
 def _framework_flags(prof, args) -> None:

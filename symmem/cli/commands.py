@@ -342,7 +342,7 @@ def _memory_run(args) -> int:
     no_step = no_speeds_note(scn.gpu_name) if scn.gpu_name is not None and not has_speeds(scn.gpu_name) else None
     if no_step is None and scn.gpu_name is not None and scn.policy.kind is Recompute.SELECTIVE_LAYER:
         no_step = (f"step time: not derived under recompute {scn.policy.label} (the step-time model treats every "
-                   "layer alike); memory is")
+                   "layer alike); the memory above is derived")
     profile_notes: list[str] = []
     if scn.gpu_name is not None and no_step is None:
         from symmem.steptime import step_time

@@ -169,7 +169,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     add_scenario_args(p, swept=True, title="what is fixed (a scenario gives the defaults; each flag overrides one "
                                            "field, as in every other command)")
     g = p.add_argument_group("the machine")
-    g.add_argument("--gpus", required=True, help="total GPUs G = DP·TP·PP")
+    g.add_argument("--gpus", required=True, help="total GPUs G = DP·TP·CP·PP")
     add_swept_args(p)
     o = p.add_argument_group("output")
     fmt = o.add_mutually_exclusive_group()
@@ -252,6 +252,14 @@ def space_from_args(args: argparse.Namespace):
     chunks = num.int_text(args.chunks, "--chunks", 2, num.MAX_CHUNKS)
     sched = args.schedule or scn.schedule.spelled
     limit = MAX_CONFIGS if args.max_configs is None else _positive(args.max_configs, "--max-configs", 10**12)
+    if scn.profile.name.startswith("megatron") and args.recompute:
+        from symmem.accounting.recompute import Recompute, policy
+
+        for name in parse_recompute(args.recompute):
+            if policy(name).kind in (Recompute.SELECTIVE_OP, Recompute.SELECTIVE_LAYER):
+                raise SymmemError(f"--recompute = {args.recompute!r}: {name} with --profile {scn.profile.name}: that "
+                                  "is torchtitan's activation checkpointing; Megatron-LM's modelled here are none, "
+                                  "selective, full, deepseek and custom:OPS")
     if scn.profile.name.startswith("torchtitan"):
         _fsdp_only(args, scn.profile.name)
         _torchtitan_sweep_flags(args, scn.profile.name)
