@@ -184,7 +184,7 @@ def _timer(torch, device: str, budget: float = math.inf):
             raise SymmemError(f"calibrate: still timing after --budget {budget:g} s; nothing written (a smaller -b "
                               "or -s, fewer --repeat, or a larger --budget)")
 
-    def seconds(fn, repeat: int) -> float:
+    def seconds(fn, repeat: int, judged: bool = True) -> float:
         check()
         fn()
         times = []
@@ -201,8 +201,25 @@ def _timer(torch, device: str, budget: float = math.inf):
                 t0 = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t0)
+        if not judged:  # (a microsecond kernel's runs spread with the clock's own resolution)
+            return statistics.median(times)
+        if len(times) >= 3 and statistics.median(times) > NOISY * min(times):
+            seconds.noisy += 1  # (`_noise_note`: said, not hidden; the median is kept)
+        seconds.timed += 1
         return statistics.median(times)
+    seconds.noisy = seconds.timed = 0
     return seconds
+
+
+NOISY = 3.0  # a kernel whose median run took this many times its fastest: the machine was busy while it ran
+
+
+def _noise_note(seconds) -> str | None:
+    """A note when some kernels' runs spread widely (another process took the cores: the median keeps a stall)."""
+    if not seconds.noisy:
+        return None
+    return (f"note: {seconds.noisy} of {seconds.timed} timings varied more than {NOISY:g}x between their runs (the "
+            "machine was busy); their medians are kept: calibrate on a quiet machine, or with more --repeat")
 
 
 def _memory_bytes(torch, device: str) -> int:
@@ -274,13 +291,16 @@ def measure(args) -> dict:
     out = torch.empty_like(big)
     t_copy = seconds(lambda: out.copy_(big), repeat)
     tiny = torch.ones(16, device=device)
-    t_launch = seconds(lambda: tiny.add_(1), max(repeat, 50))
+    t_launch = seconds(lambda: tiny.add_(1), max(repeat, 50), judged=False)
     # an elementwise op in the step's dtype (x * y + z: three operands read, one written), the memory-bound ops'
     # rate: a GPU's is about its copy's; a CPU's BF16 arithmetic can be far below it
     n = (4 if args.quick else 32) << 20
     x, y, z = (torch.randn(n // 4, device=device).to(dtype) for _ in range(3))
     t_elementwise = seconds(lambda: torch.addcmul(z, x, y), repeat)
     elementwise = 4 * x.numel() * x.element_size() / t_elementwise
+    noise = _noise_note(seconds)
+    if noise:
+        print(noise, file=sys.stderr)
     return {
         "format": "symmem-hardware-profile/1", "name": name, "device": device, "dtype": args.dtype,
         "torch": torch.__version__, "threads": torch.get_num_threads() if device == "cpu" else None,
@@ -297,6 +317,7 @@ def measure(args) -> dict:
                     **({"shapes_from": _shapes_from(scn)} if scn is not None else {})},
         "copy_bytes_per_s": 2 * big.numel() / t_copy, "launch_s": t_launch,
         "elementwise_bytes_per_s": elementwise,
+        **({"timing_note": noise[len("note: "):]} if noise else {}),
         **_links(devices, args.quick, repeat, device, deadline, budget),
     }
 
