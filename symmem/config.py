@@ -78,6 +78,14 @@ def _load(name_or_path: str, overrides: Mapping | None) -> ModelConfig:
     if overrides:
         if not isinstance(raw, dict):
             raise SymmemError(f"{source}: top level is {type(raw).__name__}: a config.json must hold a JSON object")
+        new = [k for k in overrides if k not in raw]
+        if new:  # a key the config does not have must be one its family reads: a typo is not an override
+            reads = set(from_dict(raw, source).family.config_keys.values())
+            unknown = [k for k in new if k not in reads]
+            if unknown:
+                raise SymmemError(f"{source} [model_overrides]: unknown key {str(unknown[0])[:60]!r}: not in the "
+                                  "config.json and not a key its family reads (an override replaces a value the "
+                                  "model has)")
         raw = {**raw, **overrides}
         source = f"{source} with " + ", ".join(f"{k} = {v!r}" for k, v in overrides.items())
     check_config(raw, source)

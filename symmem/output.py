@@ -44,15 +44,16 @@ def check_target(out: str | Path, field: str = "--out") -> Path:
     if "\0" in name:
         raise _fail(field, name, "not a usable folder name")
     target = Path(name)
-    if target.is_symlink():
-        target = target.resolve()
-    if target.exists() and not target.is_dir():
-        raise _fail(field, name, "exists and is not a folder")
-    try:
+    try:  # (a symbolic-link loop is a RuntimeError on Python 3.11, a name too long an OSError)
+        if target.is_symlink():
+            target = target.resolve()
+        if target.exists() and not target.is_dir():
+            raise _fail(field, name, "exists and is not a folder")
         here = Path.cwd().resolve()
         resolved = target.resolve()
-    except OSError as e:
-        raise _fail(field, name, _os_why(e)) from None
+    except (OSError, RuntimeError) as e:
+        raise _fail(field, name, _os_why(e) if isinstance(e, OSError) else "cannot write there (a symbolic-link "
+                                                                            "loop)") from None
     if resolved == here or resolved in here.parents:
         raise _fail(field, name, "is the current folder or holds it; name a folder of its own for the output")
     if resolved.parent == resolved:
@@ -313,6 +314,8 @@ def write_file(out: str | Path, data: bytes, field: str = "--out") -> Path | Non
             "special file"
         raise _fail(field, name, f"is a {kind}, not a regular file: symmem replaces regular files only, writes "
                                  "through a character device or a FIFO, and writes - to standard output")
+    if st is not None and os.path.islink(path):  # written to what the link names; the link stays
+        path = Path(os.path.realpath(path))
     parent = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")

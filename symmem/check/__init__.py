@@ -44,6 +44,10 @@ def scenario_formula(text: str, scn) -> sympy.Expr:
     subs = {sym("t"): par.tp, sym("pp"): par.pp, sym("ep"): par.ep, sym("etp"): par.etp, sym("dp"): par.dp,
             sym("edp"): par.expert_dp, sym("cp"): par.cp}
     subs.update(scn.model.family.formula_aliases(scn.model))
+    if scn.model.family.moe_fraction(scn.model) is not None:  # E_tok as the header defines it (the routing's)
+        from symmem.accounting.analysis import _tokens_per_expert
+
+        subs[sym("E_tok")] = _tokens_per_expert(scn.activation_key, par.axis_sizes())
     from symmem.check.compare import check_denominators
 
     check_denominators(expr, subs, "the scenario's parallel sizes and symbol aliases")
@@ -62,4 +66,15 @@ def check_formula(text: str, scn, quantity: str = "stage.activations", stage: in
 
     q = find(quantity, scn)
     derived, sources = derive(q.name, scn, stage, layer)
-    return compare(derived, scenario_formula(text, scn), values(scn), sources)
+    claimed, constants = scenario_formula(text, scn), values(scn)
+    check_valued(derived, claimed, constants, scn)
+    return compare(derived, claimed, constants, sources)
+
+
+def check_valued(derived: sympy.Expr, claimed: sympy.Expr, constants: Mapping, scn) -> None:
+    """A claimed formula's symbols must have values in the scenario (or be the derived side's own): else the
+    difference's worth in bytes is unknown, which a comparison must not print as 0."""
+    loose = sorted(str(x) for x in claimed.free_symbols - set(constants) - derived.free_symbols)
+    if loose:
+        raise SymmemError(f"formula: {loose[0]!r} has no value in this scenario ({scn.model.name}): a symbol of "
+                          "another model or of no setting of this one")

@@ -37,6 +37,11 @@ def run(args) -> int:
     from symmem.render.latex import latex, plain
 
     if args.list:
+        extra = [f for f, given in (("formula", args.formula is not None), ("--strict", args.strict),
+                                    ("--stage", args.stage is not None), ("--layer", args.layer is not None))
+                 if given]
+        if extra:  # (the list's exit 0 must not read as a verdict on a formula it did not check)
+            raise SymmemError(f"--list: lists the quantities; it takes no {extra[0]} (check it without --list)")
         listed = available(scenario_from_args(args))
         if args.json:
             print(json.dumps({q.name: {"unit": q.unit, "description": q.description}
@@ -52,18 +57,28 @@ def run(args) -> int:
     if args.layer is not None and not q.name.startswith("layer."):  # was silently ignored
         raise SymmemError(f"--layer = {args.layer}: applies only to per-layer quantities (layer.*, --list names "
                           f"them); --quantity {q.name} is not per layer")
+    if args.layer is not None and 0 <= args.layer < scn.model.value("L"):
+        home = next(st.index for st in scn.stages if args.layer in st.layers)
+        if args.stage is None:
+            args.stage = home  # (the layer's own stage)
+        elif args.stage != home:
+            raise SymmemError(f"--layer = {args.layer}: not on stage {args.stage} (it is on stage {home}); drop "
+                              "--stage or give that one")
     if args.stage is None:
         args.stage = 1 if len(scn.stages) > 1 else 0
     claimed = _claimed(args.formula, scn)
     derived, sources = derive(q.name, scn, args.stage, args.layer)
     vals = values(scn)
+    from symmem.check import check_valued
+
+    check_valued(derived, claimed, vals, scn)
     cmp = compare(derived, claimed, vals, sources)
     code = 0 if cmp.verdict == EQUAL else 1 if (cmp.verdict == DIFFERENT or args.strict) else 0
     at = (f"b = {scn.b}, s = {scn.s} and {scn.model.name}'s sizes" if q.unit in ("bytes", "FLOPs")
           else f"{scn.model.name}'s sizes")
     if args.json:
         print(json.dumps({
-            "quantity": q.name, "unit": q.unit, "stage": args.stage, "scenario": scn.name,
+            "quantity": q.name, "unit": q.unit, "stage": args.stage, "layer": args.layer, "scenario": scn.name,
             "recompute": scn.policy.label, "rules": scn.rules.name, "routing": scn.routing_label,
             "verdict": cmp.verdict, "condition": dict(cmp.condition), "derived": plain(derived),
             "claimed": plain(claimed), "difference": plain(cmp.difference), "difference_value": cmp.worth,
@@ -74,7 +89,8 @@ def run(args) -> int:
         }, indent=2, sort_keys=True))
         return code
     # Everything is formatted before anything is printed: a failure leaves no verdict half-shown.
-    lines = [f"{q.name} ({q.unit}) of stage {args.stage}, scenario {scn.name}: {scn.parallel.describe()}; "
+    of = f"layer {args.layer} (stage {args.stage})" if args.layer is not None else f"stage {args.stage}"
+    lines = [f"{q.name} ({q.unit}) of {of}, scenario {scn.name}: {scn.parallel.describe()}; "
              f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing_label}",
              f"derived: {plain(derived)}",
              f"yours:   {plain(claimed)}"]

@@ -99,7 +99,8 @@ def _plot_run(args) -> int:
             raise SymmemError(f"--figures: {f!r} is unknown; known: {', '.join(FIGURES)}")
     makers = {
         "stage_memory": lambda: plots.figure_stage_memory([(scn.name, scn)]),
-        "memory_vs_microbatch": lambda: plots.figure_memory_sweep(scn, "b", [1, 2, 4, 8, 16]),
+        "memory_vs_microbatch": lambda: plots.figure_memory_sweep(scn, "b", [1, 2, 4, 8, 16],
+                                                                  getattr(args, "global_batch", None)),
         "memory_vs_seqlen": lambda: plots.figure_memory_sweep(scn, "s", [1024, 2048, 4096, 8192, 16384, 32768]),
         "params_by_block": lambda: plots.figure_params_by_block(scn.model),
     }

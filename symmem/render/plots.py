@@ -180,14 +180,29 @@ def _stage_sum(scn) -> int:
     return peak(memory(scn)).allocated
 
 
-def figure_memory_sweep(scn, axis: str, values: list[int]):
+def figure_memory_sweep(scn, axis: str, values: list[int], global_batch: int | None = None):
     """Per-GPU memory of the stage with the most (model states + saved activations in flight: the sum, not the
-    timeline's peak) against b or s, one line per policy."""
+    timeline's peak) against b or s, one line per policy. With a `global_batch` (--global-batch-size) each b takes
+    the M that keeps it (M = global batch / (b x DP), as `symmem memory -b B --global-batch-size G` does), and a b
+    whose b x DP does not divide it is left out."""
+    from symmem.scenario import with_global_batch
+
+    def at(policy: str, v: int):
+        s = scn.replace(recompute_name=policy, **{axis: v})
+        return with_global_batch(s, global_batch, "--global-batch-size") if global_batch and axis == "b" else s
+
+    if global_batch and axis == "b":
+        values = [v for v in values if global_batch % (v * scn.parallel.dp) == 0]
+        if not values:
+            from symmem.errors import SymmemError
+
+            raise SymmemError(f"--global-batch-size = {global_batch:,}: no micro-batch of the figure's (b x DP, DP "
+                              f"{scn.parallel.dp}) divides it")
     fig = _figure(figsize=(7.6, 3.8))
     ax = fig.subplots()
     data = {}
     for policy in POLICIES:
-        data[policy] = [_stage_sum(scn.replace(recompute_name=policy, **{axis: v})) for v in values]
+        data[policy] = [_stage_sum(at(policy, v)) for v in values]
     for policy in POLICIES:
         ys = data[policy]
         label = f"recompute {policy}"
@@ -204,7 +219,9 @@ def figure_memory_sweep(scn, axis: str, values: list[int]):
     ax.set_xlabel("micro-batch size b" if axis == "b" else "sequence length s (tokens)")
     ax.set_ylabel("states + saved activations\nper GPU (GiB, log scale)")
     ax.set_title(f"{scn.model.name}, {scn.parallel.describe().split(' (')[0]}\nZeRO {int(scn.zero)}, "
-                 f"{scn.schedule.label}, M = {scn.m}" + (f", s = {scn.s}" if axis == "b" else f", b = {scn.b}"),
+                 f"{scn.schedule.label}, "
+                 + (f"global batch {global_batch:,} (M = global batch / (b x DP))" if global_batch and axis == "b"
+                    else f"M = {scn.m}") + (f", s = {scn.s}" if axis == "b" else f", b = {scn.b}"),
                  fontsize=9, y=1.0)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # beside, off the lines
     _plain_log_ticks(ax)
