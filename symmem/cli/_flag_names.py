@@ -26,7 +26,7 @@ FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "microbatches": (("microbatches", "--microbatches"), ("global_batch", "--global-batch-size")),
     "histogram": (("histogram", "--histogram"),),
     "precision": (("precision", "--precision"),), "cp_comm_type": (("cp_comm_type", "--cp-comm-type"),),
-    "recompute": (("recompute", "--recompute"),), "zero": (("zero", "--zero"),),
+    "recompute": (("recompute", "--recompute"),), "zero": (("zero", "--zero"),), "stage": (("stage", "--stage"),),
 }
 _PREFIX = re.compile(r"(^|: )([a-z_·]+)(?: = ([^:()]*?))?:")  # (a value with parentheses is not one flag's)
 

@@ -63,7 +63,9 @@ def _latex_run(args) -> int:
     files["report.tex"] = report_tex(f"symmem: memory of scenario {scn.name}", scn.description or scn.name,
                                      [f"{t.id}.tex" for t in tables], [], r"\input{formulas.tex}")
     write_tree(args.out, files)
-    _report_written(args, files, f" (compile with: cd {args.out} && pdflatex report.tex)")
+    import shlex
+
+    _report_written(args, files, f" (compile with: cd {shlex.quote(str(args.out))} && pdflatex report.tex)")
     return 0
 
 

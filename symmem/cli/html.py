@@ -34,8 +34,8 @@ def _parse_list(text: str, key: str) -> list:
     items = [x.strip() for x in text.split(",")]
     if not items or any(not x for x in items):
         raise SymmemError(f"{flag} = {text[:60]!r}: must be values separated by commas, none empty")
-    if len(items) > MAX_CHOICES:
-        raise SymmemError(f"{flag}: {len(items):,} values, more than the limit of {MAX_CHOICES}")
+    if len(dict.fromkeys(items)) > MAX_CHOICES:  # (a value given twice is one choice)
+        raise SymmemError(f"{flag}: {len(dict.fromkeys(items)):,} values, more than the limit of {MAX_CHOICES}")
     if kind == "int":
         low = 0 if key == "zero" else 1
         out = [num.int_text(x, f"{flag} entry", low, LIMITS[key]) for x in items]
