@@ -9,6 +9,7 @@ generic `ModelConfig` and the checks families share (re-exported here), this mod
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from functools import cache
 
@@ -40,6 +41,10 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
         raise SymmemError(f"{name}: missing key 'model_type': it selects the model family")
     fam, model_type, note = family_of_config(raw, name)
     cfg = fam.parse(raw if note is None else {**raw, "model_type": model_type}, name)
+    for key in UNMODELLED_IF_TRUE:  # a switch the family does not read, set: parameters its dataflow lacks
+        if key in cfg.ignored_keys and raw.get(key) not in (None, False):
+            raise SymmemError(f"{name}: {key} = {json.dumps(raw[key])[:20]}: symmem's {fam.name} dataflow has no "
+                              "biases (transformers then adds them to every projection); it is modelled false only")
     if note is not None:
         cfg = dataclasses.replace(cfg, notes=(*cfg.notes, note))
     for key in CONTEXT_KEYS:
@@ -49,6 +54,7 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
 
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions")  # HF's names for the context length, in that order
+UNMODELLED_IF_TRUE = ("attention_bias", "mlp_bias")  # keys a family may leave unread only while they are false
 
 
 def load_model(name_or_path: str, overrides: Mapping | None = None) -> ModelConfig:

@@ -229,6 +229,34 @@ def read_sizes(raw: Mapping, fam: Family, source: str) -> dict[str, int]:
     return values
 
 
+# config keys no family reads that change nothing a training step holds: token ids, names, versions, init and
+# epsilons, RoPE's frequencies, auxiliary-loss weights, the checkpoint's storage (quantization_config: training's
+# precision is --precision), dropout rates, deployment hints
+METADATA_KEYS = frozenset({
+    "_comment", "_attn_implementation_autoset", "_name_or_path", "architectures", "attention_dropout", "attn_pdrop",
+    "auto_map", "aux_loss_alpha", "bos_token_id", "cache_implementation", "chunk_size_feed_forward",
+    "compress_rope_theta", "dtype", "embd_pdrop", "ep_size", "eos_token_id", "hc_eps", "hidden_act",
+    "id2label", "initial_context_length", "initializer_range", "is_encoder_decoder", "label2id", "layer_norm_eps",
+    "layer_norm_epsilon", "max_position_embeddings", "n_ctx", "output_attentions", "output_hidden_states",
+    "output_router_logits", "pad_token_id", "pretraining_tp", "problem_type", "quantization_config", "resid_pdrop",
+    "return_dict", "rms_norm_eps", "rope_parameters", "rope_scaling", "rope_theta", "routed_scaling_factor",
+    "router_aux_loss_coef", "router_jitter_noise", "seq_aux", "summary_activation", "summary_first_dropout",
+    "summary_proj_to_labels", "summary_type", "summary_use_proj", "swiglu_limit", "task_specific_params",
+    "torch_dtype", "transformers_version", "use_cache", "attention_bias", "mlp_bias", "for_llm_compressor",
+})
+
+
+def unread_note(model) -> str | None:
+    """A note naming the config keys the model's family does not read and that may change what a step holds (every
+    unread key but `METADATA_KEYS`; `symmem params` lists them all), or None."""
+    keys = [k for k in model.ignored_keys if k not in METADATA_KEYS]
+    if not keys:
+        return None
+    shown = ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+    return (f"note: config keys {model.family.name}'s dataflow does not read: {shown} (not modelled; symmem "
+            "params lists every key not used)")
+
+
 def ignored(raw: Mapping, fam: Family) -> tuple[str, ...]:
     used = set(fam.config_keys.values()) | set(fam.structural_keys) | {"model_type"}
     return tuple(sorted(k for k in raw if k not in used))

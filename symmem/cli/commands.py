@@ -120,10 +120,12 @@ def _states_run(args) -> int:
         rows.append(row)
     if args.json:
         _print_json({"scenario": scn.name, "parallel": _describe(scn), "zero": scn.zero.label,
-                     "precision": scn.precision.name, "stages": rows})
+                     "precision": scn.precision.name, "stages": rows, "config_notes": _config_notes(scn)})
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {_describe(scn)}; precision {scn.precision.name} "
           f"({scn.precision.per_parameter} B/param), ZeRO {int(scn.zero)} ({scn.zero.label})")
+    for line in _config_notes(scn):
+        print(line)
     print(f"{'stage':>5} {'layers':>8} {'dense/GPU':>14} {'MoE/GPU':>15} {'total/GPU':>15} "
           f"{'weights GiB':>11} {'grads GiB':>9} {'optim GiB':>9} {'states GiB':>10}")
     for r in rows:
@@ -185,10 +187,12 @@ def _act_run(args) -> int:
             row["per_block_expression"] = {blk: plain(sympy.expand(e)) for blk, e in sorted(blocks.items())}
         stages.append(row)
     if args.json:
-        _print_json({**_settings(scn), "unit": "bytes", "stages": stages})
+        _print_json({**_settings(scn), "unit": "bytes", "stages": stages, "config_notes": _config_notes(scn)})
         return 0
     s = _settings(scn)
     print(f"scenario {s['scenario']}: {s['model']}, {s['parallel']}")
+    for line in _config_notes(scn):
+        print(line)
     print(f"rules {s['rules']}, recompute {s['recompute']}, routing {s['routing']}, schedule {s['schedule']} "
           f"with M = {s['microbatches']}, b = {s['b']}, s = {s['s']} (global batch {s['global_batch_size']:,})")
     print(f"{'stage':>5} {'per micro-batch (bytes)':>24} {'GiB':>8} {'in flight':>9} {'per GPU GiB':>11} {'GB':>8}"
@@ -228,6 +232,13 @@ def _verdict(low: int, high: int, reserved: int | None, capacity: int) -> str:
     if reserved is None:
         return verdict(low, high, capacity)
     return "fits (replayed reserved)" if reserved <= capacity else "does not fit (replayed reserved)"
+
+
+def _config_notes(scn) -> list[str]:
+    """The model's config keys its family does not read and that may change what a step holds (family.unread_note)."""
+    from symmem.family import unread_note
+
+    return [n for n in (unread_note(scn.model),) if n]
 
 
 def time_notes(scn) -> list[str]:
@@ -360,11 +371,11 @@ def _memory_run(args) -> int:
     if args.json:
         _print_json({**settings, "unit": "bytes", "peak_stage": top.stage.index, "stages": rows,
                      "step": step.as_dict() if step else None, "flag_notes": unused, "default_notes": defaults,
-                     "profile_notes": profile_notes,
+                     "profile_notes": profile_notes, "config_notes": _config_notes(scn),
                      **({"step_unavailable": no_step} if no_step else {})})
         return 0
     print(f"scenario {scn.name}: {scn.model.name}, {_describe(scn)}")
-    for line in unused + defaults + profile_notes:
+    for line in unused + defaults + profile_notes + _config_notes(scn):
         print(line)
     print(f"ZeRO {int(scn.zero)} ({scn.zero.label}), precision {scn.precision.name}; profile {scn.profile.name}, "
           f"rules {scn.rules.name}, recompute {scn.policy.label}, routing {scn.routing_label}; schedule "

@@ -1,0 +1,42 @@
+"""Config keys a family does not read (a hostile review of bring-your-own-model): biases switched on are refused
+in every family that has none (DeepSeek-V2/V3 ignored them: 18,560 parameters short at 2 layers), and the commands
+that give the memory name any unread key that may change what a step holds, not only `symmem params`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from symmem.cli.main import main
+
+
+def _config(tmp_path, preset: str, **changes) -> str:
+    from importlib import resources
+
+    raw = json.loads(resources.files("symmem.presets").joinpath(f"{preset}.json").read_text())
+    path = tmp_path / f"{preset}.json"
+    path.write_text(json.dumps({**raw, **changes}))
+    return str(path)
+
+
+@pytest.mark.parametrize("preset, key", [("deepseek-v3", "attention_bias"), ("deepseek-v2-lite", "mlp_bias"),
+                                         ("phi-3-mini", "attention_bias"), ("deepseek-v4-flash", "mlp_bias")])
+def test_biases_switched_on_are_refused(tmp_path, capsys, preset, key):
+    assert main(["params", "--model", _config(tmp_path, preset, **{key: True})]) == 2
+    err = capsys.readouterr().err
+    assert f"{key} = true" in err and "has no biases" in err and err.count("\n") == 1, err
+    assert main(["params", "--model", _config(tmp_path, preset, **{key: False})]) == 0
+
+
+@pytest.mark.parametrize("command", ["memory", "states", "activations"])
+def test_an_unread_key_is_named_where_the_memory_is_given(tmp_path, capsys, command):
+    path = _config(tmp_path, "llama-3-8b", qk_norm=True)
+    assert main([command, "--model", path, "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["config_notes"]
+    assert len(notes) == 1 and "does not read: qk_norm" in notes[0], notes
+    assert main([command, "--model", path]) == 0
+    assert "does not read: qk_norm" in capsys.readouterr().out
+    # a preset's unread keys are metadata (token ids, RoPE's frequencies, versions): nothing to say
+    assert main([command, "--model", "llama-3-8b", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config_notes"] == []
