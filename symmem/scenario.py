@@ -335,8 +335,9 @@ class Scenario:
         torch-eager expression derived at b = 1 holds at b = 1 only, one derived at b, s > 1 only there. Evaluate
         it at the scenario's own b and s (replace them; do not override them at evaluation)."""
         prof = self.profile if self.profile_name is not None else None
+        rules = prof.rules if prof is not None else self.rules_name  # (a profile's own rules, as --rules says them)
         dataflow = self.dataflow or (prof.dataflow if prof is not None else None) or (
-            "hf" if self.rules_name == "torch-eager" else "paper")
+            "hf" if rules == "torch-eager" else "paper")
         if dataflow == "paper":
             return None
         if prof is not None and prof.modules is not None:

@@ -40,3 +40,13 @@ def test_an_unread_key_is_named_where_the_memory_is_given(tmp_path, capsys, comm
     # a preset's unread keys are metadata (token ids, RoPE's frequencies, versions): nothing to say
     assert main([command, "--model", "llama-3-8b", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["config_notes"] == []
+
+
+def test_the_torch_eager_profile_and_rule_set_follow_the_same_dataflow(capsys):
+    """--profile torch-eager and --rules torch-eager describe the same step (transformers on one device): both
+    follow Hugging Face's dataflow (the profile followed the paper's, half the activations, under the same header)."""
+    got = []
+    for flags in (["--profile", "torch-eager"], ["--rules", "torch-eager"]):
+        assert main(["memory", "--model", "llama-3-8b", *flags, "--json"]) == 0
+        got.append(json.loads(capsys.readouterr().out)["stages"])
+    assert got[0] == got[1]

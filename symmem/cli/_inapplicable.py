@@ -67,6 +67,8 @@ def notes(args: argparse.Namespace, scn) -> list[str]:
                                           "slots, however they spread over the experts (--ep)"))
     if _given(args, "routing") and not moe:
         out.append((_flag(args, "routing"), f"{model.name} has no routed experts"))
+    if _given(args, "experts_impl") and not moe and scn.flow_impl is not None:
+        out.append((_flag(args, "experts_impl"), f"{model.name} has no routed experts"))
     if scn.ddp.overlap_grad_reduce and par.dense_shard == 1 and par.expert_dp == 1:
         from symmem.parallel.ddp_buckets import DDP
         from symmem.profiles import ddp_layouts
