@@ -45,6 +45,10 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
         if key in cfg.ignored_keys and raw.get(key) not in (None, False):
             raise SymmemError(f"{name}: {key} = {json.dumps(raw[key])[:20]}: symmem's {fam.name} dataflow has no "
                               "biases (transformers then adds them to every projection); it is modelled false only")
+    for key in UNMODELLED_IF_NONZERO:  # a dropout the family does not read, on: masks its dataflow does not keep
+        if key in cfg.ignored_keys and raw.get(key) not in (None, 0, 0.0) and not isinstance(raw.get(key), bool):
+            raise SymmemError(f"{name}: {key} = {json.dumps(raw[key])[:20]}: symmem's {fam.name} dataflow has no "
+                              "dropout there (each would keep a mask a layer); it is modelled 0 only")
     if note is not None:
         cfg = dataclasses.replace(cfg, notes=(*cfg.notes, note))
     for key in CONTEXT_KEYS:
@@ -55,6 +59,10 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions")  # HF's names for the context length, in that order
 UNMODELLED_IF_TRUE = ("attention_bias", "mlp_bias")  # keys a family may leave unread only while they are false
+# dropout rates a family may leave unread only while they are 0 (transformers' Phi-3: resid_attn_dropout and
+# resid_mlp_dropout from resid_pdrop, modeling_phi3.py; GPT-2's summary_first_dropout is a classification head's)
+UNMODELLED_IF_NONZERO = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout", "hidden_dropout",
+                         "residual_dropout")
 
 
 def load_model(name_or_path: str, overrides: Mapping | None = None) -> ModelConfig:

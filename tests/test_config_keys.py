@@ -50,3 +50,13 @@ def test_the_torch_eager_profile_and_rule_set_follow_the_same_dataflow(capsys):
         assert main(["memory", "--model", "llama-3-8b", *flags, "--json"]) == 0
         got.append(json.loads(capsys.readouterr().out)["stages"])
     assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("preset, key", [("phi-3-mini", "resid_pdrop"), ("phi-3-mini", "embd_pdrop"),
+                                         ("deepseek-v3", "attention_dropout")])
+def test_a_dropout_the_family_does_not_read_is_refused_when_on(tmp_path, capsys, preset, key):
+    """transformers' Phi-3 applies resid_pdrop twice a layer (a mask each): unread, it was silently ignored."""
+    assert main(["params", "--model", _config(tmp_path, preset, **{key: 0.1})]) == 2
+    err = capsys.readouterr().err
+    assert f"{key} = 0.1" in err and "has no dropout there" in err and err.count("\n") == 1, err
+    assert main(["params", "--model", _config(tmp_path, preset, **{key: 0.0})]) == 0
