@@ -45,6 +45,11 @@ def from_dict(raw: dict, name: str = "config") -> ModelConfig:
         if key in cfg.ignored_keys and raw.get(key) not in (None, False):
             raise SymmemError(f"{name}: {key} = {json.dumps(raw[key])[:20]}: symmem's {fam.name} dataflow has no "
                               "biases (transformers then adds them to every projection); it is modelled false only")
+    act = raw.get("hidden_act")
+    if "hidden_act" in cfg.ignored_keys and act is not None and act not in ("silu", "swish"):
+        # (the families that leave it unread gate their MLPs by SiLU; another activation keeps other tensors)
+        raise SymmemError(f"{name}: hidden_act = {json.dumps(act)[:30]}: symmem's {fam.name} dataflow gates its "
+                          "MLPs by silu; must be 'silu' or 'swish'")
     for key in UNMODELLED_IF_NONZERO:  # a dropout the family does not read, on: masks its dataflow does not keep
         if key in cfg.ignored_keys and raw.get(key) not in (None, 0, 0.0) and not isinstance(raw.get(key), bool):
             raise SymmemError(f"{name}: {key} = {json.dumps(raw[key])[:20]}: symmem's {fam.name} dataflow has no "

@@ -231,11 +231,12 @@ def read_sizes(raw: Mapping, fam: Family, source: str) -> dict[str, int]:
 
 # config keys no family reads that change nothing a training step holds: token ids, names, versions, init and
 # epsilons, RoPE's frequencies, auxiliary-loss weights, the checkpoint's storage (quantization_config: training's
-# precision is --precision), dropout rates, deployment hints
+# precision is --precision), deployment hints; and those refused unless at the value modelled (config.py: biases
+# off, dropout rates 0, hidden_act silu)
 METADATA_KEYS = frozenset({
     "_comment", "_attn_implementation_autoset", "_name_or_path", "architectures", "attention_dropout", "attn_pdrop",
     "auto_map", "aux_loss_alpha", "bos_token_id", "cache_implementation", "chunk_size_feed_forward",
-    "compress_rope_theta", "dtype", "embd_pdrop", "ep_size", "eos_token_id", "hc_eps", "hidden_act",
+    "compress_rope_theta", "dtype", "embd_pdrop", "ep_size", "eos_token_id", "hc_eps",
     "id2label", "initial_context_length", "initializer_range", "is_encoder_decoder", "label2id", "layer_norm_eps",
     "layer_norm_epsilon", "max_position_embeddings", "n_ctx", "output_attentions", "output_hidden_states",
     "output_router_logits", "pad_token_id", "pretraining_tp", "problem_type", "quantization_config", "resid_pdrop",
@@ -243,6 +244,7 @@ METADATA_KEYS = frozenset({
     "router_aux_loss_coef", "router_jitter_noise", "seq_aux", "summary_activation", "summary_first_dropout",
     "summary_proj_to_labels", "summary_type", "summary_use_proj", "swiglu_limit", "task_specific_params",
     "torch_dtype", "transformers_version", "use_cache", "attention_bias", "mlp_bias", "for_llm_compressor",
+    "hidden_act", "hidden_dropout", "residual_dropout",
 })
 
 

@@ -60,3 +60,11 @@ def test_a_dropout_the_family_does_not_read_is_refused_when_on(tmp_path, capsys,
     err = capsys.readouterr().err
     assert f"{key} = 0.1" in err and "has no dropout there" in err and err.count("\n") == 1, err
     assert main(["params", "--model", _config(tmp_path, preset, **{key: 0.0})]) == 0
+
+
+@pytest.mark.parametrize("preset", ["llama-3-8b", "deepseek-v2-lite"])
+def test_an_activation_the_family_does_not_read_is_refused(tmp_path, capsys, preset):
+    """Llama's and DeepSeek's families leave hidden_act unread (their MLPs gated by SiLU): gelu_new was ignored."""
+    assert main(["params", "--model", _config(tmp_path, preset, hidden_act="gelu_new")]) == 2
+    err = capsys.readouterr().err
+    assert 'hidden_act = "gelu_new"' in err and "gates its MLPs by silu" in err and err.count("\n") == 1, err
