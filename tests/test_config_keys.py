@@ -68,3 +68,12 @@ def test_an_activation_the_family_does_not_read_is_refused(tmp_path, capsys, pre
     assert main(["params", "--model", _config(tmp_path, preset, hidden_act="gelu_new")]) == 2
     err = capsys.readouterr().err
     assert 'hidden_act = "gelu_new"' in err and "gates its MLPs by silu" in err and err.count("\n") == 1, err
+
+
+def test_glms_mtp_layers_are_named_not_modelled(capsys):
+    """GLM-4.5-Air's config asks for one MTP layer, which transformers does not build and symmem does not model:
+    said in memory's notes (it was counted as read and the --mtp note said there were none)."""
+    assert main(["memory", "--model", "glm-4.5-air", "--mtp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("num_nextn_predict_layers" in n for n in out["config_notes"]), out["config_notes"]
+    assert not any("num_nextn_predict_layers = 0" in n for n in out["flag_notes"]), out["flag_notes"]

@@ -51,7 +51,8 @@ def notes(args: argparse.Namespace, scn) -> list[str]:
             out.append((_flag(args, "convention"), "it puts the router's states in the dense group (megatron) or "
                                                    "the experts' (paper), and DP·CP = EDP here: they shard alike"))
     if _given(args, "mtp") and not model.n_mtp:
-        out.append((_flag(args, "mtp"), f"{model.name} has no MTP modules (num_nextn_predict_layers = 0)"))
+        out.append((_flag(args, "mtp"), f"{model.name} has no MTP modules modelled (symmem models DeepSeek's, "
+                                        "num_nextn_predict_layers of them)"))
     if par.pp == 1:
         for field, name in (("first", "--first-stage-layers"), ("last", "--last-stage-layers"),
                             ("schedule", None), ("chunks", None)):

@@ -235,10 +235,11 @@ def _verdict(low: int, high: int, reserved: int | None, capacity: int) -> str:
 
 
 def _config_notes(scn) -> list[str]:
-    """The model's config keys its family does not read and that may change what a step holds (family.unread_note)."""
+    """How the model's config was read (its notes: a model_type read as another) and the keys its family does not
+    read that may change what a step holds (family.unread_note)."""
     from symmem.family import unread_note
 
-    return [n for n in (unread_note(scn.model),) if n]
+    return [f"note: {n}" for n in scn.model.notes] + [n for n in (unread_note(scn.model),) if n]
 
 
 def time_notes(scn) -> list[str]:

@@ -26,8 +26,10 @@ GLM4_MOE = Decoder(
     arch=Arch(router="sigmoid_bias", shared="experts", rope_concat=True),
     switches=(Switch("qkv_bias", "attention_bias"), Switch("qk_norm", "use_qk_norm", on="head")),
     layer_rule=first_k_dense, rotary_default=0.5, norm_topk_default=True,
+    # (num_nextn_predict_layers is not read: transformers' Glm4MoeForCausalLM builds no MTP layer, and symmem
+    # models none for GLM; left unread, memory names it in its config notes)
     reads=("first_k_dense_replace", "norm_topk_prob", "n_group", "topk_group", "routed_scaling_factor",
-           "partial_rotary_factor", "num_nextn_predict_layers"),
+           "partial_rotary_factor"),
     doc="GLM-4.5: sigmoid-routed experts with shared experts after dense first layers")
 
 FAMILIES = (GLM, GLM4_MOE)
