@@ -77,3 +77,13 @@ def test_glms_mtp_layers_are_named_not_modelled(capsys):
     out = json.loads(capsys.readouterr().out)
     assert any("num_nextn_predict_layers" in n for n in out["config_notes"]), out["config_notes"]
     assert not any("num_nextn_predict_layers = 0" in n for n in out["flag_notes"]), out["flag_notes"]
+
+
+@pytest.mark.parametrize("preset, key, value", [("gemma-2-9b", "final_logit_softcapping", 0),
+                                                ("gemma-2-9b", "attn_logit_softcapping", "x"),
+                                                ("gpt-oss-20b", "swiglu_limit", -1)])
+def test_a_scale_transformers_could_not_run_is_refused(tmp_path, capsys, preset, key, value):
+    assert main(["params", "--model", _config(tmp_path, preset, **{key: value})]) == 2
+    err = capsys.readouterr().err
+    assert f"{key} = " in err and "must be a number above 0 (or null)" in err and err.count("\n") == 1, err
+    assert main(["params", "--model", _config(tmp_path, preset, **{key: None})]) == 0

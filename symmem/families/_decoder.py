@@ -23,6 +23,12 @@ from symmem.family import Family
 from symmem.graph import DataflowBuilder
 from symmem.model_config import ModelConfig, boolean, check_layer_types, non_negative_int, positive_int
 
+# read keys that scale or clamp values (transformers' softcapping, SwiGLU limit, query scale, routing and Granite's
+# multipliers): positive numbers where given
+POSITIVE_SCALARS = frozenset({"attn_logit_softcapping", "final_logit_softcapping", "swiglu_limit",
+                              "query_pre_attn_scalar", "routed_scaling_factor", "embedding_multiplier",
+                              "residual_multiplier", "attention_multiplier", "logits_scaling", "clip_qkv"})
+
 #: a default that is another key's value (transformers: num_key_value_heads = num_attention_heads when absent)
 HEADS = "=num_attention_heads"
 #: head_dim absent (or null): hidden_size // num_attention_heads
@@ -316,6 +322,13 @@ class Decoder(Family):
             if act not in ACT_NAMES[arch.act]:
                 raise SymmemError(f"{source}: {self.act_key} = {act!r:.60}: the {self.name} dataflow's MLP is gated by "
                                   f"{arch.act}; must be one of {', '.join(map(repr, ACT_NAMES[arch.act]))}")
+        # scales and clamps: they change no tensor's size, but a value transformers could not run (0 divides, text
+        # is no number) is refused, not carried
+        for key in (*self.reads, *(sw.key for sw in self.switches)):
+            if key in POSITIVE_SCALARS and raw.get(key) is not None:
+                v = raw[key]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+                    raise SymmemError(f"{source}: {key} = {str(v)[:30]}: must be a number above 0 (or null)")
         dropout = _number("attention_dropout", get("attention_dropout") or 0.0, source)
         if not 0 <= dropout < 1:
             raise SymmemError(f"{source}: attention_dropout = {dropout!r}: must be a number in [0, 1)")
