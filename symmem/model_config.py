@@ -109,7 +109,13 @@ def one_of(key: str, value: object, known: Iterable[str], source: str) -> str:
 
 
 def _short(value: object) -> str:
-    text = repr(value)
+    """A config value as the config.json spells it (true, null, "x"), cut short."""
+    import json
+
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
     return text if len(text) <= 60 else text[:40] + "..."
 
 
