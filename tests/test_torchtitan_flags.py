@@ -94,3 +94,14 @@ def test_megatrons_recomputation_and_the_flags_words(capsys, argv, words):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+def test_a_layer_frequency_beyond_the_layers_is_noted(capsys):
+    """selective-layer:N with N above the layers checkpoints no block (torchtitan's every N-th): the same answer
+    as none, and said so."""
+    base = ["memory", "--model", "llama-3-8b", "--profile", "torchtitan", "--dp", "8", "--json"]
+    assert main([*base, "--recompute", "selective-layer:40"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("no block is checkpointed" in n for n in out["flag_notes"]), out["flag_notes"]
+    assert main([*base, "--recompute", "none"]) == 0
+    assert json.loads(capsys.readouterr().out)["stages"] == out["stages"]

@@ -68,6 +68,13 @@ def notes(args: argparse.Namespace, scn) -> list[str]:
                                           "slots, however they spread over the experts (--ep)"))
     if _given(args, "routing") and not moe:
         out.append((_flag(args, "routing"), f"{model.name} has no routed experts"))
+    from symmem.accounting.recompute import Recompute
+
+    if _given(args, "recompute") and scn.policy.kind is Recompute.SELECTIVE_LAYER \
+            and not any(scn.policy.checkpoints_layer(i) for i in range(model.value("L"))):
+        out.append((_flag(args, "recompute"), f"torchtitan checkpoints every {scn.policy.every}-th block and "
+                                              f"{model.name} has {model.value('L')}: no block is checkpointed, "
+                                              "as under --recompute none"))
     if _given(args, "experts_impl") and not moe and scn.flow_impl is not None:
         out.append((_flag(args, "experts_impl"), f"{model.name} has no routed experts"))
     if scn.ddp.overlap_grad_reduce and par.dense_shard == 1 and par.expert_dp == 1:
