@@ -191,6 +191,13 @@ def family_of_config(raw: Mapping, source: str) -> tuple[Family, str, str | None
     architectures says DeepseekV3ForCausalLM, is read as deepseek_v3, as transformers' Auto classes would run it
     through trust_remote_code)."""
     mt = raw["model_type"]
+    inner = raw.get("text_config")
+    modelled = {t for fam in registry().values() for t in fam.model_types}
+    if mt not in modelled and isinstance(inner, Mapping) and inner.get("model_type") in modelled:
+        # a multimodal config (Llama 4, Gemma 3): its language model is a family symmem models
+        raise SymmemError(f"{source}: model_type = {mt!r:.40}: a multimodal config; symmem models its language "
+                          f"model, model_type {inner['model_type']!r:.40}: give its text_config as the config.json "
+                          "(with that model_type)")
     if any(mt in fam.model_types for fam in registry().values()) or mt in transformers_model_types():
         return family_of_type(mt, source), mt, None
     names = raw.get("architectures")

@@ -87,3 +87,11 @@ def test_a_scale_transformers_could_not_run_is_refused(tmp_path, capsys, preset,
     err = capsys.readouterr().err
     assert f"{key} = " in err and "must be a number above 0 (or null)" in err and err.count("\n") == 1, err
     assert main(["params", "--model", _config(tmp_path, preset, **{key: None})]) == 0
+
+
+def test_a_multimodal_config_points_to_its_text_config(tmp_path, capsys):
+    path = tmp_path / "mm.json"
+    path.write_text(json.dumps({"model_type": "llama4", "text_config": {"model_type": "llama4_text"}}))
+    assert main(["params", "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "a multimodal config; symmem models its language model, model_type 'llama4_text'" in err, err
