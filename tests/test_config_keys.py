@@ -95,3 +95,10 @@ def test_a_multimodal_config_points_to_its_text_config(tmp_path, capsys):
     assert main(["params", "--model", str(path)]) == 2
     err = capsys.readouterr().err
     assert "a multimodal config; symmem models its language model, model_type 'llama4_text'" in err, err
+
+
+def test_deepseeks_moe_layer_frequency_says_whose_placement_it_follows(tmp_path, capsys):
+    path = _config(tmp_path, "deepseek-v2-lite", moe_layer_freq=2)
+    assert main(["memory", "--model", path, "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["config_notes"]
+    assert any("moe_layer_freq = 2" in n and "transformers 5.24 ignores the key" in n for n in notes), notes

@@ -92,9 +92,13 @@ class DeepSeek(Family):
         if options.get("topk_group", 0) > options.get("n_group", 1 << 62):
             raise SymmemError(f"{source}: topk_group = {options['topk_group']}: more than n_group = "
                               f"{options['n_group']}")
+        notes = () if freq == 1 else (
+            f"moe_layer_freq = {freq}: the MoE layers are those at index >= first_k_dense_replace and divisible by "
+            f"it, as DeepSeek's own modeling code places them; transformers 5.24 ignores the key (every layer from "
+            "first_k_dense_replace on is MoE there), so its parameter count differs",)
         return ModelConfig(name=source, family=self, model_type=raw["model_type"],
                            values=tuple(values.items()), n_mtp=n_mtp, tie_word_embeddings=tie,
-                           ignored_keys=ignored(raw, self), options=tuple(options.items()))
+                           ignored_keys=ignored(raw, self), options=tuple(options.items()), notes=notes)
 
     def layer_kinds(self, model: ModelConfig) -> tuple[str, ...]:
         """'dense' or 'moe' for each decoder layer, by DeepSeek's rule: MoE iff layer >= first_k_dense_replace and
