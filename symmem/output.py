@@ -241,6 +241,23 @@ STDOUT = "-"  # an output file named "-" is standard output
 WRITE_THROUGH_SECONDS = 30.0  # how long a FIFO's reader may stop reading before the write gives up
 
 
+def _stat(path: Path, field: str, name: str) -> os.stat_result | None:
+    """What `path` is (following a link), or None when nothing is there; one line for any other failure."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _fail(field, name, _os_why(e)) from None
+
+
+def _not_regular(st: os.stat_result, field: str, name: str) -> SymmemError:
+    kind = "block device" if stat.S_ISBLK(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else \
+        "special file"
+    return _fail(field, name, f"is a {kind}, not a regular file: symmem replaces regular files only, writes "
+                              "through a character device or a FIFO, and writes - to standard output")
+
+
 def check_file_target(out: str | Path, field: str = "--out", inputs: tuple = ()) -> None:
     """The error `write_file` would give for `out`, found before anything is measured or generated (a folder, a
     block device or socket, a folder that does not exist or cannot be written), and `out` naming one of the
@@ -251,20 +268,12 @@ def check_file_target(out: str | Path, field: str = "--out", inputs: tuple = ())
     if not name or "\0" in name:
         raise _fail(field, name, "must name a file")
     path = Path(name)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise _fail(field, name, _os_why(e)) from None
+    st = _stat(path, field, name)
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise _fail(field, name, "must name a file (it is a folder)")
     if st is not None and not stat.S_ISREG(st.st_mode) and not (stat.S_ISCHR(st.st_mode)
                                                                 or stat.S_ISFIFO(st.st_mode)):
-        kind = "block device" if stat.S_ISBLK(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else \
-            "special file"
-        raise _fail(field, name, f"is a {kind}, not a regular file: symmem replaces regular files only, writes "
-                                 "through a character device or a FIFO, and writes - to standard output")
+        raise _not_regular(st, field, name)
     if st is None or stat.S_ISREG(st.st_mode):  # replaced by a file written beside it: its folder must take one
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
@@ -298,22 +307,14 @@ def write_file(out: str | Path, data: bytes, field: str = "--out") -> Path | Non
     path = Path(out)
     if not name:
         raise _fail(field, name, "must name a file")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise _fail(field, name, _os_why(e)) from None
+    st = _stat(path, field, name)
     if st is not None and not stat.S_ISREG(st.st_mode):
         if stat.S_ISDIR(st.st_mode):
             raise _fail(field, name, "must name a file (it is a folder)")
         if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
             _write_through(path, data, field, name, fifo=stat.S_ISFIFO(st.st_mode))
             return path
-        kind = "block device" if stat.S_ISBLK(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else \
-            "special file"
-        raise _fail(field, name, f"is a {kind}, not a regular file: symmem replaces regular files only, writes "
-                                 "through a character device or a FIFO, and writes - to standard output")
+        raise _not_regular(st, field, name)
     if st is not None and os.path.islink(path):  # written to what the link names; the link stays
         path = Path(os.path.realpath(path))
     parent = path.parent if str(path.parent) else Path(".")
