@@ -30,6 +30,20 @@ from symmem.units import parse_size
 TORCHTITAN_AC = (Recompute.NONE, Recompute.FULL, Recompute.SELECTIVE_OP, Recompute.SELECTIVE_LAYER)
 
 
+def framework_recompute(profile_name: str, pol: Policy) -> str | None:
+    """Why a framework's profile does not run a recomputation policy, or None: torchtitan's
+    activation_checkpoint.mode is none, full, or selective with selective_ac_option "op" or a layer frequency N
+    (Megatron's selective and DeepSeek's are not among them); those two, torchtitan's SelectiveAC and its every-Nth
+    layer, are not Megatron-LM's (--recompute-granularity selective / full, --recompute-method block / uniform)."""
+    if profile_name.startswith("torchtitan") and pol.kind not in TORCHTITAN_AC:
+        return ("torchtitan's activation checkpointing modes are none, full, selective-op (mode selective, option op) "
+                "and selective-layer:N (mode selective, option N)")
+    if profile_name.startswith("megatron") and pol.kind in (Recompute.SELECTIVE_OP, Recompute.SELECTIVE_LAYER):
+        return ("that is torchtitan's activation checkpointing; Megatron-LM's modelled here are none, selective (its "
+                "core attention), full, deepseek and custom:OPS (its recompute modules)")
+    return None
+
+
 def _builtin() -> tuple[str, ...]:
     """Every TOML file shipped in symmem/scenarios/ (the paper's cases and the measured runs)."""
     from importlib import resources
@@ -128,19 +142,9 @@ class Scenario:
                               f"'paper' rule set has none; use {fix}")
         self.schedule.check(self.parallel.pp, self.m, self.schedule_runtime)
         self.ddp.check(self)
-        if self.profile.name.startswith("torchtitan") and self.policy.kind not in TORCHTITAN_AC:
-            # (torchtitan's activation_checkpoint.mode: none, full, or selective with selective_ac_option "op" or
-            # a layer frequency N; Megatron's selective and DeepSeek's recomputation are not among them)
-            raise SymmemError(f"--recompute {self.policy.label} with --profile {self.profile.name}: torchtitan's "
-                              "activation checkpointing modes are none, full, selective-op (mode selective, "
-                              "option op) and selective-layer:N (mode selective, option N)")
-        if self.profile.name.startswith("megatron") and self.policy.kind in (Recompute.SELECTIVE_OP,
-                                                                             Recompute.SELECTIVE_LAYER):
-            # (torchtitan's SelectiveAC and its every-Nth-layer checkpointing; Megatron's are
-            # --recompute-granularity selective / full with --recompute-method block or uniform)
-            raise SymmemError(f"--recompute {self.policy.label} with --profile {self.profile.name}: that is "
-                              "torchtitan's activation checkpointing; Megatron-LM's modelled here are none, "
-                              "selective (its core attention), full, deepseek and custom:OPS (its recompute modules)")
+        why = framework_recompute(self.profile.name, self.policy)
+        if why is not None:
+            raise SymmemError(f"--recompute {self.policy.label} with --profile {self.profile.name}: {why}")
         if self.compiled:
             self._check_compiled()
         if not any(st.chunk_layers for st in self.stages):  # (torchtitan's chunks are its own split)

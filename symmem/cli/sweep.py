@@ -252,14 +252,7 @@ def space_from_args(args: argparse.Namespace):
     chunks = num.int_text(args.chunks, "--chunks", 2, num.MAX_CHUNKS)
     sched = args.schedule or scn.schedule.spelled
     limit = MAX_CONFIGS if args.max_configs is None else _positive(args.max_configs, "--max-configs", 10**12)
-    if scn.profile.name.startswith("megatron") and args.recompute:
-        from symmem.accounting.recompute import Recompute, policy
-
-        for name in parse_recompute(args.recompute):
-            if policy(name).kind in (Recompute.SELECTIVE_OP, Recompute.SELECTIVE_LAYER):
-                raise SymmemError(f"--recompute = {args.recompute!r}: {name} with --profile {scn.profile.name}: that "
-                                  "is torchtitan's activation checkpointing; Megatron-LM's modelled here are none, "
-                                  "selective, full, deepseek and custom:OPS")
+    _recompute_of_the_framework(args, scn.profile.name)
     if scn.profile.name.startswith("torchtitan"):
         _fsdp_only(args, scn.profile.name)
         _torchtitan_sweep_flags(args, scn.profile.name)
@@ -313,12 +306,9 @@ _SWEEP_AXES = ("tp", "cp", "pp", "ep", "etp")
 
 def _torchtitan_sweep_flags(args, profile: str) -> None:
     """The torchtitan profiles' fixed settings that `symmem memory` refuses otherwise (cli/args.py
-    `_framework_flags`, Scenario's recomputation check), refused in the sweep too, where they are swept fields the
-    scenario's own check never sees: a ZeRO stage but FSDP2's 3, a schedule where the profile pipelines nothing, a
-    recomputation torchtitan does not run."""
-    from symmem.accounting.recompute import policy
+    `_framework_flags`), refused in the sweep too, where they are swept fields the scenario's own check never sees:
+    a ZeRO stage but FSDP2's 3, a schedule where the profile pipelines nothing."""
     from symmem.profiles import TORCHTITAN_COMMITS
-    from symmem.scenario import TORCHTITAN_AC
 
     if args.zero is not None and any(v != 3 for v in _array(args.zero, "--zero", minimum=0, maximum=3).tolist()):
         raise SymmemError(f"--zero = {args.zero}: profile {profile} shards parameters, gradients and optimizer "
@@ -327,10 +317,18 @@ def _torchtitan_sweep_flags(args, profile: str) -> None:
         raise SymmemError(f"--schedule {args.schedule}: profile {profile} (torchtitan {TORCHTITAN_COMMITS[profile]}, "
                           "the code of published runs) models no pipelining; torch's schedules run under --profile "
                           "torchtitan")
+
+
+def _recompute_of_the_framework(args, profile: str) -> None:
+    """Each swept recomputation one the profile's framework runs (scenario.framework_recompute, as memory checks
+    it): the sweep's policies are swept fields the scenario's own check never sees."""
+    from symmem.accounting.recompute import policy
+    from symmem.scenario import framework_recompute
+
     for name in parse_recompute(args.recompute or default_recompute(profile)):
-        if policy(name).kind not in TORCHTITAN_AC:
-            raise SymmemError(f"--recompute = {args.recompute!r}: {name} with --profile {profile}: torchtitan's "
-                              "activation checkpointing modes are none, full, selective-op and selective-layer:N")
+        why = framework_recompute(profile, policy(name))
+        if why is not None:
+            raise SymmemError(f"--recompute = {args.recompute!r}: {name} with --profile {profile}: {why}")
 
 
 def _fsdp_only(args, profile: str) -> None:
