@@ -198,7 +198,7 @@ def family_of_config(raw: Mapping, source: str) -> tuple[Family, str, str | None
         raise SymmemError(f"{source}: model_type = {mt!r:.40}: a multimodal config; symmem models its language "
                           f"model, model_type {inner['model_type']!r:.40}: give its text_config as the config.json "
                           "(with that model_type)")
-    if any(mt in fam.model_types for fam in registry().values()) or mt in transformers_model_types():
+    if mt in modelled or mt in transformers_model_types():
         return family_of_type(mt, source), mt, None
     names = raw.get("architectures")
     for cls in names if isinstance(names, list) else ():

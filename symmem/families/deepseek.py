@@ -45,7 +45,6 @@ class DeepSeek(Family):
     structural_keys = (
         "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers", "num_key_value_heads",
         "scoring_func", "tie_word_embeddings", "n_group", "topk_group", "topk_method", "norm_topk_prob",
-        "attention_bias", "mlp_bias",
     )
     architectures = {"DeepseekV3ForCausalLM": "deepseek_v3", "DeepseekV2ForCausalLM": "deepseek_v2"}
     routed_experts = ("N", "N_r")
@@ -71,9 +70,6 @@ class DeepSeek(Family):
             raise SymmemError(
                 f"{source}: num_key_value_heads = {kvh!r}: MLA has one key and value per head; must equal "
                 f"num_attention_heads = {values['n_h']}")
-        for key in ("attention_bias", "mlp_bias"):  # (transformers' DeepSeek-V2/V3 take both; MLA here has none)
-            if boolean(key, raw.get(key, False), source):
-                raise SymmemError(f"{source}: {key} = true: symmem's DeepSeek dataflow has no biases")
         scoring = one_of("scoring_func", raw.get("scoring_func", "softmax"), ("softmax", "sigmoid"), source)
         tie = boolean("tie_word_embeddings", raw.get("tie_word_embeddings", False), source)
         options: dict[str, object] = {"first_k_dense": first_k, "moe_layer_freq": freq, "scoring_func": scoring}
